@@ -1,0 +1,80 @@
+"""ONNX attributes -> Python keyword arguments for op functions."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+from onnx import AttributeProto, TensorProto, numpy_helper
+
+from .dtypes import FLOAT_ONNX_TYPES, onnx_to_torch
+from .errors import OnnxGradError
+
+# Attributes that name an ONNX element type. When a run promotes floats (say to float64 for
+# finite differences), a cast to a float type must promote too, or the chain drops precision.
+DTYPE_ATTRIBUTES = frozenset({"to", "dtype", "output_dtype"})
+
+
+def tensor_from_proto(proto: TensorProto, device: torch.device, float_dtype: torch.dtype | None = None,
+                      base_dir: str | None = None) -> torch.Tensor:
+    try:
+        arr = numpy_helper.to_array(proto, base_dir or "")
+    except Exception as exc:
+        raise OnnxGradError(f"cannot read tensor {proto.name!r}: {exc}") from None
+    return array_to_tensor(arr, device, float_dtype, onnx_type=proto.data_type)
+
+
+def array_to_tensor(arr, device: torch.device, float_dtype: torch.dtype | None = None,
+                    onnx_type: int | None = None) -> torch.Tensor:
+    arr = np.asarray(arr)
+    if arr.dtype.kind in "USO":
+        raise OnnxGradError("string tensors are not supported")
+    if onnx_type is not None and onnx_type not in FLOAT_ONNX_TYPES and arr.dtype.kind in "fiub":
+        target = onnx_to_torch(onnx_type)
+    else:
+        target = None
+    if arr.dtype == np.uint16 or arr.dtype == np.uint32 or arr.dtype == np.uint64:
+        arr = arr.astype(np.int64)
+    if arr.dtype.kind == "V" or str(arr.dtype) == "bfloat16":  # ml_dtypes bfloat16 from onnx
+        t = torch.from_numpy(arr.astype(np.float32)).to(torch.bfloat16)
+    else:
+        t = torch.from_numpy(np.ascontiguousarray(arr).copy())
+    if target is not None and t.dtype != target:
+        t = t.to(target)
+    if float_dtype is not None and t.is_floating_point():
+        t = t.to(float_dtype)
+    return t.to(device)
+
+
+def convert(attr: AttributeProto, device: torch.device, float_dtype: torch.dtype | None):
+    A = AttributeProto
+    if attr.type == A.FLOAT:
+        return float(attr.f)
+    if attr.type == A.INT:
+        if attr.name in DTYPE_ATTRIBUTES and float_dtype is not None and attr.i in FLOAT_ONNX_TYPES:
+            return _onnx_type_of(float_dtype)
+        return int(attr.i)
+    if attr.type == A.STRING:
+        return attr.s.decode("utf-8", errors="replace")
+    if attr.type == A.TENSOR:
+        return tensor_from_proto(attr.t, device, float_dtype)
+    if attr.type == A.FLOATS:
+        return [float(v) for v in attr.floats]
+    if attr.type == A.INTS:
+        return [int(v) for v in attr.ints]
+    if attr.type == A.STRINGS:
+        return [s.decode("utf-8", errors="replace") for s in attr.strings]
+    if attr.type == A.TENSORS:
+        return [tensor_from_proto(t, device, float_dtype) for t in attr.tensors]
+    if attr.type == A.GRAPH:
+        return attr.g
+    if attr.type == A.GRAPHS:
+        return list(attr.graphs)
+    raise OnnxGradError(f"attribute {attr.name!r} has an unsupported type {AttributeProto.AttributeType.Name(attr.type)}")
+
+
+def _onnx_type_of(dtype: torch.dtype) -> int:
+    return {
+        torch.float32: TensorProto.FLOAT,
+        torch.float64: TensorProto.DOUBLE,
+        torch.float16: TensorProto.FLOAT16,
+        torch.bfloat16: TensorProto.BFLOAT16,
+    }[dtype]

@@ -1,0 +1,98 @@
+"""ONNX element types and their torch / numpy counterparts."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+from onnx import TensorProto
+
+from .errors import OnnxGradError
+
+# torch has no uint16/32/64 arithmetic worth relying on; they are widened to the next signed
+# type and narrowed back when results leave the engine.
+_ONNX_TO_TORCH: dict[int, torch.dtype] = {
+    TensorProto.FLOAT: torch.float32,
+    TensorProto.DOUBLE: torch.float64,
+    TensorProto.FLOAT16: torch.float16,
+    TensorProto.BFLOAT16: torch.bfloat16,
+    TensorProto.INT8: torch.int8,
+    TensorProto.INT16: torch.int16,
+    TensorProto.INT32: torch.int32,
+    TensorProto.INT64: torch.int64,
+    TensorProto.UINT8: torch.uint8,
+    TensorProto.UINT16: torch.int32,
+    TensorProto.UINT32: torch.int64,
+    TensorProto.UINT64: torch.int64,
+    TensorProto.BOOL: torch.bool,
+    TensorProto.COMPLEX64: torch.complex64,
+    TensorProto.COMPLEX128: torch.complex128,
+}
+
+FLOAT_ONNX_TYPES = frozenset(
+    {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.BFLOAT16}
+)
+
+_NAMES = {
+    "float32": torch.float32, "float": torch.float32, "float64": torch.float64,
+    "double": torch.float64, "float16": torch.float16, "half": torch.float16,
+    "bfloat16": torch.bfloat16,
+}
+
+
+def onnx_to_torch(elem_type: int) -> torch.dtype:
+    try:
+        return _ONNX_TO_TORCH[elem_type]
+    except KeyError:
+        name = TensorProto.DataType.Name(elem_type) if elem_type in TensorProto.DataType.values() else elem_type
+        raise OnnxGradError(f"element type {name} is not supported (only numeric and bool tensors are)") from None
+
+
+def onnx_type_name(elem_type: int) -> str:
+    try:
+        return TensorProto.DataType.Name(elem_type).lower()
+    except ValueError:
+        return f"type{elem_type}"
+
+
+def parse_float_dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:
+    """None keeps the model's own float types; otherwise every float tensor is computed in `dtype`."""
+    if dtype is None or isinstance(dtype, torch.dtype):
+        return dtype
+    try:
+        return _NAMES[str(dtype).lower()]
+    except KeyError:
+        raise OnnxGradError(f"unknown dtype {dtype!r}; choose float16, bfloat16, float32 or float64") from None
+
+
+def is_float(t: torch.Tensor | np.ndarray) -> bool:
+    if isinstance(t, torch.Tensor):
+        return t.is_floating_point()
+    return np.issubdtype(np.asarray(t).dtype, np.floating)
+
+
+def to_numpy(t) -> np.ndarray:
+    """A torch tensor (any device, maybe requiring grad) as a numpy array; bfloat16 becomes float32."""
+    if isinstance(t, np.ndarray):
+        return t
+    if not isinstance(t, torch.Tensor):
+        return np.asarray(t)
+    t = t.detach()
+    if t.dtype == torch.bfloat16:
+        t = t.float()
+    return t.cpu().numpy()
+
+
+def parse_device(device: str | torch.device | None) -> torch.device:
+    if device is None:
+        return torch.device("cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise OnnxGradError(f"unknown device {device!r}; use cpu, cuda or cuda:N") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise OnnxGradError(f"device {device!r} requested but CUDA is not available on this machine")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise OnnxGradError(f"device {device!r} does not exist: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    elif dev.type not in ("cpu", "mps"):
+        raise OnnxGradError(f"unsupported device {device!r}; use cpu, cuda or cuda:N")
+    return dev

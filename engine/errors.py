@@ -1,0 +1,25 @@
+"""Errors the engine raises on bad input. Every message is one line a user can act on."""
+
+
+class OnnxGradError(ValueError):
+    """Base class: the CLI turns any of these into a one-line message and exit code 2."""
+
+
+class ModelLoadError(OnnxGradError):
+    """The file or proto cannot be read, fails the checker, or is not a DAG."""
+
+
+class UnsupportedOpError(OnnxGradError):
+    """A node's (domain, op_type, opset) has no implementation in the registry."""
+
+
+class SelectionError(OnnxGradError):
+    """A (y, xs, zs) selection that breaks the ONNX Gradient operator's rules."""
+
+
+class FeedError(OnnxGradError):
+    """A value fed to the model is missing, misnamed, or has the wrong shape or dtype."""
+
+
+class ExecutionError(OnnxGradError):
+    """An op failed while running; the message names the node."""

@@ -1,0 +1,207 @@
+"""Load an ONNX model and index it: producers, consumers, topological order, declared types."""
+from __future__ import annotations
+
+import os
+from collections import deque
+from dataclasses import dataclass, field
+
+import onnx
+from onnx import ModelProto, NodeProto, TensorProto
+
+from .errors import ModelLoadError
+
+TRAINING_DOMAIN = "ai.onnx.preview.training"
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """What the model declares about a tensor: ONNX element type and shape (None / str for unknown dims)."""
+
+    elem_type: int | None
+    shape: tuple[int | str | None, ...] | None
+
+    @property
+    def is_float(self) -> bool:
+        from .dtypes import FLOAT_ONNX_TYPES
+
+        return self.elem_type in FLOAT_ONNX_TYPES
+
+
+@dataclass
+class GraphIndex:
+    """A loaded graph with the lookups every other module needs. Treat as read-only."""
+
+    model: ModelProto
+    path: str | None
+    opsets: dict[str, int]
+    nodes: list[NodeProto]  # topological order
+    node_names: list[str]  # unique, never empty
+    producer: dict[str, int]  # tensor -> index into nodes
+    consumers: dict[str, list[int]]
+    inputs: list[str]  # graph inputs without an initializer: must be fed
+    overridable: frozenset[str]  # initializers that are also graph inputs
+    initializers: dict[str, TensorProto]
+    outputs: list[str]
+    types: dict[str, TensorInfo] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.model.graph.name or (os.path.basename(self.path) if self.path else "model")
+
+    def opset(self, domain: str) -> int:
+        return self.opsets.get(domain or "", self.opsets.get("ai.onnx", 1))
+
+    def has_tensor(self, name: str) -> bool:
+        return name in self.producer or name in self.initializers or name in self.inputs
+
+    def all_tensors(self) -> list[str]:
+        seen: dict[str, None] = {}
+        for name in list(self.inputs) + list(self.initializers):
+            seen[name] = None
+        for node in self.nodes:
+            for t in node.output:
+                if t:
+                    seen[t] = None
+        return list(seen)
+
+    def is_constant(self, name: str) -> bool:
+        """An initializer that the user cannot feed at graph level (not also a graph input)."""
+        return name in self.initializers
+
+
+def _display_names(nodes: list[NodeProto]) -> list[str]:
+    names, used = [], set()
+    for i, node in enumerate(nodes):
+        base = node.name or f"{node.op_type}_{i}"
+        name, k = base, 1
+        while name in used:
+            k += 1
+            name = f"{base}#{k}"
+        used.add(name)
+        names.append(name)
+    return names
+
+
+def _toposort(nodes: list[NodeProto], available: set[str]) -> list[NodeProto]:
+    producer = {t: i for i, n in enumerate(nodes) for t in n.output if t}
+    indegree = [0] * len(nodes)
+    users: list[list[int]] = [[] for _ in nodes]
+    for i, node in enumerate(nodes):
+        for t in set(node.input):
+            if t and t in producer and t not in available:
+                indegree[i] += 1
+                users[producer[t]].append(i)
+    ready = deque(i for i, d in enumerate(indegree) if d == 0)
+    order = []
+    while ready:
+        i = ready.popleft()
+        order.append(i)
+        for j in users[i]:
+            indegree[j] -= 1
+            if indegree[j] == 0:
+                ready.append(j)
+    if len(order) != len(nodes):
+        stuck = next(nodes[i] for i, d in enumerate(indegree) if d > 0)
+        raise ModelLoadError(f"graph has a cycle through node {stuck.name or stuck.op_type!r}")
+    return [nodes[i] for i in order]
+
+
+def _declared_types(model: ModelProto) -> dict[str, TensorInfo]:
+    out = {}
+    g = model.graph
+    for vi in list(g.input) + list(g.value_info) + list(g.output):
+        if not vi.type.HasField("tensor_type"):
+            continue
+        tt = vi.type.tensor_type
+        shape = None
+        if tt.HasField("shape"):
+            shape = tuple(
+                d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tt.shape.dim
+            )
+        out[vi.name] = TensorInfo(tt.elem_type or None, shape)
+    for init in g.initializer:
+        out[init.name] = TensorInfo(init.data_type, tuple(init.dims))
+    return out
+
+
+def load(source: str | os.PathLike | ModelProto | bytes, *, check: bool = True) -> GraphIndex:
+    """Read a model (path, bytes or proto), check it, infer shapes where possible and index it."""
+    path = None
+    if isinstance(source, ModelProto):
+        model = source
+    elif isinstance(source, (bytes, bytearray)):
+        try:
+            model = onnx.load_from_string(bytes(source))
+        except Exception as exc:
+            raise ModelLoadError(f"cannot parse ONNX bytes: {exc}") from None
+    else:
+        path = os.fspath(source)
+        if not os.path.exists(path):
+            raise ModelLoadError(f"no such file: {path}")
+        if os.path.isdir(path):
+            raise ModelLoadError(f"{path} is a directory, not an .onnx file")
+        try:
+            model = onnx.load(path)
+        except Exception as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ModelLoadError(f"cannot read {path} as ONNX: {first}") from None
+    if check:
+        try:
+            onnx.checker.check_model(path if path and model.ByteSize() > 2**31 - 1 else model)
+        except Exception as exc:
+            first = str(exc).strip().splitlines()[0]
+            raise ModelLoadError(f"ONNX checker rejected the model: {first}") from None
+    try:
+        model = onnx.shape_inference.infer_shapes(model, strict_mode=False)
+    except Exception:  # best effort: shapes only inform messages and the explorer
+        pass
+    return index(model, path)
+
+
+def index(model: ModelProto, path: str | None = None) -> GraphIndex:
+    g = model.graph
+    opsets = {}
+    for imp in model.opset_import:
+        opsets[imp.domain or ""] = imp.version
+    initializers = {t.name: t for t in g.initializer}
+    declared_inputs = [i.name for i in g.input]
+    inputs = [n for n in declared_inputs if n not in initializers]
+    overridable = frozenset(n for n in declared_inputs if n in initializers)
+    available = set(declared_inputs) | set(initializers)
+    nodes = _toposort(list(g.node), available)
+    producer: dict[str, int] = {}
+    consumers: dict[str, list[int]] = {}
+    for i, node in enumerate(nodes):
+        for t in node.output:
+            if not t:
+                continue
+            if t in producer or t in available:
+                raise ModelLoadError(f"tensor {t!r} is produced more than once (node {node.name or node.op_type!r})")
+            producer[t] = i
+        for t in node.input:
+            if t:
+                consumers.setdefault(t, []).append(i)
+    known = available | set(producer)
+    for i, node in enumerate(nodes):
+        for t in node.input:
+            if t and t not in known:
+                raise ModelLoadError(
+                    f"node {node.name or node.op_type!r} reads {t!r}, which no node, input or initializer provides"
+                )
+    for o in g.output:
+        if o.name not in known:
+            raise ModelLoadError(f"graph output {o.name!r} is never produced")
+    return GraphIndex(
+        model=model,
+        path=path,
+        opsets=opsets,
+        nodes=nodes,
+        node_names=_display_names(nodes),
+        producer=producer,
+        consumers=consumers,
+        inputs=inputs,
+        overridable=overridable,
+        initializers=initializers,
+        outputs=[o.name for o in g.output],
+        types=_declared_types(model),
+    )

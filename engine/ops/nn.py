@@ -1,0 +1,6 @@
+"""nn ops."""
+from __future__ import annotations
+
+import torch
+
+from ..registry import register

@@ -1,0 +1,6 @@
+"""sequence ops."""
+from __future__ import annotations
+
+import torch
+
+from ..registry import register

@@ -1,0 +1,6 @@
+"""shape ops."""
+from __future__ import annotations
+
+import torch
+
+from ..registry import register

@@ -1,0 +1,127 @@
+"""The op registry: (domain, op_type, opset range) -> a small torch function.
+
+Conventions (every op module follows them):
+- `fn(*inputs, **attributes)`: inputs are torch tensors in ONNX order, `None` for an omitted
+  optional input; trailing omitted inputs are not passed, so Python defaults apply.
+- Attributes arrive as keyword arguments with ONNX names: ints, floats, str, lists, and
+  torch tensors (already on the run's device) for TENSOR attributes.
+- A function may also declare the keyword-only context parameters `n_outputs` (how many
+  outputs the node declares) and `device` (the run's torch.device); the plan fills them.
+- Return a tensor, or a tuple/list with one entry per declared output.
+- Register with `@register("Op", since=..., until=...)` right above the definition.
+"""
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Callable
+
+from .errors import UnsupportedOpError
+
+CONTEXT_PARAMS = ("n_outputs", "device")
+
+
+@dataclass(frozen=True)
+class OpImpl:
+    domain: str
+    op_type: str
+    since: int
+    until: int | None  # inclusive; None means every later opset
+    fn: Callable
+    note: str = ""
+
+    @property
+    def opset_range(self) -> str:
+        return f"{self.since}+" if self.until is None else f"{self.since}-{self.until}"
+
+    def covers(self, opset: int) -> bool:
+        return self.since <= opset and (self.until is None or opset <= self.until)
+
+    @property
+    def accepted_attributes(self) -> frozenset[str] | None:
+        """Attribute names the function takes; None when it takes **kwargs."""
+        return _accepted(self.fn)
+
+    @property
+    def context(self) -> tuple[str, ...]:
+        params = inspect.signature(self.fn).parameters
+        return tuple(p for p in CONTEXT_PARAMS if p in params)
+
+
+def _accepted(fn: Callable) -> frozenset[str] | None:
+    params = inspect.signature(fn).parameters.values()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return None
+    return frozenset(
+        p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name not in CONTEXT_PARAMS
+    )
+
+
+_REGISTRY: dict[tuple[str, str], list[OpImpl]] = {}
+
+
+def _norm_domain(domain: str) -> str:
+    return "" if domain in ("", "ai.onnx") else domain
+
+
+def register(op_type: str, *, domain: str = "", since: int = 1, until: int | None = None, note: str = ""):
+    """Decorator: register `fn` for `op_type` over opsets [since, until]."""
+
+    def deco(fn: Callable) -> Callable:
+        add(OpImpl(_norm_domain(domain), op_type, since, until, fn, note))
+        return fn
+
+    return deco
+
+
+def add(impl: OpImpl, *, replace: bool = False) -> None:
+    entries = _REGISTRY.setdefault((impl.domain, impl.op_type), [])
+    clashes = [e for e in entries if _overlap(e, impl)]
+    if clashes and not replace:
+        raise ValueError(f"{impl.op_type} opsets {impl.opset_range} overlap an existing registration")
+    for e in clashes:
+        entries.remove(e)
+    entries.append(impl)
+    entries.sort(key=lambda e: e.since)
+
+
+def remove(domain: str, op_type: str, since: int | None = None) -> None:
+    entries = _REGISTRY.get((_norm_domain(domain), op_type), [])
+    entries[:] = [e for e in entries if since is not None and e.since != since]
+    if not entries:
+        _REGISTRY.pop((_norm_domain(domain), op_type), None)
+
+
+def _overlap(a: OpImpl, b: OpImpl) -> bool:
+    a_hi = a.until if a.until is not None else 10**9
+    b_hi = b.until if b.until is not None else 10**9
+    return a.since <= b_hi and b.since <= a_hi
+
+
+def lookup(domain: str, op_type: str, opset: int) -> OpImpl | None:
+    for impl in reversed(_REGISTRY.get((_norm_domain(domain), op_type), [])):
+        if impl.covers(opset):
+            return impl
+    return None
+
+
+def require(domain: str, op_type: str, opset: int, node_name: str) -> OpImpl:
+    impl = lookup(domain, op_type, opset)
+    if impl is not None:
+        return impl
+    dom = _norm_domain(domain)
+    known = _REGISTRY.get((dom, op_type))
+    qual = f"{dom}::{op_type}" if dom else op_type
+    if known:
+        ranges = ", ".join(e.opset_range for e in known)
+        raise UnsupportedOpError(
+            f"node {node_name!r}: {qual} is supported for opsets {ranges}, not opset {opset}"
+        )
+    names = sorted({(d + "::" if d else "") + op for d, op in _REGISTRY})
+    raise UnsupportedOpError(
+        f"node {node_name!r}: op {qual} (opset {opset}) is not supported; supported ops: {', '.join(names)}"
+    )
+
+
+def supported_ops() -> list[OpImpl]:
+    return sorted((e for entries in _REGISTRY.values() for e in entries), key=lambda e: (e.domain, e.op_type, e.since))
