@@ -36,7 +36,7 @@ def array_to_tensor(arr, device: torch.device, float_dtype: torch.dtype | None =
     if arr.dtype.kind == "V" or str(arr.dtype) == "bfloat16":  # ml_dtypes bfloat16 from onnx
         t = torch.from_numpy(arr.astype(np.float32)).to(torch.bfloat16)
     else:
-        t = torch.from_numpy(np.ascontiguousarray(arr).copy())
+        t = torch.from_numpy(np.array(arr, copy=True, order="C"))
     if target is not None and t.dtype != target:
         t = t.to(target)
     if float_dtype is not None and t.is_floating_point():

@@ -1,0 +1,24 @@
+"""onnxgrad's numeric core: run ONNX graphs on PyTorch and compute the ONNX Gradient operator.
+
+Public API:
+    load(path_or_proto) -> Model
+    Model.run(feeds, device=, dtype=) -> dict[str, np.ndarray]
+    Model.gradient(y=, xs=, zs=(), feeds=, dy=None, device=, dtype=) -> GradientResult
+    Model.prepare_gradient(y=, xs=, zs=(), device=, dtype=) -> PreparedGradient (torch in, torch out)
+    Model.selection(y, xs, zs) -> GradientSpec (validation only)
+    supported_ops() -> list[OpImpl]
+"""
+from . import ops as _ops  # noqa: F401  (fills the registry)
+from .errors import (ExecutionError, FeedError, ModelLoadError, OnnxGradError, SelectionError,
+                     UnsupportedOpError)
+from .gradient import GradientOutput, GradientResult, PreparedGradient
+from .loader import GraphIndex, TensorInfo
+from .model import Model, load
+from .registry import OpImpl, register, supported_ops
+from .selection import GradientSpec
+
+__all__ = [
+    "load", "Model", "GradientResult", "GradientOutput", "PreparedGradient", "GradientSpec",
+    "GraphIndex", "TensorInfo", "OpImpl", "register", "supported_ops",
+    "OnnxGradError", "ModelLoadError", "UnsupportedOpError", "SelectionError", "FeedError", "ExecutionError",
+]

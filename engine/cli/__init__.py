@@ -1,0 +1,55 @@
+"""`onnxgrad` command line. Each subcommand is a module with `add_parser(subparsers)` and `run(args) -> int`.
+
+Exit codes: 0 success, 1 a check failed, 3 a check was inconclusive only, 2 bad input or usage.
+Bad input is reported as one line on stderr; `--debug` shows the traceback instead.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from ..errors import OnnxGradError
+
+# Subcommand modules, in the order `--help` lists them.
+COMMANDS = ["run", "grad", "ops"]
+
+
+class OneLineParser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse prints usage + message; we keep it to one line
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(prog="onnxgrad", description="Run, differentiate and verify ONNX models on PyTorch.")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks instead of one-line errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
+    for name in COMMANDS:
+        importlib.import_module(f"{__name__}.{name}_cmd").add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    try:
+        return int(args.handler(args) or 0)
+    except (OnnxGradError, OSError) as exc:
+        if args.debug:
+            raise
+        print(f"onnxgrad: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("onnxgrad: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # a bug of ours; still one line unless --debug
+        if args.debug:
+            raise
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        print(f"onnxgrad: internal error: {type(exc).__name__}: {first} (rerun with --debug for the traceback)",
+              file=sys.stderr)
+        return 2

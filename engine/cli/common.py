@@ -1,0 +1,77 @@
+"""Argument helpers shared by subcommands: model loading, feeds, output files."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import numpy as np
+
+from .. import load
+from ..errors import FeedError
+from ..feeds import SPEC_HELP, load_npz, parse_assignment, parse_spec
+from ..model import Model
+
+
+def add_model_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", metavar="MODEL", help="path to an .onnx file")
+
+
+def add_feed_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--feed", action="append", default=[], metavar="NAME=SPEC",
+                   help=f"value for a tensor (inputs or intermediates); SPEC is {SPEC_HELP}")
+    p.add_argument("--feeds", metavar="FILE.npz", help="values for tensors, keyed by tensor name")
+
+
+def add_device_arguments(p: argparse.ArgumentParser, dtype: bool = True) -> None:
+    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
+    if dtype:
+        p.add_argument("--dtype", choices=["float32", "float64"], default=None,
+                       help="compute every float tensor in this dtype (default: the model's own)")
+
+
+def open_model(args) -> Model:
+    return load(args.model)
+
+
+def collect_feeds(model: Model, args, seed: int = 0) -> dict[str, np.ndarray]:
+    feeds: dict[str, np.ndarray] = {}
+    if getattr(args, "feeds", None):
+        feeds.update(load_npz(args.feeds))
+    for text in getattr(args, "feed", []) or []:
+        name, spec = parse_assignment(text)
+        if not model.graph.has_tensor(name):
+            raise FeedError(f"feed {name!r} names no tensor in this model")
+        feeds[name] = parse_spec(model.graph, name, spec, default_seed=seed)
+    return feeds
+
+
+def parse_dy(model: Model, y: str, spec: str | None, seed: int) -> np.ndarray | None:
+    if spec is None:
+        return None
+    return parse_spec(model.graph, y, spec, default_seed=seed)
+
+
+def save_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise FeedError(f"cannot write {path}: folder {folder} does not exist")
+    with open(path, "wb") as fh:  # np.savez would append .npz to a name without it
+        np.savez(fh, **arrays)
+
+
+def describe(arr: np.ndarray) -> str:
+    arr = np.asarray(arr)
+    if arr.size == 0:
+        return f"shape {arr.shape} {arr.dtype} (empty)"
+    if arr.dtype.kind in "fc":
+        finite = np.isfinite(arr)
+        extra = "" if finite.all() else f", {int((~finite).sum())} non-finite"
+        a = arr[finite] if finite.any() else np.zeros(1)
+        return (f"shape {arr.shape} {arr.dtype}  norm {np.linalg.norm(a.astype(np.float64)):.6g}  "
+                f"min {a.min():.6g}  max {a.max():.6g}{extra}")
+    return f"shape {arr.shape} {arr.dtype}  min {arr.min()}  max {arr.max()}"
+
+
+def err(msg: str) -> None:
+    print(msg, file=sys.stderr)

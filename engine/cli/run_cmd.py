@@ -1,0 +1,32 @@
+"""onnxgrad run MODEL: graph outputs, Gradient nodes included."""
+from __future__ import annotations
+
+from ..errors import FeedError
+from .common import (add_device_arguments, add_feed_arguments, add_model_argument, collect_feeds, describe,
+                     open_model, save_npz)
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("run", help="run the graph and print or save its outputs")
+    add_model_argument(p)
+    add_feed_arguments(p)
+    add_device_arguments(p)
+    p.add_argument("--output", action="append", default=None, metavar="NAME",
+                   help="tensor to return (repeatable; default: the graph outputs)")
+    p.add_argument("--out", metavar="FILE.npz", help="save the outputs, keyed by tensor name")
+    p.set_defaults(handler=run)
+
+
+def run(args) -> int:
+    model = open_model(args)
+    feeds = collect_feeds(model, args)
+    unfed = [n for n in model.inputs if n not in feeds]
+    if unfed:
+        raise FeedError(f"no value for graph input(s) {', '.join(map(repr, unfed))}: use --feed NAME=SPEC or --feeds FILE.npz")
+    outputs = model.run(feeds, outputs=args.output, device=args.device, dtype=args.dtype)
+    for name, value in outputs.items():
+        print(f"{name}: {describe(value)}")
+    if args.out:
+        save_npz(args.out, outputs)
+        print(f"saved {len(outputs)} array(s) to {args.out}")
+    return 0

@@ -1,0 +1,90 @@
+"""Values for tensors: parsing SPEC strings (CLI, explorer) and seeded random defaults."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+from onnx import helper
+
+from .errors import FeedError
+from .loader import GraphIndex
+
+SPEC_HELP = "a .npy path, zeros, ones, random, random:SEED, or a number"
+
+
+def declared_shape(graph: GraphIndex, name: str) -> tuple[int, ...]:
+    """The declared shape with symbolic or unknown dims taken as 1; FeedError when the rank is unknown."""
+    info = graph.types.get(name)
+    if info is None or info.shape is None:
+        raise FeedError(f"the shape of {name!r} is unknown; feed it a value ({SPEC_HELP} needs a shape, so use a .npy file)")
+    return tuple(d if isinstance(d, int) and d > 0 else 1 for d in info.shape)
+
+
+def declared_dtype(graph: GraphIndex, name: str) -> np.dtype:
+    info = graph.types.get(name)
+    if info is None or info.elem_type is None:
+        return np.dtype(np.float32)
+    try:
+        return np.dtype(helper.tensor_dtype_to_np_dtype(info.elem_type))
+    except Exception:
+        return np.dtype(np.float32)
+
+
+def random_value(graph: GraphIndex, name: str, seed: int) -> np.ndarray:
+    """Standard-normal floats, or zeros for integer/bool tensors (random indices would be out of range)."""
+    shape, dtype = declared_shape(graph, name), declared_dtype(graph, name)
+    if dtype.kind == "f":
+        return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+    return np.zeros(shape, dtype=dtype)
+
+
+def parse_spec(graph: GraphIndex, name: str, spec: str, default_seed: int = 0) -> np.ndarray:
+    """One feed from its SPEC string."""
+    spec = spec.strip()
+    if spec.endswith(".npy") or os.path.sep in spec:
+        if not os.path.exists(spec):
+            raise FeedError(f"feed {name!r}: no such file {spec}")
+        try:
+            return np.load(spec, allow_pickle=False)
+        except Exception as exc:
+            raise FeedError(f"feed {name!r}: cannot read {spec} as .npy: {exc}") from None
+    shape, dtype = declared_shape(graph, name), declared_dtype(graph, name)
+    if spec == "zeros":
+        return np.zeros(shape, dtype)
+    if spec == "ones":
+        return np.ones(shape, dtype)
+    if spec == "random" or spec.startswith("random:"):
+        seed = default_seed
+        if ":" in spec:
+            try:
+                seed = int(spec.split(":", 1)[1])
+            except ValueError:
+                raise FeedError(f"feed {name!r}: bad seed in {spec!r}; use random:SEED with an integer") from None
+        if dtype.kind != "f":
+            raise FeedError(f"feed {name!r}: random values need a float tensor, {name!r} is {dtype}")
+        return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+    try:
+        number = float(spec)
+    except ValueError:
+        raise FeedError(f"feed {name!r}: cannot understand {spec!r}; use {SPEC_HELP}") from None
+    return np.full(shape, number, dtype)
+
+
+def parse_assignment(text: str) -> tuple[str, str]:
+    """NAME=SPEC -> (NAME, SPEC)."""
+    if "=" not in text:
+        raise FeedError(f"bad feed {text!r}: write NAME=SPEC, SPEC being {SPEC_HELP}")
+    name, spec = text.split("=", 1)
+    if not name.strip() or not spec.strip():
+        raise FeedError(f"bad feed {text!r}: write NAME=SPEC, SPEC being {SPEC_HELP}")
+    return name.strip(), spec.strip()
+
+
+def load_npz(path: str) -> dict[str, np.ndarray]:
+    if not os.path.exists(path):
+        raise FeedError(f"no such file: {path}")
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {k: data[k] for k in data.files}
+    except Exception as exc:
+        raise FeedError(f"cannot read {path} as .npz: {exc}") from None

@@ -1,0 +1,92 @@
+"""Reverse-mode gradients of a validated selection, through torch.autograd.
+
+Convention for a non-scalar y: the seed is `dy` when given, otherwise ones shaped like y, so the
+result is the gradient of sum(y). Members of xs that y does not reach get zeros and are flagged.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple, Sequence
+
+import numpy as np
+import torch
+
+from .errors import FeedError, SelectionError
+from .plan import Plan
+from .selection import GradientSpec
+
+
+class GradientOutput(NamedTuple):
+    y: torch.Tensor
+    grads: tuple[torch.Tensor, ...]  # one per xs member, same order
+    disconnected: frozenset[str]
+
+
+@dataclass(frozen=True)
+class GradientResult:
+    """What `Model.gradient` returns: numpy arrays keyed by tensor name."""
+
+    spec: GradientSpec
+    y: np.ndarray
+    grads: dict[str, np.ndarray]
+    disconnected: frozenset[str]
+    seed: str  # "dy" or "ones"
+    device: str = "cpu"
+    dtype: str = "native"
+    values: dict[str, np.ndarray] = field(default_factory=dict)  # the values used for xs ∪ zs
+
+
+class PreparedGradient:
+    """dy/dx for one selection, compiled once; call with torch tensors for xs then zs (then extras)."""
+
+    def __init__(self, spec: GradientSpec, plan: Plan):
+        self.spec = spec
+        self.plan = plan
+        self.device = plan.device
+        self.float_dtype = plan.float_dtype
+        self.extra_inputs = plan.sources[len(spec.inputs):]
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        return self.plan.sources
+
+    def __call__(self, *values: torch.Tensor, dy: torch.Tensor | None = None,
+                 create_graph: bool = False) -> GradientOutput:
+        spec = self.spec
+        n = len(spec.xs)
+        leaves = []
+        for name, v in zip(spec.xs, values[:n]):
+            if not v.is_floating_point():
+                raise SelectionError(f"{name!r} holds {str(v.dtype).removeprefix('torch.')} values: only float tensors can be in xs")
+            leaves.append(v if v.requires_grad else v.detach().requires_grad_())
+        with torch.enable_grad():
+            (y,) = self.plan.run(leaves + list(values[n:]))
+            if dy is not None and tuple(dy.shape) != tuple(y.shape):
+                raise FeedError(f"dy has shape {tuple(dy.shape)} but y {spec.y!r} has shape {tuple(y.shape)}")
+            wanted = [i for i, name in enumerate(spec.xs) if name not in spec.disconnected]
+            raw: Sequence[torch.Tensor | None] = [None] * len(wanted)
+            if wanted and y.requires_grad:
+                if not y.is_floating_point():
+                    raise SelectionError(f"y {spec.y!r} is {str(y.dtype).removeprefix('torch.')}: gradients need a float y")
+                seed = torch.ones_like(y) if dy is None else dy.to(device=y.device, dtype=y.dtype)
+                raw = torch.autograd.grad(y, [leaves[i] for i in wanted], seed, allow_unused=True,
+                                          create_graph=create_graph)
+        grads: list[torch.Tensor | None] = [None] * n
+        for i, g in zip(wanted, raw):
+            grads[i] = g
+        disconnected = set(spec.disconnected)
+        for i, g in enumerate(grads):
+            if g is None:
+                # Structurally connected but only through ops without a gradient (Shape, ArgMax, Cast to int...).
+                disconnected.add(spec.xs[i])
+                grads[i] = torch.zeros_like(leaves[i])
+        return GradientOutput(y if create_graph else y.detach(), tuple(grads), frozenset(disconnected))
+
+    def node_step(self):
+        """The step function that executes an ai.onnx.preview.training::Gradient node."""
+
+        def gradient_node(*values):
+            nested = torch.is_grad_enabled() and any(v is not None and v.requires_grad for v in values)
+            return self(*values, create_graph=nested).grads
+
+        return gradient_node

@@ -1,0 +1,261 @@
+"""The public Model: load once, run or differentiate many times on any device and dtype."""
+from __future__ import annotations
+
+import os
+from typing import Mapping, Sequence
+
+import numpy as np
+import torch
+from onnx import ModelProto, helper
+
+from . import loader
+from .attributes import array_to_tensor, tensor_from_proto
+from .dtypes import parse_device, parse_float_dtype, to_numpy
+from .errors import FeedError, OnnxGradError, SelectionError
+from .gradient import GradientResult, PreparedGradient
+from .loader import TRAINING_DOMAIN, GraphIndex
+from .plan import Plan
+from .registry import require
+from .selection import GradientSpec, names, validate
+
+
+class Model:
+    """A loaded ONNX model. Every op is resolved at construction, so an unsupported op fails here."""
+
+    def __init__(self, graph: GraphIndex):
+        self.graph = graph
+        for i, node in enumerate(graph.nodes):
+            if node.domain == TRAINING_DOMAIN and node.op_type == "Gradient":
+                self._check_gradient_node(i)
+            else:
+                require(node.domain, node.op_type, graph.opset(node.domain), graph.node_names[i])
+        self._constants: dict[tuple, dict[str, torch.Tensor]] = {}
+        self._plans: dict[tuple, Plan] = {}
+        self._grads: dict[tuple, PreparedGradient] = {}
+
+    # --- description -------------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return self.graph.name
+
+    @property
+    def inputs(self) -> list[str]:
+        """Graph inputs that must be fed (initializers excluded)."""
+        return list(self.graph.inputs)
+
+    @property
+    def outputs(self) -> list[str]:
+        return list(self.graph.outputs)
+
+    def __repr__(self) -> str:
+        return f"<Model {self.name!r}: {len(self.graph.nodes)} nodes, inputs {self.inputs}, outputs {self.outputs}>"
+
+    # --- forward ---------------------------------------------------------------------------------
+    def run(self, feeds: Mapping[str, object] | None = None, *, outputs: Sequence[str] | None = None,
+            device="cpu", dtype=None) -> dict[str, np.ndarray]:
+        """Run the graph. `feeds` may set any tensor, intermediates included; returns numpy arrays."""
+        dev, fdt = parse_device(device), parse_float_dtype(dtype)
+        feeds = dict(feeds or {})
+        targets = list(outputs) if outputs is not None else self.outputs
+        for t in targets:
+            if not self.graph.has_tensor(t):
+                raise FeedError(f"output {t!r} is not a tensor of this model")
+        self._check_feed_names(feeds)
+        plan = self.prepare(list(feeds), targets, device=dev, dtype=fdt)
+        values = [self.to_tensor(n, feeds[n], dev, fdt) for n in plan.sources]
+        with torch.no_grad():
+            out = plan.run(values)
+        return {t: self._to_numpy(t, v) for t, v in zip(targets, out)}
+
+    def prepare(self, sources: Sequence[str], targets: Sequence[str], *, device="cpu", dtype=None,
+                keep_all: bool = False) -> Plan:
+        """A Plan computing `targets` from `sources`: call `plan.run([tensors...])` repeatedly."""
+        dev, fdt = parse_device(device), parse_float_dtype(dtype)
+        key = (tuple(sources), tuple(targets), str(dev), fdt, keep_all)
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = Plan(self.graph, sources, targets, device=dev, float_dtype=fdt,
+                        constants=self.constants(dev, fdt), gradient_step=self._gradient_step(dev, fdt),
+                        keep_all=keep_all)
+            self._plans[key] = plan
+        return plan
+
+    def constants(self, device="cpu", dtype=None) -> dict[str, torch.Tensor]:
+        """Initializers as torch tensors on `device` (floats promoted to `dtype` when given); cached."""
+        dev, fdt = parse_device(device), parse_float_dtype(dtype)
+        key = (str(dev), fdt)
+        if key not in self._constants:
+            base = os.path.dirname(self.graph.path) if self.graph.path else None
+            self._constants[key] = {
+                name: tensor_from_proto(t, dev, fdt, base) for name, t in self.graph.initializers.items()
+            }
+        return self._constants[key]
+
+    # --- gradients -------------------------------------------------------------------------------
+    def selection(self, y: str, xs, zs=()) -> GradientSpec:
+        """Validate (y, xs, zs) as the Gradient operator defines them; raises SelectionError."""
+        return validate(self.graph, y, xs, zs)
+
+    def prepare_gradient(self, y: str, xs, zs=(), *, device="cpu", dtype=None,
+                         extra_inputs: Sequence[str] = ()) -> PreparedGradient:
+        """Compile dy/dxs once; call the result with torch tensors (xs, then zs, then extra_inputs)."""
+        spec = self.selection(y, xs, zs)
+        dev, fdt = parse_device(device), parse_float_dtype(dtype)
+        key = (spec, tuple(extra_inputs), str(dev), fdt)
+        prepared = self._grads.get(key)
+        if prepared is None:
+            plan = self.prepare(spec.inputs + tuple(extra_inputs), [spec.y], device=dev, dtype=fdt)
+            prepared = self._grads[key] = PreparedGradient(spec, plan)
+        return prepared
+
+    def gradient(self, y: str, xs, zs=(), feeds: Mapping[str, object] | None = None, dy=None, *,
+                 device="cpu", dtype=None, seed: int = 0) -> GradientResult:
+        """dy/dx for each x in xs, at the values in `feeds`.
+
+        A member of xs ∪ zs without a feed takes its initializer value if it has one, else seeded
+        random values (`seed`). Feeds may also override initializers that are graph inputs. Feeds
+        for tensors the cut graph does not read are ignored; a feed for a tensor *inside* the cut
+        graph is refused, since it would silently change what is differentiated.
+        """
+        spec = self.selection(y, xs, zs)
+        dev, fdt = parse_device(device), parse_float_dtype(dtype)
+        feeds = dict(feeds or {})
+        self._check_feed_names(feeds)
+        values = self.selection_values(spec, feeds, seed=seed)
+        extras = self._gradient_extras(spec, feeds)
+        prepared = self.prepare_gradient(spec.y, spec.xs, spec.zs, device=dev, dtype=fdt, extra_inputs=extras)
+        tensors = [self.to_tensor(n, values[n], dev, fdt) for n in spec.inputs]
+        tensors += [self.to_tensor(n, feeds[n], dev, fdt) for n in extras]
+        dy_t = None
+        if dy is not None:
+            dy_t = dy if isinstance(dy, torch.Tensor) else torch.as_tensor(np.asarray(dy))
+            dy_t = dy_t.to(dev)
+        out = prepared(*tensors, dy=dy_t)
+        return GradientResult(
+            spec=spec,
+            y=to_numpy(out.y),
+            grads={n: to_numpy(g) for n, g in zip(spec.xs, out.grads)},
+            disconnected=out.disconnected,
+            seed="ones" if dy is None else "dy",
+            device=str(dev),
+            dtype=str(fdt).removeprefix("torch.") if fdt else "native",
+            values={n: to_numpy(t) for n, t in zip(spec.inputs, tensors)},
+        )
+
+    def selection_values(self, spec: GradientSpec, feeds: Mapping[str, object], seed: int = 0) -> dict[str, np.ndarray]:
+        """A value for every member of xs ∪ zs: the feed, else the initializer, else seeded random."""
+        from .feeds import random_value
+
+        out = {}
+        for k, n in enumerate(spec.inputs):
+            if n in feeds:
+                out[n] = to_numpy(feeds[n]) if isinstance(feeds[n], torch.Tensor) else np.asarray(feeds[n])
+            elif n in self.graph.initializers:
+                out[n] = to_numpy(self.constants()[n])
+            else:
+                out[n] = random_value(self.graph, n, seed + k)
+        return out
+
+    def _gradient_extras(self, spec: GradientSpec, feeds: Mapping[str, object]) -> tuple[str, ...]:
+        members = set(spec.inputs)
+        interior = set()
+        for i in _cut_nodes(self.graph, members, spec.y):
+            interior.update(t for t in self.graph.nodes[i].output if t)
+        read = set()
+        for i in _cut_nodes(self.graph, members, spec.y):
+            read.update(t for t in self.graph.nodes[i].input if t)
+        bad = sorted(n for n in feeds if n in interior and n not in members)
+        if bad:
+            raise SelectionError(
+                f"feed {bad[0]!r} is computed inside the differentiated graph; "
+                "put it in xs or zs to set its value"
+            )
+        return tuple(sorted(n for n in feeds if n in read and n in self.graph.initializers and n not in members))
+
+    # --- helpers ---------------------------------------------------------------------------------
+    def _check_feed_names(self, feeds: Mapping[str, object]) -> None:
+        for n in feeds:
+            if not self.graph.has_tensor(n):
+                raise FeedError(f"feed {n!r} names no tensor in this model")
+
+    def to_tensor(self, name: str, value, device: torch.device, float_dtype) -> torch.Tensor:
+        """A feed as a tensor of the declared type on `device`; shape checked against the model."""
+        info = self.graph.types.get(name)
+        if isinstance(value, torch.Tensor):
+            t = value.to(device)
+            if float_dtype is not None and t.is_floating_point():
+                t = t.to(float_dtype)
+        else:
+            try:
+                t = array_to_tensor(np.asarray(value), device, float_dtype,
+                                    onnx_type=info.elem_type if info else None)
+            except (TypeError, ValueError) as exc:
+                raise FeedError(f"feed {name!r}: {exc}") from None
+        if info is not None and info.elem_type is not None and float_dtype is None and t.is_floating_point():
+            from .dtypes import FLOAT_ONNX_TYPES, onnx_to_torch
+
+            if info.elem_type in FLOAT_ONNX_TYPES:
+                t = t.to(onnx_to_torch(info.elem_type))
+        if info is not None and info.shape is not None:
+            shape = tuple(t.shape)
+            ok = len(shape) == len(info.shape) and all(
+                not isinstance(d, int) or d <= 0 or d == s for d, s in zip(info.shape, shape)
+            )
+            if not ok:
+                want = tuple(d if isinstance(d, int) and d > 0 else (d or "?") for d in info.shape)
+                raise FeedError(f"feed {name!r} has shape {shape} but the model declares {want}")
+        return t
+
+    def _to_numpy(self, name: str, t) -> np.ndarray:
+        if isinstance(t, list):  # an ONNX sequence
+            return [self._to_numpy(name, v) for v in t]
+        arr = to_numpy(t)
+        info = self.graph.types.get(name)
+        if info is not None and info.elem_type:
+            try:
+                want = helper.tensor_dtype_to_np_dtype(info.elem_type)
+            except Exception:
+                return arr
+            if arr.dtype != want and arr.dtype.kind in "iub" and np.dtype(want).kind in "iub":
+                arr = arr.astype(want)
+        return arr
+
+    def _check_gradient_node(self, i: int) -> None:
+        node, name = self.graph.nodes[i], self.graph.node_names[i]
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        if "xs" not in attrs or "y" not in attrs:
+            raise OnnxGradError(f"Gradient node {name!r} needs the attributes xs and y")
+        xs = [v.decode() for v in attrs["xs"]]
+        zs = [v.decode() for v in attrs.get("zs", [])]
+        y = attrs["y"].decode()
+        if len(node.input) != len(xs) + len(zs):
+            raise SelectionError(
+                f"Gradient node {name!r} has {len(node.input)} inputs but xs and zs name {len(xs) + len(zs)}"
+            )
+        if len(node.output) > len(xs):
+            raise SelectionError(f"Gradient node {name!r} has {len(node.output)} outputs but xs names {len(xs)}")
+        try:
+            validate(self.graph, y, xs, zs)
+        except SelectionError as exc:
+            raise SelectionError(f"Gradient node {name!r}: {exc}") from None
+
+    def _gradient_step(self, device, float_dtype):
+        def make(node):
+            attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+            xs = [v.decode() for v in attrs["xs"]]
+            zs = [v.decode() for v in attrs.get("zs", [])]
+            return self.prepare_gradient(attrs["y"].decode(), xs, zs, device=device, dtype=float_dtype).node_step()
+
+        return make
+
+
+def _cut_nodes(graph: GraphIndex, members: set[str], y: str) -> list[int]:
+    from .plan import needed_nodes
+
+    order, _ = needed_nodes(graph, members, [y])
+    return order
+
+
+def load(source: str | os.PathLike | ModelProto | bytes, *, check: bool = True) -> Model:
+    """Load an ONNX model from a path, bytes or ModelProto; every op is resolved now."""
+    return Model(loader.load(source, check=check))

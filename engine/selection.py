@@ -1,0 +1,115 @@
+"""Validate a (y, xs, zs) selection against the rules of the ONNX Gradient operator.
+
+The differentiated graph is the one identified by the names: it is cut at every member of
+xs ∪ zs (whatever computes an intermediate member upstream is ignored), and `y` must be a
+function of those members and the model's constants (initializers, Constant nodes) alone.
+"""
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+from .errors import SelectionError
+from .loader import GraphIndex
+
+
+@dataclass(frozen=True)
+class GradientSpec:
+    """A validated selection. `disconnected`: members of xs that `y` does not depend on."""
+
+    y: str
+    xs: tuple[str, ...]
+    zs: tuple[str, ...] = ()
+    disconnected: frozenset[str] = frozenset()
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        """The Gradient operator's input order: xs followed by zs."""
+        return self.xs + self.zs
+
+
+def names(value: str | Iterable[str] | None) -> tuple[str, ...]:
+    """Accept "A,B", ["A", "B"] or None."""
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return tuple(v.strip() for v in value.split(",") if v.strip())
+    return tuple(value)
+
+
+def upstream(graph: GraphIndex, start: Iterable[str], stop: set[str]) -> tuple[set[str], set[str]]:
+    """Walk producers up from `start`, halting at `stop`: (members of stop reached, unfed graph inputs reached)."""
+    reached, free, seen = set(), set(), set()
+    stack = [t for t in start if t]
+    while stack:
+        t = stack.pop()
+        if t in seen:
+            continue
+        seen.add(t)
+        if t in stop:
+            reached.add(t)
+        elif t in graph.producer:
+            stack.extend(i for i in graph.nodes[graph.producer[t]].input if i)
+        elif t not in graph.initializers:
+            free.add(t)
+    return reached, free
+
+
+def _unknown(graph: GraphIndex, name: str, role: str) -> SelectionError:
+    close = difflib.get_close_matches(name, graph.all_tensors(), n=3)
+    hint = f" (did you mean {', '.join(map(repr, close))}?)" if close else ""
+    return SelectionError(f"{role} {name!r} is not a tensor of this model{hint}")
+
+
+def _join(items: Sequence[str]) -> str:
+    items = [repr(i) for i in sorted(items)]
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def validate(graph: GraphIndex, y: str, xs, zs=()) -> GradientSpec:
+    xs, zs = names(xs), names(zs)
+    if not y:
+        raise SelectionError("y is empty: name the tensor to differentiate")
+    if not xs:
+        raise SelectionError("xs is empty: name at least one tensor to differentiate with respect to")
+    members = xs + zs
+    dupes = sorted({n for n in members if members.count(n) > 1})
+    if dupes:
+        raise SelectionError(f"{_join(dupes)} listed more than once in xs ∪ zs")
+    if not graph.has_tensor(y):
+        raise _unknown(graph, y, "y")
+    for n in xs:
+        if not graph.has_tensor(n):
+            raise _unknown(graph, n, "xs member")
+    for n in zs:
+        if not graph.has_tensor(n):
+            raise _unknown(graph, n, "zs member")
+    for n in xs:
+        info = graph.types.get(n)
+        if info is not None and info.elem_type is not None and not info.is_float:
+            from .dtypes import onnx_type_name
+
+            raise SelectionError(
+                f"{n!r} is {onnx_type_name(info.elem_type)}: only float tensors can be in xs (put it in zs)"
+            )
+    member_set = set(members)
+    for n in members:
+        if n not in graph.producer:
+            continue
+        others = member_set - {n}
+        reached, free = upstream(graph, graph.nodes[graph.producer[n]].input, others)
+        if reached and not free:
+            role = "xs" if n in xs else "zs"
+            raise SelectionError(
+                f"{n!r} cannot be in {role}: it is determined by {_join(reached)}, "
+                "so it is not an independent variable"
+            )
+    reached, free = upstream(graph, [y], member_set)
+    if free:
+        raise SelectionError(
+            f"y {y!r} is not determined by xs ∪ zs: it depends on {_join(free)}, "
+            "which is in neither (add it to zs, or to xs to differentiate with respect to it)"
+        )
+    disconnected = frozenset(n for n in xs if n not in reached)
+    return GradientSpec(y=y, xs=xs, zs=zs, disconnected=disconnected)
