@@ -1,0 +1,214 @@
+"""The docs never rot: every `$ onnxgrad ...` line in a ```console block is run, and its exit code
+and the output the doc shows are checked; every relative link and #anchor resolves.
+
+Conventions for doc writers (also in docs/cli.md):
+- A console block holds `$ command` lines, each followed by the output it prints (stdout and
+  stderr together). Output lines are matched in order against the real output, a subset is fine;
+  numbers match to 1e-3 relative, and `...` inside a line matches any run of words.
+- A command expected to fail ends with a shell comment `# exit N`.
+- Commands run from a scratch folder that mirrors the repository root, one folder per doc file,
+  in order: a file written by one command can be read by the next.
+- `onnxgrad` commands run in-process; `python` commands in a subprocess; anything else
+  (pip, pytest, git) is shown to the reader but not run here.
+"""
+from __future__ import annotations
+
+import math
+import os
+import pathlib
+import re
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass
+
+import pytest
+
+from engine.cli import main as cli_main
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+DOC_FILES = sorted([ROOT / "README.md", ROOT / "sample_models" / "README.md", *(ROOT / "docs").glob("*.md")])
+DOC_FILES = [p for p in DOC_FILES if p.exists()]
+INTERACTIVE = {"explore"}
+EXIT_COMMENT = re.compile(r"#\s*exit\s+(\d+)\s*$")
+
+
+@dataclass(frozen=True)
+class DocCommand:
+    line: int
+    text: str
+    expected: tuple[str, ...]
+    exit_code: int
+
+
+def console_commands(text: str) -> list[DocCommand]:
+    commands: list[DocCommand] = []
+    in_block, current, expected = False, None, []
+
+    def flush():
+        if current is not None:
+            commands.append(DocCommand(current[0], current[1], tuple(expected), current[2]))
+
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        raw = lines[i]
+        stripped = raw.strip()
+        if not in_block:
+            in_block = stripped.startswith("```console")
+        elif stripped.startswith("```"):
+            flush()
+            in_block, current, expected = False, None, []
+        elif stripped.startswith("$ "):
+            flush()
+            start, command = i + 1, stripped[2:]
+            while command.endswith("\\") and i + 1 < len(lines):
+                i += 1
+                command = command[:-1] + " " + lines[i].strip()
+            m = EXIT_COMMENT.search(command)
+            current, expected = (start, command, int(m.group(1)) if m else 0), []
+        elif current is not None and stripped:
+            expected.append(stripped)
+        i += 1
+    return commands
+
+
+# --- approximate line matching --------------------------------------------------------------------
+NUMBER = re.compile(r"^([^\d+\-.]*)([+-]?(?:\d+\.?\d*|\.\d+)(?:e[+-]?\d+)?)([^\d]*)$", re.I)
+
+
+def _token_matches(want: str, got: str) -> bool:
+    if want == got:
+        return True
+    a, b = NUMBER.match(want), NUMBER.match(got)
+    if not (a and b) or a.group(1) != b.group(1) or a.group(3) != b.group(3):
+        return False
+    x, y = float(a.group(2)), float(b.group(2))
+    return math.isclose(x, y, rel_tol=1e-3, abs_tol=1e-5)
+
+
+def line_matches(want: str, got: str) -> bool:
+    wants, gots = want.split(), got.split()
+
+    def match(i: int, j: int) -> bool:
+        if i == len(wants):
+            return j == len(gots)
+        if wants[i] in ("...", "…"):
+            return any(match(i + 1, k) for k in range(j, len(gots) + 1))
+        return j < len(gots) and _token_matches(wants[i], gots[j]) and match(i + 1, j + 1)
+
+    return match(0, 0)
+
+
+def missing_lines(expected, actual) -> list[str]:
+    """Expected lines not found, in order, among the actual ones."""
+    missing, pos = [], 0
+    for want in expected:
+        for k in range(pos, len(actual)):
+            if line_matches(want, actual[k]):
+                pos = k + 1
+                break
+        else:
+            missing.append(want)
+    return missing
+
+
+# --- running --------------------------------------------------------------------------------------
+def _mirror_repository(folder: pathlib.Path) -> None:
+    for entry in ROOT.iterdir():
+        if entry.name != ".git":
+            (folder / entry.name).symlink_to(entry)
+
+
+def _run(command: DocCommand, capsys) -> tuple[int, str] | None:
+    argv = shlex.split(command.text, comments=True)
+    if argv[0] == "onnxgrad":
+        assert not (set(argv[1:2]) & INTERACTIVE), f"line {command.line}: interactive commands go in ```bash blocks"
+        capsys.readouterr()
+        try:
+            code = cli_main(argv[1:])
+        except SystemExit as exc:  # --help and argparse errors
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+        out = capsys.readouterr()
+        return code, out.out + out.err
+    if argv[0] == "python":
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        proc = subprocess.run([sys.executable, *argv[1:]], capture_output=True, text=True, env=env, timeout=300)
+        return proc.returncode, proc.stdout + proc.stderr
+    return None
+
+
+@pytest.mark.parametrize("doc", DOC_FILES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_console_blocks_run(doc, tmp_path, monkeypatch, capsys):
+    commands = console_commands(doc.read_text())
+    _mirror_repository(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    problems = []
+    for command in commands:
+        result = _run(command, capsys)
+        if result is None:
+            continue
+        code, output = result
+        if code != command.exit_code:
+            problems.append(f"line {command.line}: `{command.text}` exited {code}, the doc says "
+                            f"{command.exit_code}\n{output}")
+            continue
+        missing = missing_lines(command.expected, output.splitlines())
+        if missing:
+            problems.append(f"line {command.line}: `{command.text}` did not print:\n  " + "\n  ".join(missing)
+                            + "\nit printed:\n" + output)
+    assert not problems, f"{doc.relative_to(ROOT)}:\n" + "\n\n".join(problems)
+
+
+def test_docs_have_commands_to_run():
+    ran = [c for d in DOC_FILES for c in console_commands(d.read_text()) if c.text.startswith("onnxgrad ")]
+    assert len(ran) >= 10
+
+
+# --- links ----------------------------------------------------------------------------------------
+LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def github_anchor(heading: str) -> str:
+    text = re.sub(r"[`*_]|<[^>]+>", "", heading).strip().lower()
+    text = re.sub(r"[^\w\- ]", "", text)
+    return text.replace(" ", "-")
+
+
+def anchors(path: pathlib.Path) -> set[str]:
+    found, in_code = set(), False
+    for line in path.read_text().splitlines():
+        if line.startswith("```"):
+            in_code = not in_code
+        elif not in_code and line.startswith("#"):
+            found.add(github_anchor(line.lstrip("#")))
+    return found
+
+
+@pytest.mark.parametrize("doc", DOC_FILES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_relative_links_resolve(doc):
+    broken = []
+    text = re.sub(r"```.*?```", "", doc.read_text(), flags=re.S)
+    for target in LINK.findall(text):
+        if re.match(r"^[a-z]+:", target):
+            continue
+        path_part, _, anchor = target.partition("#")
+        path = (doc.parent / path_part).resolve() if path_part else doc
+        if not path.exists():
+            broken.append(target)
+        elif anchor and path.suffix == ".md" and anchor not in anchors(path):
+            broken.append(target)
+    assert not broken, f"{doc.relative_to(ROOT)}: broken links {broken}"
+
+
+# --- the harness itself ---------------------------------------------------------------------------
+def test_harness_parses_and_matches():
+    text = "```console\n$ onnxgrad ops \\\n  --json  # exit 2\nsome out\n\n$ pip install x\n```\n"
+    cmds = console_commands(text)
+    assert [(c.text, c.exit_code, c.expected) for c in cmds] == [
+        ("onnxgrad ops  --json  # exit 2", 2, ("some out",)), ("pip install x", 0, ())]
+    assert line_matches("y Y: norm 4.36666 min -3.441", "y Y: norm 4.366661 min -3.44102")
+    assert not line_matches("norm 4.36", "norm 4.46")
+    assert line_matches("dY/dW: shape (2, 1) ... max 2.3", "dY/dW: shape (2, 1) float32 norm 5 max 2.3")
+    assert not line_matches("verdict: pass", "verdict: fail")
+    assert missing_lines(["a", "c"], ["a", "b", "c"]) == [] and missing_lines(["c", "a"], ["a", "c"]) == ["a"]
