@@ -16,9 +16,16 @@ from .loader import GraphIndex, TensorInfo
 from .model import Model, load
 from .registry import OpImpl, register, supported_ops
 from .selection import GradientSpec
+from .verify import (CheckReport, ClaimedCheck, Finding, NodeCheck, XCheck, check, register_op_with_vjp,
+                     unregister_op)
+from .graphs import (BackwardGraph, Canvas, GraphLayout, GraphStats, LayoutEdge, LayoutNode, TensorStats,
+                     build_backward_graph, gradient_with_stats, layout_graph, render, to_dot)
 
 __all__ = [
     "load", "Model", "GradientResult", "GradientOutput", "PreparedGradient", "GradientSpec",
     "GraphIndex", "TensorInfo", "OpImpl", "register", "supported_ops",
     "OnnxGradError", "ModelLoadError", "UnsupportedOpError", "SelectionError", "FeedError", "ExecutionError",
+    "check", "CheckReport", "XCheck", "NodeCheck", "ClaimedCheck", "Finding", "register_op_with_vjp", "unregister_op",
+    "BackwardGraph", "build_backward_graph", "gradient_with_stats", "GraphStats", "TensorStats", "to_dot", "render",
+    "layout_graph", "GraphLayout", "LayoutNode", "LayoutEdge", "Canvas",
 ]

@@ -181,6 +181,8 @@ class Model:
     def to_tensor(self, name: str, value, device: torch.device, float_dtype) -> torch.Tensor:
         """A feed as a tensor of the declared type on `device`; shape checked against the model."""
         info = self.graph.types.get(name)
+        if isinstance(value, (list, tuple)) and not (info and info.shape is not None):  # an ONNX sequence
+            return [self.to_tensor(name + "[]", v, device, float_dtype) for v in value]
         if isinstance(value, torch.Tensor):
             t = value.to(device)
             if float_dtype is not None and t.is_floating_point():

@@ -177,6 +177,7 @@ def bind(node, opset: int, name: str, device: torch.device, float_dtype):
         if accepted is not None and attr.name not in accepted:
             raise UnsupportedOpError(f"node {name!r}: {node.op_type} attribute {attr.name!r} is not supported")
         kwargs[attr.name] = attributes.convert(attr, device, float_dtype)
+    context = {"n_outputs": len(node.output), "device": device, "float_dtype": float_dtype}
     for ctx in impl.context:
-        kwargs[ctx] = len(node.output) if ctx == "n_outputs" else device
+        kwargs[ctx] = context[ctx]
     return impl.fn, kwargs

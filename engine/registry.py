@@ -6,7 +6,8 @@ Conventions (every op module follows them):
 - Attributes arrive as keyword arguments with ONNX names: ints, floats, str, lists, and
   torch tensors (already on the run's device) for TENSOR attributes.
 - A function may also declare the keyword-only context parameters `n_outputs` (how many
-  outputs the node declares) and `device` (the run's torch.device); the plan fills them.
+  outputs the node declares), `device` (the run's torch.device) and `float_dtype` (the dtype
+  every float tensor is promoted to in this run, or None); the plan fills them.
 - Return a tensor, or a tuple/list with one entry per declared output.
 - Register with `@register("Op", since=..., until=...)` right above the definition.
 """
@@ -18,7 +19,7 @@ from typing import Callable
 
 from .errors import UnsupportedOpError
 
-CONTEXT_PARAMS = ("n_outputs", "device")
+CONTEXT_PARAMS = ("n_outputs", "device", "float_dtype")
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,8 @@ Conventions for doc writers (also in docs/cli.md):
   in order: a file written by one command can be read by the next.
 - `onnxgrad` commands run in-process; `python` commands in a subprocess; anything else
   (pip, pytest, git) is shown to the reader but not run here.
+- Every ```python block is executed (fresh namespace, same scratch folder); put `assert`s in it
+  for what the text claims.
 """
 from __future__ import annotations
 
@@ -163,6 +165,23 @@ def test_console_blocks_run(doc, tmp_path, monkeypatch, capsys):
 def test_docs_have_commands_to_run():
     ran = [c for d in DOC_FILES for c in console_commands(d.read_text()) if c.text.startswith("onnxgrad ")]
     assert len(ran) >= 10
+
+
+def python_blocks(text: str) -> list[tuple[int, str]]:
+    return [(text[:m.start()].count("\n") + 2, m.group(1))
+            for m in re.finditer(r"^```python\n(.*?)^```", text, flags=re.S | re.M)]
+
+
+@pytest.mark.parametrize("doc", [d for d in DOC_FILES if python_blocks(d.read_text())],
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_python_blocks_run(doc, tmp_path, monkeypatch, capsys):
+    _mirror_repository(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    for line, code in python_blocks(doc.read_text()):
+        try:
+            exec(compile(code, f"{doc.name}:{line}", "exec"), {"__name__": "__doc_example__"})
+        except Exception as exc:
+            pytest.fail(f"{doc.relative_to(ROOT)} line {line}: {type(exc).__name__}: {exc}")
 
 
 # --- links ----------------------------------------------------------------------------------------

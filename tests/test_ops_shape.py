@@ -228,9 +228,9 @@ def test_old_attribute_forms():
     assert torch.equal(fn("Tile", 1)(x, torch.tensor(3), torch.tensor(-1)), x.repeat(1, 1, 3))
     assert torch.equal(fn("Concat", 1)(x, x), torch.cat([x, x], 1))
     assert torch.equal(fn("Pad", 1)(x, paddings=[0, 0, 1, 0, 0, 0], value=2.0)[:, :, 0], torch.full((2, 3), 2.0))
-    a, b = fn("Split", 1)(x, torch.tensor([1, 3]), axis=2, n_outputs=2)
+    assert [p.shape[2] for p in fn("Split", 1)(x, torch.tensor([1, 3]), axis=2, n_outputs=2)] == [1, 3]
     assert [p.shape[2] for p in fn("Split", 1)(x, axis=2, split=[3, 1], n_outputs=2)] == [3, 1]
-    assert a.shape == (2, 3, 1) and b.shape == (2, 3, 3)
+    assert [p.shape[1] for p in fn("Split", 13)(x, torch.zeros(0, dtype=torch.long), axis=1, n_outputs=3)] == [1] * 3
     assert fn("Reshape", 14)(torch.zeros(0, 3), torch.tensor([3, 0]), allowzero=1).shape == (3, 0)
 
 
@@ -279,10 +279,6 @@ def test_sequence_ops():
 
 # --- gradients ---------------------------------------------------------------------------------
 
-def _x(*shape):
-    return torch.randn(*shape, dtype=torch.float64, requires_grad=True)
-
-
 GRADCHECKS = {
     "Gather": lambda x: fn("Gather")(x, torch.tensor([[2, -1], [0, 0]]), axis=1),
     "GatherElements": lambda x: fn("GatherElements")(x, torch.tensor([[[1, -1, 0, 0]]]), axis=1),
@@ -309,52 +305,21 @@ GRADCHECKS = {
     "Compress": lambda x: fn("Compress")(x, torch.tensor([True, False, True])),
     "CenterCropPad": lambda x: fn("CenterCropPad")(x, torch.tensor([1, 4, 7])),
     "OneHot-values": lambda x: fn("OneHot")(torch.tensor([1, 0, 3]), torch.tensor(4), x[0, 0, :2]),
-    "Unique-Y": lambda x: fn("Unique")(x.round().detach() + x * 1e-9, n_outputs=1)[0],
-    "Range-start-delta": lambda x: fn("Range", 27)(x[0, 0, 0], torch.tensor(5.0, dtype=torch.float64), x[0, 0, 1].abs() + 1),
+    "Unique-Y": lambda x: fn("Unique")(x, sorted=0, n_outputs=1)[0],
+    "Range-start-delta": lambda x: fn("Range", 27)(x[0, 0, 0].clamp(0, 1), torch.tensor(5.0, dtype=x.dtype),
+                                                   x[0, 0, 1].abs() + 1),
     "Flatten+Unsqueeze+Squeeze": lambda x: fn("Squeeze")(fn("Unsqueeze")(fn("Flatten")(x), torch.tensor([0, -1]))),
 }
+
+
+GRAD_SHAPES = {"Trilu": (2, 4, 5), "ReverseSequence": (4, 3, 2)}
 
 
 @pytest.mark.parametrize("name", sorted(GRADCHECKS))
 def test_gradcheck(name):
     torch.manual_seed(0)
-    x = _x(3, 3, 4) if name != "Trilu" else _x(2, 4, 5)
-    if name == "ReverseSequence":
-        x = _x(4, 3, 2)
-    elif name == "Range-start-delta":
-        x = torch.tensor([[[0.25, 0.7]]], dtype=torch.float64, requires_grad=True)
+    x = torch.randn(GRAD_SHAPES.get(name, (3, 3, 4)), dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(GRADCHECKS[name], (x,))
-
-
-def test_engine_gradient_through_a_chain():
-    """Model.gradient through Slice(step -2) -> Pad(reflect) -> Gather(negative index) -> Expand."""
-    from onnx import numpy_helper
-
-    def ints(name, a):
-        return numpy_helper.from_array(np.array(a, np.int64), name)
-
-    nodes = [
-        helper.make_node("Slice", ["X", "s", "e", "a", "t"], ["S"]),
-        helper.make_node("Pad", ["S", "p"], ["P"], mode="reflect"),
-        helper.make_node("Gather", ["P", "gi"], ["G"], axis=1),
-        helper.make_node("Expand", ["G", "es"], ["Y"]),
-    ]
-    inits = [ints("s", [-1]), ints("e", [-2**63]), ints("a", [1]), ints("t", [-2]), ints("p", [0, 2, 1, 1]),
-             ints("gi", [[0, -1], [3, 3]]), ints("es", [2, 1, 1, 1])]
-    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [3, 4])],
-                              [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [2, 4, 2, 2])], initializer=inits)
-    model = engine.load(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]))
-    x = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
-    result = model.gradient("Y", ["X"], feeds={"X": x}, dtype="float64")
-
-    xt = torch.tensor(x, dtype=torch.float64, requires_grad=True)
-    cols = torch.from_numpy(np.pad(np.arange(2), (2, 1), mode="reflect"))
-    rows = torch.from_numpy(np.pad(np.arange(3), (0, 1), mode="reflect"))
-    padded = xt.flip(1)[:, 0::2][:, cols][rows]
-    y = padded[:, torch.tensor([[0, 4], [3, 3]])].expand(2, 4, 2, 2)
-    y.sum().backward()
-    np.testing.assert_allclose(result.y, y.detach().numpy())
-    np.testing.assert_allclose(result.grads["X"], xt.grad.numpy())
 
 
 # --- vmap over a leading batch dim of the data (how the verifier batches perturbations) -----------

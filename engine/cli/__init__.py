@@ -12,7 +12,7 @@ import sys
 from ..errors import OnnxGradError
 
 # Subcommand modules, in the order `--help` lists them.
-COMMANDS = ["run", "grad", "ops"]
+COMMANDS = ["run", "grad", "ops", "graph", "check"]
 
 
 class OneLineParser(argparse.ArgumentParser):

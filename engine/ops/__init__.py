@@ -1,2 +1,2 @@
 """Op families. Importing this package fills the registry."""
-from . import elementwise, nn, reduce, rnn, shape, sequence  # noqa: F401
+from . import activation, elementwise, generators, indexing, nn, reduce, rnn, sequence, shape, conv, pool, resize  # noqa: F401

@@ -1,14 +1,45 @@
-"""Elementwise math, comparisons, logic and activations."""
+"""Elementwise math, bitwise ops, comparisons, logic and casts (activations live in activation.py)."""
 from __future__ import annotations
 
-import torch
+import functools
 
+import torch
+from onnx import TensorProto
+
+from ..dtypes import onnx_to_torch
+from ..errors import OnnxGradError, UnsupportedOpError
 from ..registry import register
 
+
+def _legacy(a, b, broadcast, axis):
+    """Opsets 1-6: B broadcasts onto A only when `broadcast` is set, aligned at `axis` if given."""
+    if not broadcast or axis is None:
+        return b
+    axis = axis + a.dim() if axis < 0 else axis
+    trailing = a.dim() - axis - b.dim()
+    return b.reshape(tuple(b.shape) + (1,) * trailing) if trailing > 0 else b
+
+
+# --- arithmetic -------------------------------------------------------------------------------
 
 @register("Add", since=7)
 def add(a, b):
     return a + b
+
+
+@register("Add", since=1, until=6)
+def add_v1(a, b, *, broadcast=0, axis=None, consumed_inputs=None):
+    return add(a, _legacy(a, b, broadcast, axis))
+
+
+@register("Sub", since=7)
+def sub(a, b):
+    return a - b
+
+
+@register("Sub", since=1, until=6)
+def sub_v1(a, b, *, broadcast=0, axis=None, consumed_inputs=None):
+    return sub(a, _legacy(a, b, broadcast, axis))
 
 
 @register("Mul", since=7)
@@ -16,7 +47,361 @@ def mul(a, b):
     return a * b
 
 
-@register("Relu", since=6)
-def relu(x):
-    # NOTE: the derivative at exactly 0 is taken as 0, like torch and every framework.
-    return torch.relu(x)
+@register("Mul", since=1, until=6)
+def mul_v1(a, b, *, broadcast=0, axis=None, consumed_inputs=None):
+    return mul(a, _legacy(a, b, broadcast, axis))
+
+
+@register("Div", since=7)
+def div(a, b):
+    # NOTE: integer division truncates toward zero (C semantics), as the reference does.
+    if a.is_floating_point() or a.is_complex():
+        return a / b
+    return torch.div(a, b, rounding_mode="trunc")
+
+
+@register("Div", since=1, until=6)
+def div_v1(a, b, *, broadcast=0, axis=None, consumed_inputs=None):
+    return div(a, _legacy(a, b, broadcast, axis))
+
+
+@register("Pow", since=7)
+def pow_(x, y):
+    # NOTE: the result keeps the base's type (an int base with a float exponent truncates).
+    # d/dy x**y = x**y * log(x) is taken as 0 at x == 0 (torch's convention).
+    out = torch.pow(x, y)
+    return out if out.dtype == x.dtype else out.to(x.dtype)
+
+
+@register("Pow", since=1, until=6)
+def pow_v1(x, y, *, broadcast=0, axis=None):
+    return pow_(x, _legacy(x, y, broadcast, axis))
+
+
+@register("Mod", since=10)
+def mod(a, b, *, fmod=0):
+    if fmod:
+        return torch.fmod(a, b)
+    if not a.is_floating_point():
+        return torch.remainder(a, b)
+    # NOTE: floats follow numpy's mod (sign of the divisor) including its inf/zero cases;
+    # torch.remainder's a - b*floor(a/b) gives nan for a finite `a` over an infinite `b`.
+    r = torch.fmod(a, b)
+    shifted = torch.where((b < 0) != (r < 0), r + b, r)
+    return torch.where(r == 0, torch.copysign(r, b), shifted)
+
+
+@register("Neg", since=1)
+def neg(x, *, consumed_inputs=None):
+    return torch.neg(x)
+
+
+@register("Abs", since=1)
+def abs_(x, *, consumed_inputs=None):
+    # NOTE: the derivative at 0 is taken as sign(0) = 0, like torch.
+    return torch.abs(x)
+
+
+@register("Sign", since=9)
+def sign(x):
+    return torch.sign(x)
+
+
+@register("Reciprocal", since=1)
+def reciprocal(x, *, consumed_inputs=None):
+    return torch.reciprocal(x)
+
+
+@register("Sqrt", since=1)
+def sqrt(x, *, consumed_inputs=None):
+    return torch.sqrt(x)
+
+
+@register("Exp", since=1)
+def exp(x, *, consumed_inputs=None):
+    return torch.exp(x)
+
+
+@register("Log", since=1)
+def log(x, *, consumed_inputs=None):
+    return torch.log(x)
+
+
+@register("Floor", since=1)
+def floor(x, *, consumed_inputs=None):
+    return torch.floor(x)
+
+
+@register("Ceil", since=1)
+def ceil(x, *, consumed_inputs=None):
+    return torch.ceil(x)
+
+
+@register("Round", since=11)
+def round_(x):
+    # NOTE: halves go to the even neighbour (torch.round and ONNX agree).
+    return torch.round(x)
+
+
+@register("Erf", since=9)
+def erf(x):
+    return torch.erf(x)
+
+
+@register("Sin", since=7)
+def sin(x):
+    return torch.sin(x)
+
+
+@register("Cos", since=7)
+def cos(x):
+    return torch.cos(x)
+
+
+@register("Tan", since=7)
+def tan(x):
+    return torch.tan(x)
+
+
+@register("Asin", since=7)
+def asin(x):
+    return torch.asin(x)
+
+
+@register("Acos", since=7)
+def acos(x):
+    return torch.acos(x)
+
+
+@register("Atan", since=7)
+def atan(x):
+    return torch.atan(x)
+
+
+@register("Sinh", since=9)
+def sinh(x):
+    return torch.sinh(x)
+
+
+@register("Cosh", since=9)
+def cosh(x):
+    return torch.cosh(x)
+
+
+@register("Asinh", since=9)
+def asinh(x):
+    return torch.asinh(x)
+
+
+@register("Acosh", since=9)
+def acosh(x):
+    return torch.acosh(x)
+
+
+@register("Atanh", since=9)
+def atanh(x):
+    return torch.atanh(x)
+
+
+@register("IsNaN", since=9)
+def isnan(x):
+    return torch.isnan(x)
+
+
+@register("IsInf", since=10)
+def isinf(x, *, detect_negative=1, detect_positive=1):
+    if detect_negative and detect_positive:
+        return torch.isinf(x)
+    if detect_positive:
+        return torch.isposinf(x)
+    if detect_negative:
+        return torch.isneginf(x)
+    return torch.zeros_like(x, dtype=torch.bool)
+
+
+# --- variadic ---------------------------------------------------------------------------------
+
+@register("Max", since=1)
+def max_(*xs, consumed_inputs=None):
+    # NOTE: ONNX defines no gradient at ties; torch.maximum splits it equally between the inputs.
+    return functools.reduce(torch.maximum, xs)
+
+
+@register("Min", since=1)
+def min_(*xs, consumed_inputs=None):
+    # NOTE: ONNX defines no gradient at ties; torch.minimum splits it equally between the inputs.
+    return functools.reduce(torch.minimum, xs)
+
+
+@register("Sum", since=1)
+def sum_(*xs, consumed_inputs=None):
+    return functools.reduce(torch.add, xs)
+
+
+@register("Mean", since=1)
+def mean(*xs, consumed_inputs=None):
+    return functools.reduce(torch.add, xs) / len(xs)
+
+
+# --- bitwise ----------------------------------------------------------------------------------
+
+def _bitshift(x, y, direction, logical):
+    bits = torch.iinfo(x.dtype).bits
+    valid = (y >= 0) & (y < bits)
+    s = torch.where(valid, y, 0).to(x.dtype)
+    if direction == "LEFT":
+        return torch.where(valid, torch.bitwise_left_shift(x, s), 0)
+    if direction != "RIGHT":
+        raise UnsupportedOpError(f"BitShift direction {direction!r} is not supported; use LEFT or RIGHT")
+    out = torch.bitwise_right_shift(x, s)
+    if logical and x.dtype.is_signed:
+        # Unsigned types wider than int8 are carried in signed torch types: shift in zeros.
+        mask = torch.bitwise_left_shift(torch.ones_like(x), (bits - s) % bits) - 1
+        out = torch.where(s == 0, out, out & mask)
+        return torch.where(valid, out, 0)
+    return torch.where(valid, out, torch.where(x < 0, -1, 0).to(x.dtype))
+
+
+@register("BitShift", since=11, until=27)
+def bitshift_v11(x, y, *, direction):
+    # NOTE: opsets 11-27 take unsigned types only, so a right shift is logical.
+    return _bitshift(x, y, direction, logical=True)
+
+
+@register("BitShift", since=28)
+def bitshift(x, y, *, direction):
+    # NOTE: uint64 is carried as int64, so a right shift of a uint64 with its top bit set
+    # fills with ones here (signed int64 and uint64 cannot be told apart).
+    return _bitshift(x, y, direction, logical=False)
+
+
+@register("BitwiseAnd", since=18)
+def bitwise_and(a, b):
+    return torch.bitwise_and(a, b)
+
+
+@register("BitwiseOr", since=18)
+def bitwise_or(a, b):
+    return torch.bitwise_or(a, b)
+
+
+@register("BitwiseXor", since=18)
+def bitwise_xor(a, b):
+    return torch.bitwise_xor(a, b)
+
+
+@register("BitwiseNot", since=18)
+def bitwise_not(x):
+    return torch.bitwise_not(x)
+
+
+# --- comparisons and logic --------------------------------------------------------------------
+
+@register("Equal", since=7)
+def equal(a, b):
+    return torch.eq(a, b)
+
+
+@register("Equal", since=1, until=6)
+def equal_v1(a, b, *, broadcast=0, axis=None):
+    return equal(a, _legacy(a, b, broadcast, axis))
+
+
+@register("Less", since=7)
+def less(a, b):
+    return torch.lt(a, b)
+
+
+@register("Less", since=1, until=6)
+def less_v1(a, b, *, broadcast=0, axis=None):
+    return less(a, _legacy(a, b, broadcast, axis))
+
+
+@register("LessOrEqual", since=12)
+def less_or_equal(a, b):
+    return torch.le(a, b)
+
+
+@register("Greater", since=7)
+def greater(a, b):
+    return torch.gt(a, b)
+
+
+@register("Greater", since=1, until=6)
+def greater_v1(a, b, *, broadcast=0, axis=None):
+    return greater(a, _legacy(a, b, broadcast, axis))
+
+
+@register("GreaterOrEqual", since=12)
+def greater_or_equal(a, b):
+    return torch.ge(a, b)
+
+
+@register("And", since=7)
+def and_(a, b):
+    return torch.logical_and(a, b)
+
+
+@register("And", since=1, until=6)
+def and_v1(a, b, *, broadcast=0, axis=None):
+    return and_(a, _legacy(a, b, broadcast, axis))
+
+
+@register("Or", since=7)
+def or_(a, b):
+    return torch.logical_or(a, b)
+
+
+@register("Or", since=1, until=6)
+def or_v1(a, b, *, broadcast=0, axis=None):
+    return or_(a, _legacy(a, b, broadcast, axis))
+
+
+@register("Xor", since=7)
+def xor(a, b):
+    return torch.logical_xor(a, b)
+
+
+@register("Xor", since=1, until=6)
+def xor_v1(a, b, *, broadcast=0, axis=None):
+    return xor(a, _legacy(a, b, broadcast, axis))
+
+
+@register("Not", since=1)
+def not_(x):
+    return torch.logical_not(x)
+
+
+@register("Where", since=9)
+def where(condition, x, y):
+    # NOTE: the gradient flows only to the branch that was selected at each element.
+    return torch.where(condition.to(torch.bool), x, y)
+
+
+# --- types ------------------------------------------------------------------------------------
+
+@register("Cast", since=6)
+def cast(x, *, to, saturate=1, round_mode="up"):
+    # `saturate` and `round_mode` only concern float8 targets, which torch dtypes here lack
+    # (onnx_to_torch rejects them with a specific message).
+    return x.to(onnx_to_torch(to))
+
+
+@register("Cast", since=1, until=5)
+def cast_v1(x, *, to):
+    # Opsets 1-5 name the target type as a string ("FLOAT", "INT64", ...).
+    try:
+        elem_type = TensorProto.DataType.Value(str(to).upper())
+    except ValueError:
+        raise OnnxGradError(f"Cast: unknown target type {to!r}") from None
+    return x.to(onnx_to_torch(elem_type))
+
+
+@register("CastLike", since=15)
+def cast_like(x, target_type, *, saturate=1, round_mode="up"):
+    return x.to(target_type.dtype)
+
+
+@register("Identity", since=1)
+def identity(x):
+    return x

@@ -1,6 +1,197 @@
-"""nn ops."""
+"""Matrix products, normalizations, Dropout and LRN."""
 from __future__ import annotations
 
+import numpy as np
 import torch
+import torch.nn.functional as F
 
+from ..errors import OnnxGradError, UnsupportedOpError
 from ..registry import register
+
+
+@register("MatMul", since=1)
+def matmul(a, b):
+    return torch.matmul(a, b)
+
+
+@register("MatMulInteger", since=10)
+def matmul_integer(a, b, a_zero_point=None, b_zero_point=None):
+    a = a.to(torch.int64)
+    b = b.to(torch.int64)
+    if a_zero_point is not None:
+        zp = a_zero_point.to(torch.int64)
+        # A 1-D zero point of A is per row (length M).
+        a = a - (zp.reshape(-1, 1) if zp.dim() == 1 and zp.numel() > 1 else zp)
+    if b_zero_point is not None:
+        b = b - b_zero_point.to(torch.int64)
+    return torch.matmul(a, b).to(torch.int32)
+
+
+@register("Gemm", since=1)
+def gemm(a, b, c=None, *, alpha=1.0, beta=1.0, transA=0, transB=0, broadcast=0):
+    a = a.transpose(0, 1) if transA else a
+    b = b.transpose(0, 1) if transB else b
+    y = torch.matmul(a, b)
+    if alpha != 1.0:
+        y = alpha * y
+    if c is not None:
+        y = y + (beta * c if beta != 1.0 else c)
+    return y.to(a.dtype)
+
+
+@register("Einsum", since=12)
+def einsum(*inputs, equation):
+    return torch.einsum(equation.replace(" ", ""), *inputs)
+
+
+def _channel(t, rank):
+    return t.reshape([-1] + [1] * (rank - 2))
+
+
+def _stash(x, stash_type=1):
+    """Statistics dtype: stash_type 1 lifts half types to float32, never lowers float64."""
+    if stash_type == 1 and x.dtype in (torch.float16, torch.bfloat16):
+        return torch.float32
+    return x.dtype
+
+
+def _moments(x, dims):
+    mean = x.mean(dim=dims, keepdim=True)
+    var = (x - mean).square().mean(dim=dims, keepdim=True)
+    return mean, var
+
+
+@register("BatchNormalization", since=1, until=13)
+def batch_norm_legacy(x, scale, b, mean, var, *, epsilon=1e-5, momentum=0.9, spatial=1, is_test=0,
+                      consumed_inputs=None, n_outputs=1):
+    # NOTE: old opsets default to is_test=0, yet nearly every exported model is an inference
+    # graph with one output; training statistics are produced only when extra outputs are declared.
+    rank = x.dim()
+    param = (lambda t: _channel(t, rank)) if spatial else (lambda t: t)
+    if n_outputs == 1:
+        return param(scale) * (x - param(mean)) / torch.sqrt(param(var) + epsilon) + param(b)
+    dims = tuple(d for d in range(rank) if d != 1) if spatial else (0,)
+    bmean, bvar = _moments(x, dims)
+    y = param(scale) * (x - bmean) / torch.sqrt(bvar + epsilon) + param(b)
+    bmean, bvar = bmean.reshape(mean.shape), bvar.reshape(var.shape)
+    run_mean = mean * momentum + bmean * (1 - momentum)
+    run_var = var * momentum + bvar * (1 - momentum)
+    # NOTE: the spec leaves saved_var loose; like onnxruntime it is the inverse standard deviation.
+    return (y, run_mean, run_var, bmean, torch.rsqrt(bvar + epsilon))[:n_outputs]
+
+
+@register("BatchNormalization", since=14)
+def batch_norm(x, scale, b, input_mean, input_var, *, epsilon=1e-5, momentum=0.9, training_mode=0,
+               n_outputs=1):
+    rank = x.dim()
+    if not training_mode:
+        y = _channel(scale, rank) * (x - _channel(input_mean, rank)) / torch.sqrt(
+            _channel(input_var, rank) + epsilon) + _channel(b, rank)
+        return y if n_outputs == 1 else (y, input_mean, input_var)[:n_outputs]
+    # NOTE: training mode normalizes with the biased batch variance, as the ONNX reference does.
+    bmean, bvar = _moments(x, tuple(d for d in range(rank) if d != 1))
+    y = _channel(scale, rank) * (x - bmean) / torch.sqrt(bvar + epsilon) + _channel(b, rank)
+    run_mean = input_mean * momentum + bmean.reshape(-1) * (1 - momentum)
+    run_var = input_var * momentum + bvar.reshape(-1) * (1 - momentum)
+    return y if n_outputs == 1 else (y, run_mean, run_var)[:n_outputs]
+
+
+@register("InstanceNormalization", since=1)
+def instance_norm(x, scale, b, *, epsilon=1e-5, consumed_inputs=None):
+    mean, var = _moments(x, tuple(range(2, x.dim())))
+    return _channel(scale, x.dim()) * (x - mean) / torch.sqrt(var + epsilon) + _channel(b, x.dim())
+
+
+@register("LayerNormalization", since=17)
+def layer_norm(x, scale, b=None, *, axis=-1, epsilon=1e-5, stash_type=1, n_outputs=1):
+    rank = x.dim()
+    axis = axis + rank if axis < 0 else axis
+    xs = x.to(_stash(x, stash_type))
+    mean, var = _moments(xs, tuple(range(axis, rank)))
+    inv_std = torch.rsqrt(var + epsilon)
+    y = ((xs - mean) * inv_std).to(x.dtype) * scale
+    if b is not None:
+        y = y + b
+    return y if n_outputs == 1 else (y, mean, inv_std)[:n_outputs]
+
+
+def _group_norm(x, scale, bias, epsilon, num_groups, stash_type, per_group_params):
+    n, c = x.shape[0], x.shape[1]
+    if c % num_groups:
+        raise OnnxGradError(f"GroupNormalization: {c} channels are not divisible by num_groups={num_groups}")
+    xs = x.to(_stash(x, stash_type))
+    g = xs.reshape(n, num_groups, -1)
+    mean, var = _moments(g, (2,))
+    y = ((g - mean) / torch.sqrt(var + epsilon)).reshape(x.shape).to(x.dtype)
+    if per_group_params:
+        scale = scale.repeat_interleave(c // num_groups)
+        bias = bias.repeat_interleave(c // num_groups)
+    return _channel(scale, x.dim()) * y + _channel(bias, x.dim())
+
+
+@register("GroupNormalization", since=18, until=20)
+def group_norm_18(x, scale, bias, *, epsilon=1e-5, num_groups):
+    # NOTE: opset 18 gives scale and bias per group, opset 21 per channel.
+    return _group_norm(x, scale, bias, epsilon, num_groups, 1, per_group_params=True)
+
+
+@register("GroupNormalization", since=21)
+def group_norm(x, scale, bias, *, epsilon=1e-5, num_groups, stash_type=1):
+    return _group_norm(x, scale, bias, epsilon, num_groups, stash_type, per_group_params=False)
+
+
+@register("MeanVarianceNormalization", since=9)
+def mean_variance_norm(x, *, axes=(0, 2, 3)):
+    mean, var = _moments(x, tuple(a % x.dim() for a in axes))
+    # NOTE: epsilon is added to the standard deviation (not the variance): constant slices
+    # have an infinite derivative through sqrt at 0.
+    return (x - mean) / (torch.sqrt(var) + 1e-9)
+
+
+@register("LpNormalization", since=1)
+def lp_norm(x, *, axis=-1, p=2):
+    if p not in (1, 2):
+        raise UnsupportedOpError(f"LpNormalization: p={p} is not supported (ONNX allows 1 or 2)")
+    axis = axis % x.dim()
+    norm = torch.linalg.vector_norm(x, ord=p, dim=axis, keepdim=True)
+    # NOTE: an all-zero slice maps to 0 (the ONNX reference's 0/0 = 0), with zero gradient.
+    return x / torch.where(norm == 0, torch.ones_like(norm), norm)
+
+
+@register("LRN", since=1)
+def lrn(x, *, size, alpha=1e-4, beta=0.75, bias=1.0):
+    lo, hi = (size - 1) // 2, size - 1 - (size - 1) // 2
+    sq = (x * x).movedim(1, -1)
+    sums = F.pad(sq, (lo, hi)).unfold(sq.dim() - 1, size, 1).sum(-1).movedim(-1, 1)
+    return x / (bias + (alpha / size) * sums).pow(beta)
+
+
+def _dropout_mask_ones(x, n_outputs, mask_dtype):
+    return x if n_outputs == 1 else (x, torch.ones(x.shape, dtype=mask_dtype, device=x.device))
+
+
+@register("Dropout", since=1, until=9)
+def dropout_legacy(x, *, ratio=0.5, is_test=0, consumed_inputs=None, n_outputs=1):
+    # Inference only: these opsets have no training switch that an inference graph would set.
+    return _dropout_mask_ones(x, n_outputs, x.dtype)
+
+
+@register("Dropout", since=10, until=11)
+def dropout_10(x, *, ratio=0.5, n_outputs=1):
+    return _dropout_mask_ones(x, n_outputs, torch.bool)
+
+
+@register("Dropout", since=12)
+def dropout(x, ratio=None, training_mode=None, *, seed=None, n_outputs=1):
+    if training_mode is None or not bool(training_mode.item()):
+        return _dropout_mask_ones(x, n_outputs, torch.bool)
+    ratio = torch.as_tensor(0.5, dtype=x.dtype, device=x.device) if ratio is None else ratio
+    if seed is not None:
+        # A seeded draw matches the ONNX reference implementation's RandomState stream exactly.
+        u = torch.from_numpy(np.random.RandomState(seed).uniform(0, 1.0, tuple(x.shape))).to(x.device)
+    else:
+        u = torch.rand(x.shape, dtype=torch.float64, device=x.device)
+    mask = u >= ratio
+    # NOTE: the random mask is a constant for differentiation; ratio's gradient flows only via 1/(1-ratio).
+    y = torch.where(mask, x / (1 - ratio), torch.zeros_like(x))
+    return y if n_outputs == 1 else (y, mask)

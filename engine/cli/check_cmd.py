@@ -1,0 +1,100 @@
+"""onnxgrad check MODEL --y Y --xs A,B: is this gradient right? (a CI gate: exit 0 pass, 1 fail, 3 inconclusive)."""
+from __future__ import annotations
+
+import os
+import sys
+
+from ..errors import FeedError
+from ..verify import check
+from .common import add_feed_arguments, add_model_argument, collect_feeds, open_model, parse_dy
+
+EXIT = {"pass": 0, "fail": 1, "inconclusive": 3, "cancelled": 3}
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("check", help="cross-check gradients against float64 finite differences "
+                                     "(exit 0 pass, 1 fail, 3 inconclusive only, 2 bad input)")
+    add_model_argument(p)
+    p.add_argument("--y", required=True, help="the tensor to differentiate")
+    p.add_argument("--xs", required=True, help="comma-separated tensors to differentiate with respect to")
+    p.add_argument("--zs", default="", help="comma-separated tensors held fixed")
+    add_feed_arguments(p)
+    p.add_argument("--dy", metavar="SPEC", help="seed for a non-scalar y (default: random, seeded by --seed; "
+                                                "ones when --claimed is given)")
+    p.add_argument("--mode", choices=["full", "sample", "fast"], default="full",
+                   help="full: every element; sample: --samples random elements per x; "
+                        "fast: --directions random directions per x (default full)")
+    p.add_argument("--samples", type=int, default=None, metavar="N", help="elements per x in sample mode (64)")
+    p.add_argument("--directions", type=int, default=None, metavar="K", help="directions per x in fast mode (4)")
+    p.add_argument("--order", type=int, choices=[1, 2], default=1, help="2 also checks the gradient of the gradient")
+    p.add_argument("--claimed", action="append", default=[], metavar="X=OUT",
+                   help="check model output OUT as the gradient of y with respect to X (repeatable)")
+    p.add_argument("--per-node", action="store_true",
+                   help="check every node on the y<-xs path alone (automatic after a failure)")
+    p.add_argument("--rtol", type=float, default=None, help="relative tolerance (default 1e-4)")
+    p.add_argument("--atol", type=float, default=None,
+                   help="absolute tolerance (default: 1e-6 times each x's gradient scale)")
+    p.add_argument("--seed", type=int, default=0, help="seed for random values, dy, samples and directions")
+    p.add_argument("--time-budget", type=float, default=None, metavar="S",
+                   help="stop perturbing after S seconds; what was checked is a random sample")
+    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
+    p.add_argument("--json", metavar="FILE", help="write the report as JSON (docs/check-json.md); - for stdout")
+    p.add_argument("--junit", metavar="FILE", help="write the report as JUnit XML")
+    p.set_defaults(handler=run)
+
+
+def _writable(path: str | None) -> None:
+    if path and path != "-":
+        folder = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(folder):
+            raise FeedError(f"cannot write {path}: folder {folder} does not exist")
+
+
+def run(args) -> int:
+    _writable(args.json)
+    _writable(args.junit)
+    model = open_model(args)
+    spec = model.selection(args.y, args.xs, args.zs)
+    feeds = collect_feeds(model, args, seed=args.seed)
+    dy = parse_dy(model, spec.y, args.dy, args.seed)
+    with _progress_bar() as progress:
+        report = check(model, spec.y, spec.xs, spec.zs, feeds=feeds, dy=dy, mode=args.mode, order=args.order,
+                       claimed=args.claimed or None, rtol=args.rtol, atol=args.atol, seed=args.seed,
+                       per_node=args.per_node, samples=args.samples, directions=args.directions,
+                       time_budget=args.time_budget, device=args.device, progress=progress)
+    text_out = sys.stderr if args.json == "-" else sys.stdout
+    print(report.summary(), file=text_out)
+    if args.json == "-":
+        print(report.to_json())
+    elif args.json:
+        with open(args.json, "w") as fh:
+            fh.write(report.to_json() + "\n")
+    if args.junit:
+        with open(args.junit, "w") as fh:
+            fh.write(report.to_junit() + "\n")
+    return EXIT[report.verdict]
+
+
+class _progress_bar:
+    """A rich progress bar with ETA on stderr when it is a terminal; otherwise nothing."""
+
+    def __enter__(self):
+        if not sys.stderr.isatty():
+            return None
+        from rich.console import Console
+        from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self._bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                             TimeRemainingColumn(), console=Console(stderr=True), transient=True)
+        self._bar.start()
+        self._task = self._bar.add_task("checking", total=None)
+
+        def update(done: int, total: int, stage: str) -> None:
+            self._bar.update(self._task, completed=done, total=total, description=stage)
+
+        return update
+
+    def __exit__(self, *exc):
+        if getattr(self, "_bar", None) is not None:
+            self._bar.stop()
+        return False

@@ -1,0 +1,64 @@
+"""onnxgrad graph MODEL [--y Y --xs A,B --zs C] [--view ...] -o FILE: draw the forward/backward graph."""
+from __future__ import annotations
+
+import os
+import sys
+
+from ..errors import OnnxGradError, SelectionError
+from ..graphs.dot import render, view_to_dot
+from ..graphs.layout import layout_view
+from ..graphs.terminal import render_text
+from ..graphs.view import VIEWS, build_view
+from .common import add_feed_arguments, add_model_argument, collect_feeds, open_model
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("graph", help="draw the forward, backward or combined graph (DOT, SVG, PNG or text)")
+    add_model_argument(p)
+    p.add_argument("--y", help="the tensor to differentiate (with --xs: highlights the slice)")
+    p.add_argument("--xs", default="", help="comma-separated tensors to differentiate with respect to")
+    p.add_argument("--zs", default="", help="comma-separated tensors held fixed")
+    p.add_argument("--view", choices=VIEWS, default="forward",
+                   help="forward, backward or combined (default forward); without --y/--xs the backward "
+                        "views draw the model's own Gradient nodes")
+    p.add_argument("--collapse-chains", action="store_true", help="fold long linear chains into one node")
+    p.add_argument("--stats", action="store_true",
+                   help="run the gradient and label backward edges with shape, norm, min, max, NaN/Inf")
+    add_feed_arguments(p)
+    p.add_argument("--seed", type=int, default=0, help="seed for random values of unfed xs/zs (default 0)")
+    p.add_argument("-o", "--output", metavar="FILE",
+                   help="FILE.dot, FILE.svg, FILE.png (svg/png need Graphviz's dot) or FILE.txt "
+                        "(box drawing); default: DOT on stdout")
+    p.set_defaults(handler=run)
+
+
+def run(args) -> int:
+    if bool(args.y) != bool(args.xs):
+        raise SelectionError("give --y and --xs together (or neither)")
+    if args.stats and not args.y:
+        raise SelectionError("--stats needs a selection: give --y and --xs")
+    out = args.output
+    fmt = os.path.splitext(out)[1].lower() if out else ".dot"
+    if fmt not in (".dot", ".gv", ".svg", ".png", ".txt"):
+        raise OnnxGradError(f"cannot write {out}: the file name must end in .dot, .svg, .png or .txt")
+    model = open_model(args)
+    spec = model.selection(args.y, args.xs, args.zs) if args.y else None
+    stats = None
+    if args.stats:
+        from ..graphs.stats import gradient_with_stats
+
+        feeds = collect_feeds(model, args, seed=args.seed)
+        _, stats = gradient_with_stats(model, spec.y, spec.xs, spec.zs, feeds=feeds, seed=args.seed)
+    view = build_view(model, spec, args.view, stats, collapse_chains=args.collapse_chains,
+                      needs_edges=fmt != ".txt")
+    if fmt == ".txt":
+        text = render_text(layout_view(view)) + "\n"
+        with open(out, "w", encoding="utf-8") as fh:
+            fh.write(text)
+    elif out is None:
+        sys.stdout.write(view_to_dot(view))
+        return 0
+    else:
+        render(view_to_dot(view), out)
+    print(f"wrote {args.view} view ({len(view.nodes)} nodes, {len(view.edges)} edges) to {out}")
+    return 0

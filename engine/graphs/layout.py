@@ -1,0 +1,324 @@
+"""Node boxes and edge routes in terminal character cells, for drawing with box-drawing characters.
+
+Placement comes from Graphviz (`dot -Tplain`) when the program is installed, else from the
+pure-Python layered placement in layered.py; both feed the same assembly: ranks become rows
+of boxes three cells high with two free rows between ranks, and every edge is routed
+orthogonally — down from a port on the source's bottom border, sideways only in the free rows
+(the first free row below each rank), down through a rank only in the column reserved for it
+(Graphviz's virtual node, or ours), into a port on the target's top border. The row just above
+a target is always vertical, so a renderer can put an arrowhead there.
+"""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import weakref
+from dataclasses import dataclass
+from functools import cached_property
+
+from ..errors import OnnxGradError
+from ..selection import GradientSpec
+from .backward import graph_of
+from .dot import GraphvizMissingError
+from .layered import _isotonic_place, assign_ranks, build_layers, components, order_layers, place_x
+from .view import ViewGraph, build_view
+
+NODE_HEIGHT = 3
+RANK_GAP = 2  # free rows between ranks: the first carries sideways runs, the second arrowheads
+NODE_SEP = 2  # free columns between neighbours in a rank
+MAX_LABEL = 28  # wider labels are cut by the renderer; boxes never grow past this
+CELL_W_IN, CELL_H_IN = 0.1, 0.2  # a cell's size in inches when Graphviz places the boxes
+DOT_TIMEOUT_S = 20.0
+
+
+@dataclass(frozen=True)
+class LayoutNode:
+    id: str
+    label: str
+    x: int  # left column of the box
+    y: int  # top row of the box
+    width: int
+    height: int
+    role: str
+    op_type: str | None
+    node_index: int | None
+
+
+@dataclass(frozen=True)
+class LayoutEdge:
+    source: str
+    target: str
+    points: tuple[tuple[int, int], ...]  # (x, y) cells; consecutive points share x or y
+    label: str
+    kind: str = "data"  # the ViewEdge kind: data, output, cut, grad, partial, gradient_input
+
+
+@dataclass(frozen=True)
+class GraphLayout:
+    width: int
+    height: int
+    nodes: tuple[LayoutNode, ...]
+    edges: tuple[LayoutEdge, ...]
+    engine: str = "layered"  # "dot" or "layered": which placement produced it
+
+    @cached_property
+    def by_id(self) -> dict[str, LayoutNode]:
+        return {n.id: n for n in self.nodes}
+
+    def node(self, node_id: str) -> LayoutNode:
+        return self.by_id[node_id]
+
+    def node_at(self, x: int, y: int) -> LayoutNode | None:
+        for n in self.nodes:
+            if n.x <= x < n.x + n.width and n.y <= y < n.y + n.height:
+                return n
+        return None
+
+
+_cache: dict[tuple, tuple[weakref.ref, GraphLayout]] = {}
+_CACHE_SIZE = 32
+
+
+def layout_graph(model, spec: GradientSpec | None = None, view: str = "forward", *,
+                 collapse_chains: bool = False, engine: str = "auto") -> GraphLayout:
+    """Lay out a view for the terminal; cached per (model, spec, view, collapse_chains, engine).
+
+    engine: "auto" (Graphviz when installed, else layered), "dot" or "layered".
+    """
+    graph = graph_of(model)
+    key = (id(graph), spec, view, collapse_chains, engine)
+    hit = _cache.get(key)
+    if hit is not None and hit[0]() is graph:
+        return hit[1]
+    laid = layout_view(build_view(graph, spec, view, collapse_chains=collapse_chains, needs_edges=False),
+                       engine=engine)
+    if len(_cache) >= _CACHE_SIZE:
+        _cache.pop(next(iter(_cache)))
+    _cache[key] = (weakref.ref(graph), laid)
+    return laid
+
+
+def node_width(label: str) -> int:
+    return min(len(label), MAX_LABEL) + 4
+
+
+def layout_view(view: ViewGraph, engine: str = "auto") -> GraphLayout:
+    ids = [n.id for n in view.nodes]
+    widths = {n.id: node_width(n.label) for n in view.nodes}
+    edges, labels, kinds = _layout_edges(view)
+    placed = None
+    if engine in ("auto", "dot") and shutil.which("dot"):
+        placed = _dot_placement(view, ids, widths, edges)
+    elif engine == "dot":
+        raise GraphvizMissingError("the dot layout needs the Graphviz 'dot' program, which is not installed")
+    used = "dot"
+    if placed is None:
+        if engine == "dot":
+            raise OnnxGradError("Graphviz dot failed or timed out on this graph; use the layered layout")
+        placed, used = _layered_placement(ids, widths, edges), "layered"
+    rank, layers, centre, chains = placed
+    return _assemble(view, widths, edges, labels, kinds, rank, layers, centre, chains, used)
+
+
+def _layout_edges(view: ViewGraph):
+    """One edge per (source, target) pair; parallel edges' tensor names joined in its label."""
+    known = {n.id for n in view.nodes}
+    labels: dict[tuple[str, str], list[str]] = {}
+    kinds: dict[tuple[str, str], str] = {}
+    for e in view.edges:
+        if e.kind == "needs" or e.source not in known or e.target not in known or e.source == e.target:
+            continue
+        pair = (e.source, e.target)
+        names = labels.setdefault(pair, [])
+        text = e.tensor or ""
+        if text and text not in names:
+            names.append(text)
+        kinds.setdefault(pair, e.kind)
+    edges = list(labels)
+    return edges, [", ".join(labels[p]) for p in edges], [kinds[p] for p in edges]
+
+
+def _layered_placement(ids, widths, edges):
+    rank = assign_ranks(ids, edges)
+    layers, up, down, chains = build_layers(ids, edges, rank)
+    order_layers(layers, up, down, components(layers, up, down))
+
+    def width_of(item):
+        return 1 if isinstance(item, tuple) else widths[item]
+
+    centre = place_x(layers, up, down, width_of, sep=NODE_SEP)
+    return rank, layers, centre, chains
+
+
+def _dot_placement(view: ViewGraph, ids, widths, edges):
+    """Ranks, layers and centres (in cells) read back from `dot -Tplain`; None if dot fails."""
+    name = {n: f"v{k}" for k, n in enumerate(ids)}
+    lines = [
+        "digraph L {",
+        f'graph [rankdir=TB nodesep={NODE_SEP * CELL_W_IN:.3f} ranksep={RANK_GAP * CELL_H_IN:.3f}];',
+        f'node [shape=box fixedsize=true label="" height={NODE_HEIGHT * CELL_H_IN:.3f}];',
+    ]
+    members: dict[str | None, list[str]] = {}
+    for n in view.nodes:
+        members.setdefault(n.cluster, []).append(n.id)
+    for cluster, ms in members.items():
+        body = " ".join(f"{name[m]} [width={widths[m] * CELL_W_IN:.3f}];" for m in ms)
+        lines.append(body if cluster is None else f"subgraph {cluster.replace('/', '_').replace(':', '_')} {{ {body} }}")
+    lines.extend(f"{name[s]} -> {name[t]};" for s, t in edges)
+    lines.append("}")
+    try:
+        done = subprocess.run(["dot", "-Tplain"], input="\n".join(lines).encode(), capture_output=True,
+                              timeout=DOT_TIMEOUT_S)
+    except (subprocess.TimeoutExpired, OSError):
+        return None
+    if done.returncode != 0:
+        return None
+    back = {v: k for k, v in name.items()}
+    node_xy: dict[str, tuple[float, float]] = {}
+    splines: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for line in done.stdout.decode(errors="replace").splitlines():
+        parts = line.split()
+        if not parts:
+            continue
+        if parts[0] == "node" and parts[1] in back:
+            node_xy[back[parts[1]]] = (float(parts[2]), float(parts[3]))
+        elif parts[0] == "edge" and parts[1] in back and parts[2] in back:
+            n = int(parts[3])
+            pts = [(float(parts[4 + 2 * i]), float(parts[5 + 2 * i])) for i in range(n)]
+            splines.setdefault((back[parts[1]], back[parts[2]]), pts)
+    if len(node_xy) != len(ids):
+        return None
+    rank_of_y = {y: r for r, y in enumerate(sorted({round(y, 3) for _, y in node_xy.values()}, reverse=True))}
+    rank_y = {r: y for y, r in rank_of_y.items()}
+    rank = {n: rank_of_y[round(y, 3)] for n, (_, y) in node_xy.items()}
+    layers: list[list] = [[] for _ in rank_of_y]
+    centre: dict = {}
+    for n in ids:
+        layers[rank[n]].append(n)
+        centre[n] = node_xy[n][0] / CELL_W_IN
+    chains: dict[int, list] = {}
+    for k, (s, t) in enumerate(edges):
+        rs, rt = rank[s], rank[t]
+        if rt - rs < 2:
+            continue
+        curve = _sample(splines.get((s, t)) or [node_xy[s], node_xy[t]])
+        chain = []
+        for r in range(rs + 1, rt):
+            item = (k, r)
+            layers[r].append(item)
+            centre[item] = _x_at(curve, rank_y[r]) / CELL_W_IN
+            chain.append(item)
+        chains[k] = chain
+    for layer in layers:  # Graphviz spaced them already; this only repairs rounding to cells
+        layer.sort(key=centre.__getitem__)
+        ws = [1 if isinstance(i, tuple) else widths[i] for i in layer]
+        lefts = _isotonic_place([centre[i] - w / 2 for i, w in zip(layer, ws)], ws, [1.0] * len(ws), 1.0)
+        for item, left, w in zip(layer, lefts, ws):
+            centre[item] = left + w / 2
+    return rank, layers, centre, chains
+
+
+def _sample(points: list[tuple[float, float]], steps: int = 6) -> list[tuple[float, float]]:
+    """A polyline through a piecewise cubic Bézier (Graphviz's 3n+1 control points)."""
+    if len(points) < 4:
+        return points
+    out = [points[0]]
+    for i in range(0, len(points) - 3, 3):
+        (x0, y0), (x1, y1), (x2, y2), (x3, y3) = points[i:i + 4]
+        for s in range(1, steps + 1):
+            t = s / steps
+            a, b, c, d = (1 - t) ** 3, 3 * t * (1 - t) ** 2, 3 * t * t * (1 - t), t ** 3
+            out.append((a * x0 + b * x1 + c * x2 + d * x3, a * y0 + b * y1 + c * y2 + d * y3))
+    return out
+
+
+def _x_at(curve: list[tuple[float, float]], y: float) -> float:
+    for (xa, ya), (xb, yb) in zip(curve, curve[1:]):
+        if min(ya, yb) <= y <= max(ya, yb):
+            return xa if ya == yb else xa + (xb - xa) * (y - ya) / (yb - ya)
+    return min(curve, key=lambda p: abs(p[1] - y))[0]
+
+
+def _assemble(view, widths, edges, labels, kinds, rank, layers, centre, chains, engine) -> GraphLayout:
+    pitch = NODE_HEIGHT + RANK_GAP
+    left: dict = {}
+    for layer in layers:
+        for item in layer:
+            w = 1 if isinstance(item, tuple) else widths[item]
+            left[item] = round(centre[item] - w / 2)
+    shift = -min(left.values(), default=0)
+    for item in left:
+        left[item] += shift
+    boxes = {n.id: (left[n.id], rank[n.id] * pitch, widths[n.id]) for n in view.nodes}
+
+    def entry_x(k):  # where edge k arrives from (for ordering a target's ports)
+        chain = chains.get(k)
+        if chain:
+            return left[chain[-1]]
+        x, _, w = boxes[edges[k][0]]
+        return x + w / 2
+
+    def exit_x(k):
+        chain = chains.get(k)
+        if chain:
+            return left[chain[0]]
+        x, _, w = boxes[edges[k][1]]
+        return x + w / 2
+
+    outs: dict[str, list[int]] = {}
+    ins: dict[str, list[int]] = {}
+    for k, (s, t) in enumerate(edges):
+        outs.setdefault(s, []).append(k)
+        ins.setdefault(t, []).append(k)
+    out_port, in_port = {}, {}
+    for node_id, ks in outs.items():
+        _spread(node_id, sorted(ks, key=exit_x), boxes, out_port)
+    for node_id, ks in ins.items():
+        _spread(node_id, sorted(ks, key=entry_x), boxes, in_port)
+
+    routed = []
+    for k, (s, t) in enumerate(edges):
+        sx, sy, _ = boxes[s]
+        tx, ty, _ = boxes[t]
+        px, qx = out_port[k], in_port[k]
+        rs = rank[s]
+        points = [(px, sy + NODE_HEIGHT - 1)]
+        if rank[t] > rs:
+            x = px
+            for step, nx in enumerate([left[v] for v in chains.get(k, ())] + [qx]):
+                run = (rs + step) * pitch + NODE_HEIGHT
+                points += [(x, run), (nx, run)]
+                x = nx
+            points.append((qx, ty))
+        else:  # flat or upward: never produced by a DAG, routed plainly all the same
+            run = rs * pitch + NODE_HEIGHT
+            points += [(px, run), (qx, run), (qx, ty + NODE_HEIGHT - 1)]
+        routed.append(LayoutEdge(s, t, _simplify(points), labels[k], kinds[k]))
+    nodes = tuple(
+        LayoutNode(n.id, n.label, boxes[n.id][0], boxes[n.id][1], widths[n.id], NODE_HEIGHT, n.role, n.op_type,
+                   n.node_index)
+        for n in view.nodes
+    )
+    width = max((left[i] + (1 if isinstance(i, tuple) else widths[i]) for i in left), default=0)
+    height = (max(rank.values(), default=-1) + 1) * pitch - RANK_GAP if rank else 0
+    return GraphLayout(width, max(height, 0), nodes, tuple(routed), engine)
+
+
+def _spread(node_id, ordered_edges, boxes, port) -> None:
+    """Ports along a box border, inside its corners, in the order the edges leave or arrive."""
+    x, _, w = boxes[node_id]
+    inner, k = max(w - 2, 1), len(ordered_edges)
+    for j, e in enumerate(ordered_edges):
+        port[e] = x + 1 + ((2 * j + 1) * inner) // (2 * k)
+
+
+def _simplify(points):
+    out = []
+    for p in points:
+        if out and out[-1] == p:
+            continue
+        if len(out) >= 2 and (out[-2][0] == out[-1][0] == p[0] or out[-2][1] == out[-1][1] == p[1]):
+            out[-1] = p
+            continue
+        out.append(p)
+    return tuple(out)

@@ -1,0 +1,240 @@
+"""Run a gradient and record what flows along every edge of its backward graph.
+
+The plan's steps are executed here with two additions: a tensor hook on every active tensor
+(its whole gradient) and, where a tensor fans out, a separate alias per consumer so that each
+consumer's partial gradient can be hooked before autograd sums them. The torch autograd
+functions that implement each node's VJP are read from the `grad_fn` graph between the node's
+outputs and its inputs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+import numpy as np
+import torch
+
+from ..dtypes import parse_device, parse_float_dtype, to_numpy
+from ..errors import ExecutionError, FeedError, OnnxGradError, SelectionError
+from ..gradient import GradientResult
+from .backward import SEED_ID, BackwardEdge, BackwardGraph, build_backward_graph
+
+
+@dataclass(frozen=True)
+class TensorStats:
+    """Summary of one gradient tensor. norm/min/max are over its finite entries (0 when none)."""
+
+    shape: tuple[int, ...]
+    dtype: str
+    norm: float
+    min: float
+    max: float
+    nan_count: int
+    inf_count: int
+
+    @property
+    def finite(self) -> bool:
+        return self.nan_count == 0 and self.inf_count == 0
+
+    @classmethod
+    def of(cls, value) -> "TensorStats":
+        t = value.detach() if isinstance(value, torch.Tensor) else torch.as_tensor(np.asarray(value))
+        shape, dtype = tuple(t.shape), str(t.dtype).removeprefix("torch.")
+        t = t.to("cpu", torch.float64)
+        nan = int(torch.isnan(t).sum())
+        inf = int(torch.isinf(t).sum())
+        finite = t[torch.isfinite(t)]
+        if finite.numel() == 0:
+            return cls(shape, dtype, 0.0, 0.0, 0.0, nan, inf)
+        return cls(shape, dtype, float(torch.linalg.vector_norm(finite)), float(finite.min()),
+                   float(finite.max()), nan, inf)
+
+    def describe(self) -> str:
+        bad = "" if self.finite else f" nan={self.nan_count} inf={self.inf_count}"
+        dims = "×".join(map(str, self.shape)) or "scalar"
+        return f"[{dims}] ‖g‖={self.norm:.4g} min={self.min:.4g} max={self.max:.4g}{bad}"
+
+
+@dataclass(frozen=True, eq=False)
+class GraphStats:
+    """Per-edge gradient stats of one run; `None` where no gradient flowed (e.g. through Shape)."""
+
+    backward: BackwardGraph
+    edges: Mapping[str, TensorStats | None]  # BackwardEdge.key -> stats
+    tensors: Mapping[str, TensorStats | None]  # forward tensor -> stats of dy/d(tensor)
+    torch_functions: Mapping[int, tuple[str, ...]]  # forward node index -> autograd function names
+    gradients: Mapping[str, np.ndarray] = field(default_factory=dict)  # edge key -> value, if kept
+
+    def for_edge(self, edge: BackwardEdge) -> TensorStats | None:
+        return self.edges.get(edge.key)
+
+
+def gradient_with_stats(model, y: str, xs, zs=(), feeds: Mapping[str, object] | None = None, dy=None, *,
+                        device="cpu", dtype=None, seed: int = 0,
+                        keep_gradients: bool = False) -> tuple[GradientResult, GraphStats]:
+    """`Model.gradient` plus the stats of every backward edge and node (same arguments and result)."""
+    spec = model.selection(y, xs, zs)
+    backward = build_backward_graph(model, spec)
+    dev, fdt = parse_device(device), parse_float_dtype(dtype)
+    feeds = dict(feeds or {})
+    model._check_feed_names(feeds)
+    values = model.selection_values(spec, feeds, seed=seed)
+    extras = model._gradient_extras(spec, feeds)
+    plan = model.prepare_gradient(spec.y, spec.xs, spec.zs, device=dev, dtype=fdt, extra_inputs=extras).plan
+    inputs = [model.to_tensor(n, values[n], dev, fdt) for n in spec.inputs]
+    inputs += [model.to_tensor(n, feeds[n], dev, fdt) for n in extras]
+    recorder = _Recorder(backward, keep_gradients)
+    n = len(spec.xs)
+    leaves = []
+    for name, v in zip(spec.xs, inputs[:n]):
+        if not v.is_floating_point():
+            raise SelectionError(f"{name!r} holds {str(v.dtype).removeprefix('torch.')} values: only float tensors can be in xs")
+        leaves.append(v.detach().requires_grad_())
+    with torch.enable_grad():
+        y_value = _run(model, plan, leaves + inputs[n:], recorder, dev, fdt)
+        seed_value = None
+        wanted = [i for i, name in enumerate(spec.xs) if name not in spec.disconnected]
+        raw = [None] * len(wanted)
+        if dy is not None:
+            seed_value = dy if isinstance(dy, torch.Tensor) else torch.as_tensor(np.asarray(dy))
+            if tuple(seed_value.shape) != tuple(y_value.shape):
+                raise FeedError(f"dy has shape {tuple(seed_value.shape)} but y {spec.y!r} has shape {tuple(y_value.shape)}")
+        if wanted and y_value.requires_grad:
+            if not y_value.is_floating_point():
+                raise SelectionError(f"y {spec.y!r} is {str(y_value.dtype).removeprefix('torch.')}: gradients need a float y")
+            seed_value = (torch.ones_like(y_value) if seed_value is None
+                          else seed_value.to(device=y_value.device, dtype=y_value.dtype))
+            raw = torch.autograd.grad(y_value, [leaves[i] for i in wanted], seed_value, allow_unused=True)
+    grads: list = [None] * n
+    for i, g in zip(wanted, raw):
+        grads[i] = g
+    disconnected = set(spec.disconnected)
+    for i, g in enumerate(grads):
+        if g is None:
+            disconnected.add(spec.xs[i])
+            grads[i] = torch.zeros_like(leaves[i])
+    if seed_value is not None and spec.y in backward.active_tensors:
+        recorder.tensor_gradient(spec.y, seed_value)
+    result = GradientResult(
+        spec=spec, y=to_numpy(y_value.detach()), grads={x: to_numpy(g) for x, g in zip(spec.xs, grads)},
+        disconnected=frozenset(disconnected), seed="ones" if dy is None else "dy", device=str(dev),
+        dtype=str(fdt).removeprefix("torch.") if fdt else "native",
+        values={name: to_numpy(t) for name, t in zip(spec.inputs, inputs)},
+    )
+    return result, recorder.finish()
+
+
+class _Recorder:
+    def __init__(self, backward: BackwardGraph, keep: bool):
+        self.backward = backward
+        self.keep = keep
+        self.tensor_stats: dict[str, TensorStats] = {}
+        self.tensor_values: dict[str, np.ndarray] = {}
+        self.partial_stats: dict[tuple[int, str], TensorStats] = {}
+        self.partial_values: dict[tuple[int, str], np.ndarray] = {}
+        self.functions: dict[int, tuple[str, ...]] = {}
+        fan_out: dict[str, int] = {}
+        for e in backward.edges:
+            if e.partial:
+                fan_out[e.tensor] = fan_out.get(e.tensor, 0) + 1
+        self.fanned = frozenset(fan_out)
+        self.active_nodes = frozenset(backward.active_nodes)
+
+    def tensor_gradient(self, name: str, grad: torch.Tensor) -> None:
+        self.tensor_stats[name] = TensorStats.of(grad)
+        if self.keep:
+            self.tensor_values[name] = to_numpy(grad.detach())
+
+    def hook_tensor(self, name: str, value) -> None:
+        if isinstance(value, torch.Tensor) and value.requires_grad and name in self.backward.active_tensors:
+            value.register_hook(lambda g, name=name: self.tensor_gradient(name, g))
+
+    def alias_for(self, node_index: int, name: str, value):
+        """A distinct autograd node per consumer of a fanned-out tensor, to see its partial gradient."""
+        if (node_index not in self.active_nodes or name not in self.fanned
+                or not isinstance(value, torch.Tensor) or not value.requires_grad):
+            return value
+        alias = value.view_as(value)
+        key = (node_index, name)
+
+        def record(g, key=key):
+            self.partial_stats[key] = TensorStats.of(g)
+            if self.keep:
+                self.partial_values[key] = to_numpy(g.detach())
+
+        alias.register_hook(record)
+        return alias
+
+    def finish(self) -> GraphStats:
+        edges, values = {}, {}
+        for e in self.backward.edges:
+            if e.partial:
+                key = (int(e.source[1:]), e.tensor)
+                edges[e.key] = self.partial_stats.get(key)
+                if key in self.partial_values:
+                    values[e.key] = self.partial_values[key]
+            else:
+                edges[e.key] = self.tensor_stats.get(e.tensor)
+                if e.tensor in self.tensor_values:
+                    values[e.key] = self.tensor_values[e.tensor]
+        tensors = {t: self.tensor_stats.get(t) for t in sorted(self.backward.active_tensors)}
+        return GraphStats(self.backward, edges, tensors, dict(self.functions), values)
+
+
+def _autograd_functions(outputs, inputs) -> tuple[str, ...]:
+    """Names of the grad_fn nodes between a step's outputs and its inputs (the VJP torch runs)."""
+    stop = {id(t.grad_fn) for t in inputs if isinstance(t, torch.Tensor) and t.grad_fn is not None}
+    names: dict[str, None] = {}
+    seen: set[int] = set()
+    stack = [o.grad_fn for o in outputs if isinstance(o, torch.Tensor) and o.grad_fn is not None]
+    while stack and len(seen) < 10_000:
+        fn = stack.pop()
+        if fn is None or id(fn) in seen or id(fn) in stop:
+            continue
+        seen.add(id(fn))
+        name = type(fn).__name__
+        if name == "AccumulateGrad":
+            continue
+        names[name] = None
+        stack.extend(nxt for nxt, _ in fn.next_functions)
+    return tuple(names)
+
+
+def _run(model, plan, inputs, recorder: _Recorder, device, float_dtype) -> torch.Tensor:
+    """plan.run with hooks: the same steps over the same slots."""
+    produced = {k for step in plan.steps for k in step.out_slots if k is not None}
+    sources = set(plan.source_slots)
+    constants = model.constants(device, float_dtype)
+    env = [None if (k in produced or k in sources) else constants.get(name) for k, name in enumerate(plan.names)]
+    for k, v in zip(plan.source_slots, inputs):
+        env[k] = v
+        recorder.hook_tensor(plan.names[k], v)
+    step = None
+    try:
+        for step in plan.steps:
+            args = []
+            for k in step.in_slots:
+                v = None if k is None else env[k]
+                if k is not None:
+                    v = recorder.alias_for(step.node_index, plan.names[k], v)
+                args.append(v)
+            out = step.fn(*args, **step.kwargs)
+            outs = [out[0] if isinstance(out, tuple) else out] if len(step.out_slots) == 1 else list(out)
+            # An op may hand back its input object (Identity); a view keeps the two tensors' hooks apart.
+            outs = [o.view_as(o) if isinstance(o, torch.Tensor) and any(o is a for a in args) else o for o in outs]
+            for k, v in zip(step.out_slots, outs):
+                if k is not None:
+                    env[k] = v
+                    recorder.hook_tensor(plan.names[k], v)
+            if step.node_index in recorder.active_nodes:
+                recorder.functions[step.node_index] = _autograd_functions(outs, args)
+    except OnnxGradError as exc:
+        if step is None or str(exc).startswith("node "):
+            raise
+        raise type(exc)(f"node {step.name!r} ({step.op_type}): {exc}") from None
+    except (RuntimeError, ValueError, TypeError, IndexError) as exc:
+        if step is None:
+            raise
+        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ExecutionError(f"node {step.name!r} ({step.op_type}) failed: {msg}") from exc
+    return env[plan.target_slots[0]]

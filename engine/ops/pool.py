@@ -1,0 +1,119 @@
+"""Pooling: MaxPool, AveragePool, LpPool and their global forms, over any number of spatial dims."""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from ..registry import register
+from .conv import resolve_pads, spatial_params, torch_pad_list
+
+
+def _geometry(op, x, auto_pad, ceil_mode, kernel, strides, dilations, pads):
+    """Output sizes, ONNX pads (begin, end) and the extra end padding ceil_mode needs."""
+    kernel, strides, dilations, pads = spatial_params(op, x, kernel, strides, dilations, pads)
+    in_sizes = list(x.shape[2:])
+    begin, end = resolve_pads(op, auto_pad, in_sizes, kernel, strides, dilations, pads)
+    outs, extra = [], []
+    for n, k, s, d, b, e in zip(in_sizes, kernel, strides, dilations, begin, end):
+        ek = (k - 1) * d + 1
+        if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+            # NOTE: SAME pads with the dilated kernel, as the spec says; onnxruntime pads with the
+            # undilated kernel and so returns fewer outputs when dilations > 1.
+            out = -(-n // s)
+        elif ceil_mode and auto_pad != "VALID":  # VALID's ceil formula equals its floor formula
+            out = -(-(n + b + e - ek) // s) + 1
+            # NOTE: ceil_mode drops a last window that would start inside the end padding (as torch does).
+            if (out - 1) * s >= n + b:
+                out -= 1
+        else:
+            out = (n + b + e - ek) // s + 1
+        outs.append(out)
+        extra.append(max(0, (out - 1) * s + ek - (n + b + e)))
+    return kernel, strides, dilations, begin, end, outs, extra
+
+
+def _windows(t, first_dim, kernel, strides, dilations):
+    """Sliding windows over dims first_dim.. -> (..., out_1..out_n, prod(kernel))."""
+    nd = len(kernel)
+    for i, (k, s, d) in enumerate(zip(kernel, strides, dilations)):
+        t = t.unfold(first_dim + i, (k - 1) * d + 1, s)[..., ::d]
+    return t.flatten(t.dim() - nd)
+
+
+def _padded(x, begin, end, extra, value):
+    x = F.pad(x, torch_pad_list(begin, end), value=value)
+    if any(extra):
+        x = F.pad(x, torch_pad_list([0] * len(extra), extra), value=value)
+    return x
+
+
+def _lowest(dtype):
+    return -math.inf if dtype.is_floating_point else torch.iinfo(dtype).min
+
+
+@register("MaxPool", since=1)
+def max_pool(x, *, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_shape=None, pads=None,
+             storage_order=0, strides=None, n_outputs=1):
+    kernel, strides, dilations, begin, end, _, extra = _geometry(
+        "MaxPool", x, auto_pad, ceil_mode, kernel_shape, strides, dilations, pads)
+    win = _windows(_padded(x, begin, end, extra, _lowest(x.dtype)), 2, kernel, strides, dilations)
+    # NOTE: on ties the first element in the window wins, for the value's gradient and for Indices.
+    y, arg = win.max(dim=-1)
+    if n_outputs < 2:
+        return y
+    spatial = list(x.shape[2:])
+    size = math.prod(spatial)
+    flat = torch.arange(size, device=x.device)
+    if storage_order == 1:  # column-major indices
+        flat = flat.reshape(spatial[::-1]).permute(*reversed(range(len(spatial))))
+    else:
+        flat = flat.reshape(spatial)
+    flat = _padded(flat[None, None], begin, end, extra, -1)
+    iwin = _windows(flat, 2, kernel, strides, dilations).expand(*x.shape[:2], *win.shape[2:])
+    idx = torch.gather(iwin, -1, arg.unsqueeze(-1)).squeeze(-1)
+    base = torch.arange(x.shape[0] * x.shape[1], device=x.device).reshape(x.shape[0], x.shape[1])
+    idx = idx + (base * size).reshape(*base.shape, *([1] * len(spatial)))
+    return y, idx
+
+
+@register("AveragePool", since=1)
+def average_pool(x, *, auto_pad="NOTSET", ceil_mode=0, count_include_pad=0, dilations=None,
+                 kernel_shape=None, pads=None, strides=None):
+    kernel, strides, dilations, begin, end, _, extra = _geometry(
+        "AveragePool", x, auto_pad, ceil_mode, kernel_shape, strides, dilations, pads)
+    total = _windows(_padded(x, begin, end, extra, 0), 2, kernel, strides, dilations).sum(-1)
+    # The divisor counts input cells, plus the explicit pads when count_include_pad, never the
+    # extra cells ceil_mode adds past the end pad.
+    ones = torch.ones(x.shape[2:], dtype=x.dtype, device=x.device)
+    count = F.pad(ones[None, None], torch_pad_list(begin, end), value=float(bool(count_include_pad)))
+    count = _padded(count, [0] * len(extra), [0] * len(extra), extra, 0)
+    count = _windows(count, 2, kernel, strides, dilations).sum(-1)
+    return total / count[0, 0]
+
+
+@register("LpPool", since=1)
+def lp_pool(x, *, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_shape=None, p=2, pads=None,
+            strides=None):
+    kernel, strides, dilations, begin, end, _, extra = _geometry(
+        "LpPool", x, auto_pad, ceil_mode, kernel_shape, strides, dilations, pads)
+    win = _windows(_padded(x, begin, end, extra, 0), 2, kernel, strides, dilations)
+    # NOTE: the p-th root has an infinite derivative where a whole window is zero.
+    return win.abs().pow(p).sum(-1).pow(1.0 / p)
+
+
+@register("GlobalAveragePool", since=1)
+def global_average_pool(x):
+    return x.mean(dim=tuple(range(2, x.dim())), keepdim=True)
+
+
+@register("GlobalMaxPool", since=1)
+def global_max_pool(x):
+    # NOTE: amax splits the gradient evenly between tied maxima.
+    return x.amax(dim=tuple(range(2, x.dim())), keepdim=True)
+
+
+@register("GlobalLpPool", since=1)
+def global_lp_pool(x, *, p=2):
+    return x.abs().pow(p).sum(dim=tuple(range(2, x.dim())), keepdim=True).pow(1.0 / p)

@@ -1,0 +1,229 @@
+"""check(): is this gradient right? Float64 finite differences against the engine's VJP, per x and per node."""
+from __future__ import annotations
+
+import time
+from typing import Callable, Mapping
+
+import numpy as np
+import onnx
+import torch
+
+from ..errors import OnnxGradError
+from ..model import Model, load
+from . import fd
+from .claimed import check_claimed, parse_claimed
+from .context import Context, build
+from .findings import first_nonfinite_gradient, first_nonfinite_value
+from .pernode import check_nodes
+from .report import CANCELLED, FAIL, INCONCLUSIVE, PASS, CheckReport, Finding
+from .second_order import check_second_order
+from .verdict import NATIVE_TOLERANCE
+from .xcheck import Options, XProbe, skipped
+
+MODES = ("full", "sample", "fast")
+DEFAULT_SAMPLES = 64
+DEFAULT_DIRECTIONS = 4
+MEMORY_BUDGET = 256 * 2**20  # bytes of forward values alive in one batched call
+MAX_CHUNK = 2048
+
+
+def check(model, y: str, xs, zs=(), feeds: Mapping | None = None, dy=None, mode: str = "full", order: int = 1,
+          claimed=None, rtol: float | None = None, atol: float | None = None, seed: int = 0,
+          per_node: bool = False, samples: int | None = None, directions: int | None = None,
+          time_budget: float | None = None, device="cpu", progress: Callable | None = None,
+          should_stop: Callable[[], bool] | None = None) -> CheckReport:
+    """Cross-check dy/dxs against float64 central differences; see docs/check-json.md for the report.
+
+    `model` is a Model, a path or a ModelProto. Modes: full (every element), sample (`samples`
+    random elements per x), fast (`directions` random directions per x). A non-scalar y is seeded
+    with a random dy (seeded) unless `dy` is given, or with ones when `claimed` gradients are checked.
+    """
+    started = time.monotonic()
+    opts = _options(mode, order, rtol, atol, seed, samples, directions, time_budget)
+    if not isinstance(model, Model):
+        model = load(model if not isinstance(model, onnx.ModelProto) else model)
+    claimed_map = parse_claimed(claimed)
+    ctx = build(model, y, xs, zs, feeds, dy, seed, device, ones_dy=bool(claimed_map))
+    for x in claimed_map:
+        if x not in ctx.spec.xs:
+            raise OnnxGradError(f"claimed gradient for {x!r}: {x!r} is not in xs")
+    control = fd.Control(progress, should_stop, None if time_budget is None else started + float(time_budget))
+    findings: list[Finding] = []
+    deterministic = _deterministic(ctx, findings)
+    opts.chunk = _chunk_size(ctx)
+    _nonfinite(ctx, findings)
+    native = _native_errors(ctx, findings)
+
+    connected = [x for x in ctx.spec.xs if x not in ctx.disconnected]
+    control.plan(sum(_planned(ctx.grads64[x].numel(), opts) for x in connected))
+    results, probes = [], {}
+    for k, name in enumerate(ctx.spec.xs):
+        shape = tuple(ctx.grads64[name].shape)
+        if name in ctx.disconnected:
+            results.append(skipped(name, shape, f"y does not depend on {name!r}: its gradient is zero", PASS))
+            continue
+        if not deterministic:
+            results.append(skipped(name, shape, "the model is nondeterministic: finite differences are meaningless",
+                                   INCONCLUSIVE))
+            continue
+        if control.halted():
+            results.append(skipped(name, shape, f"not checked ({control.stopped})",
+                                   CANCELLED if control.stopped == "cancelled" else INCONCLUSIVE))
+            continue
+        x = ctx.tensors64[ctx.sources.index(name)]
+        probe = XProbe(name, ctx.x_function(name), x, ctx.y0, ctx.dy, opts, salt=k, control=control)
+        if probe.rows > 1:
+            control.total -= _planned(x.numel(), opts) - 2 * (x.numel() // probe.rows)
+        probes[name] = probe
+        results.append(probe.result(probe.judge(ctx.grads64[name]), **native.get(name, {})))
+
+    claimed_results = check_claimed(ctx, claimed_map, probes, opts) if claimed_map else ()
+    second = ()
+    if order == 2 and deterministic:
+        second = check_second_order(ctx, opts, control)
+    failed = any(r.status == FAIL for r in (*results, *second, *claimed_results))
+    nodes = ()
+    if (per_node or failed) and deterministic and not control.halted():
+        nodes = check_nodes(ctx, opts, control)
+    first_failing = next((n.node_name for n in nodes if n.status == FAIL), None)
+    control.tick(0, "done", force=True)
+    if control.stopped == "time budget":
+        findings.append(Finding("time-budget", f"the time budget of {time_budget:g}s ran out: "
+                                               "what was checked is a random sample"))
+    verdict = _overall(results, second, claimed_results, nodes, control, deterministic)
+    return CheckReport(
+        ok=verdict == PASS, verdict=verdict, mode=opts.mode, seed=seed, order=order, results=tuple(results),
+        nodes=tuple(nodes), first_failing_node=first_failing, findings=tuple(findings),
+        elapsed_s=time.monotonic() - started, model=model.name, y=ctx.spec.y, xs=ctx.spec.xs, zs=ctx.spec.zs,
+        dy=ctx.dy_label, rtol=opts.rtol if opts.rtol is not None else _default_rtol(), atol=atol,
+        samples=opts.samples if opts.mode == "sample" else None,
+        directions=opts.directions if opts.mode == "fast" else None, second_order=tuple(second),
+        claimed=tuple(claimed_results), truncated=bool(control.stopped), stopped=control.stopped,
+        device=str(ctx.device))
+
+
+def _default_rtol() -> float:
+    from .verdict import RTOL
+
+    return RTOL
+
+
+def _options(mode, order, rtol, atol, seed, samples, directions, time_budget) -> Options:
+    if mode not in MODES:
+        raise OnnxGradError(f"unknown mode {mode!r}: use one of {', '.join(MODES)}")
+    if order not in (1, 2):
+        raise OnnxGradError(f"order must be 1 or 2, not {order!r}")
+    for label, v in (("rtol", rtol), ("atol", atol), ("time_budget", time_budget)):
+        if v is not None and not (isinstance(v, (int, float)) and v >= 0 and np.isfinite(v)):
+            raise OnnxGradError(f"{label} must be a finite number >= 0, not {v!r}")
+    for label, v in (("samples", samples), ("directions", directions)):
+        if v is not None and (not isinstance(v, (int, np.integer)) or v < 1):
+            raise OnnxGradError(f"{label} must be a positive integer, not {v!r}")
+    if not isinstance(seed, (int, np.integer)):
+        raise OnnxGradError(f"seed must be an integer, not {seed!r}")
+    return Options(mode=mode, samples=int(samples or DEFAULT_SAMPLES), directions=int(directions or DEFAULT_DIRECTIONS),
+                   rtol=rtol, atol=atol, seed=int(seed), chunk=64)
+
+
+def _planned(numel: int, opts: Options) -> int:
+    if opts.mode == "fast":
+        return 2 * opts.directions
+    if opts.mode == "sample":
+        return 2 * min(opts.samples, numel)
+    return 2 * numel
+
+
+def _chunk_size(ctx: Context) -> int:
+    """Perturbed evaluations per batched call: as many as MEMORY_BUDGET of forward values allows."""
+    plan = ctx.model.prepare(ctx.sources, [ctx.spec.y], device=ctx.device, dtype=torch.float64, keep_all=True)
+    with torch.no_grad():
+        ctx.all_values = plan.run_all(ctx.tensors64)
+    ctx.keep_plan = plan
+    per_forward = sum(v.numel() * v.element_size() for v in ctx.all_values.values() if isinstance(v, torch.Tensor))
+    return int(max(2, min(MAX_CHUNK, MEMORY_BUDGET // max(per_forward, 1))))
+
+
+def _deterministic(ctx: Context, findings: list[Finding]) -> bool:
+    with torch.no_grad():
+        (again,) = ctx.plan64.run(ctx.tensors64)
+    same = torch.equal(again, ctx.y0) or bool(((again == ctx.y0) | (again.isnan() & ctx.y0.isnan())).all())
+    if not same:
+        findings.append(Finding("nondeterministic", f"two runs of the model at the same point give different "
+                                                    f"{ctx.spec.y!r} (a random op such as Dropout in training "
+                                                    "mode?): finite differences cannot check it"))
+    return same
+
+
+def _nonfinite(ctx: Context, findings: list[Finding]) -> None:
+    if not bool(torch.isfinite(ctx.y0).all()):
+        f = first_nonfinite_value(ctx.plan64, _named(ctx), "float64")
+        if f is not None:
+            findings.append(f)
+    if any(not bool(torch.isfinite(g).all()) for g in ctx.grads64.values()):
+        n = len(ctx.spec.xs)
+        leaves = [t.detach().requires_grad_() if k < n else t for k, t in enumerate(ctx.tensors64)]
+        f = first_nonfinite_gradient(ctx.plan64, leaves, ctx.dy, n, "float64")
+        if f is not None:
+            findings.append(f)
+
+
+def _named(ctx: Context) -> dict:
+    return ctx.all_values if ctx.all_values is not None else {}
+
+
+def _native_errors(ctx: Context, findings: list[Finding]) -> dict[str, dict]:
+    """The model's own dtype against float64: reported per x, never a verdict (the method is float64)."""
+    spec, model = ctx.spec, ctx.model
+    native = ctx.native_tensors()
+    dtypes = {str(t.dtype).removeprefix("torch.") for t in native[:len(spec.xs)]}
+    if dtypes <= {"float64"}:
+        return {}
+    extras = ctx.sources[len(spec.inputs):]
+    prepared = model.prepare_gradient(spec.y, spec.xs, spec.zs, device=ctx.device, dtype=None, extra_inputs=extras)
+    try:
+        out = prepared(*native, dy=ctx.dy.to(native[0].dtype) if native else None)
+    except OnnxGradError as exc:
+        findings.append(Finding("native", f"the gradient in the model's own dtype failed: {exc}"))
+        return {}
+    if not bool(torch.isfinite(out.y).all()) and bool(torch.isfinite(ctx.y0).all()):
+        plan = model.prepare(ctx.sources, [spec.y], device=ctx.device, keep_all=True)
+        with torch.no_grad():
+            f = first_nonfinite_value(plan, plan.run_all(native), "native-dtype")
+        if f is not None:
+            findings.append(Finding("nonfinite-native", f.message + " (finite in float64: overflow or underflow)",
+                                    tensor=f.tensor, node=f.node))
+    result = {}
+    for name, g in zip(spec.xs, out.grads):
+        ref = ctx.grads64[name]
+        g64 = g.detach().to(torch.float64)
+        diff = (g64 - ref).abs()
+        scale = float(ref.abs().max()) if ref.numel() else 0.0
+        dtype = str(g.dtype).removeprefix("torch.")
+        rel = diff / torch.clamp(torch.maximum(g64.abs(), ref.abs()), min=1e-300)
+        max_abs = float(diff.max()) if diff.numel() else 0.0
+        max_rel = float(rel.max()) if rel.numel() else 0.0
+        result[name] = dict(native_dtype=dtype, native_max_abs_err=max_abs, native_max_rel_err=max_rel)
+        rt, at = NATIVE_TOLERANCE.get(dtype, (1e-3, 1e-6))
+        bad = (diff > at * scale) & (rel > rt)
+        if bool(bad.any()) and bool(torch.isfinite(ref).all()):
+            findings.append(Finding("native-precision",
+                                    f"the {dtype} gradient of {name!r} differs from the float64 one by up to "
+                                    f"{max_abs:.3g} ({int(bad.sum())} elements beyond rtol {rt:g}): precision "
+                                    "of the model's dtype, not a wrong formula", x=name))
+    return result
+
+
+def _overall(results, second, claimed, nodes, control: fd.Control, deterministic: bool) -> str:
+    """Per-node checks are diagnostics: a failing node fails the check, an inconclusive one (a MaxPool
+    tie among Relu zeros, say) does not make a passing gradient inconclusive."""
+    statuses = [r.status for r in (*results, *second, *claimed)]
+    if control.stopped == "cancelled":
+        return CANCELLED
+    if FAIL in statuses or any(n.status == FAIL for n in nodes):
+        return FAIL
+    if INCONCLUSIVE in statuses or CANCELLED in statuses or not deterministic:
+        return INCONCLUSIVE
+    if not any(s == PASS for s in statuses):
+        return INCONCLUSIVE
+    return PASS
+

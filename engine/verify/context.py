@@ -1,0 +1,94 @@
+"""Everything a check needs about one (model, y, xs, zs, values): plans, float64 values, dy, gradients."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+import numpy as np
+import torch
+
+from ..dtypes import parse_device
+from ..errors import FeedError, SelectionError
+from ..model import Model
+from ..plan import Plan
+from ..selection import GradientSpec
+
+F64 = torch.float64
+
+
+@dataclass
+class Context:
+    model: Model
+    spec: GradientSpec
+    device: torch.device
+    sources: tuple[str, ...]  # spec.inputs + extra fed initializers, the plans' source order
+    feeds: dict
+    values: dict[str, np.ndarray]  # xs ∪ zs as used
+    tensors64: list[torch.Tensor]
+    plan64: Plan
+    y0: torch.Tensor
+    dy: torch.Tensor
+    dy_label: str
+    grads64: dict[str, torch.Tensor]
+    disconnected: frozenset[str]
+    keep_plan: Plan | None = None  # the same slice keeping every value (per-node checks, NaN search)
+    all_values: dict[str, torch.Tensor] | None = None  # its values at the point, float64
+
+    def x_function(self, name: str) -> Callable[[torch.Tensor], torch.Tensor]:
+        """y as a function of one x, every other source held at its value (float64)."""
+        i = self.sources.index(name)
+        plan, values = self.plan64, self.tensors64
+
+        def f(x: torch.Tensor) -> torch.Tensor:
+            return plan.run(values[:i] + [x] + values[i + 1:])[0]
+
+        return f
+
+    def native_tensors(self) -> list[torch.Tensor]:
+        return [self.model.to_tensor(n, self._value(n), self.device, None) for n in self.sources]
+
+    def _value(self, name: str):
+        return self.values[name] if name in self.values else self.feeds[name]
+
+
+def build(model: Model, y: str, xs, zs, feeds: Mapping | None, dy, seed: int, device, ones_dy: bool) -> Context:
+    spec = model.selection(y, xs, zs)
+    dev = parse_device(device)
+    feeds = dict(feeds or {})
+    for n in feeds:
+        if not model.graph.has_tensor(n):
+            raise FeedError(f"feed {n!r} names no tensor in this model")
+    values = model.selection_values(spec, feeds, seed=seed)
+    extras = model._gradient_extras(spec, feeds)  # fed initializers the cut graph reads
+    sources = tuple(spec.inputs) + tuple(extras)
+    tensors64 = [model.to_tensor(n, values[n] if n in values else feeds[n], dev, F64) for n in sources]
+    plan64 = model.prepare(sources, [spec.y], device=dev, dtype=F64)
+    with torch.no_grad():
+        (y0,) = plan64.run(tensors64)
+    if not isinstance(y0, torch.Tensor) or not y0.is_floating_point():
+        raise SelectionError(f"y {spec.y!r} is not a float tensor: gradients need a float y")
+    dy_t, label = _seed(y0, dy, seed, ones_dy, spec.y)
+    prepared = model.prepare_gradient(spec.y, spec.xs, spec.zs, device=dev, dtype=F64, extra_inputs=extras)
+    out = prepared(*tensors64, dy=dy_t)
+    grads = {n: g.detach() for n, g in zip(spec.xs, out.grads)}
+    return Context(model, spec, dev, sources, feeds, values, tensors64, plan64, y0.detach(), dy_t, label,
+                   grads, out.disconnected)
+
+
+def _seed(y0: torch.Tensor, dy, seed: int, ones: bool, y_name: str) -> tuple[torch.Tensor, str]:
+    """The upstream gradient: given; ones for a scalar y or a claimed-gradient check; else seeded random."""
+    if dy is not None:
+        t = dy if isinstance(dy, torch.Tensor) else torch.as_tensor(np.asarray(dy))
+        t = t.to(device=y0.device, dtype=F64)
+        if tuple(t.shape) != tuple(y0.shape):
+            if t.numel() == y0.numel():
+                t = t.reshape(y0.shape)
+            else:
+                raise FeedError(f"dy has shape {tuple(t.shape)} but y {y_name!r} has shape {tuple(y0.shape)}")
+        return t, "given"
+    if y0.numel() == 1:
+        return torch.ones_like(y0), "scalar"
+    if ones:
+        return torch.ones_like(y0), "ones"
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    return torch.randn(y0.shape, generator=gen, dtype=F64).to(y0.device), f"random:{seed}"

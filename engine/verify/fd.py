@@ -1,0 +1,210 @@
+"""Central finite differences in float64, batched: many perturbed forwards per call, chunked.
+
+The checked quantity is L = <dy, y(x)>, whose gradient is the VJP under test. A perturbation set
+holds G perturbation vectors of x; when the rows of x act on the rows of y independently (see
+structure.py) one vector perturbs an element in each of R rows at once and L is read per row, so
+R elements cost one pair of forwards. Each item (vector g, row r) yields
+
+    D(h)  = (L(x + h) - L(x - h)) / 2h        the central difference,
+    f+, f- = one-sided differences from L(x)  free, since L(x) is known,
+
+and, for the few items whose verdict is in doubt, the same at h/2 (Richardson). Error model:
+truncation is O(h^2) and tiny at these steps; roundoff in L is bounded by ROUNDOFF * eps * S
+where S = sum |dy * y| over the row, so a difference quotient carries about that over h.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import torch
+
+from .batching import BatchEvaluator
+
+STEP = 1e-6  # relative step, times max(1, |x|): float64 central differences
+ROUNDOFF = 64.0  # forward rounding error of L, in units of eps * sum |dy * y|
+EPS64 = float(np.finfo(np.float64).eps)
+
+
+@dataclass(frozen=True)
+class Perturbations:
+    """G perturbation vectors of x, each read on `rows` independent rows."""
+
+    kind: str  # "elements" or "directions"
+    count: int
+    rows: int
+    step: torch.Tensor  # [G, R]: the step h of each item
+    build: Callable[[torch.Tensor, float], torch.Tensor]  # (vector ids, scale) -> [K, *x.shape] deltas
+    elements: torch.Tensor | None = None  # [G, R] flat element index of each item (elements kind)
+
+    @property
+    def items(self) -> int:
+        return self.count * self.rows
+
+
+def element_perturbations(x: torch.Tensor, groups: torch.Tensor, step: float = STEP) -> Perturbations:
+    """groups[g, r]: the flat index of the element that vector g moves in row r (one column per row)."""
+    flat = x.detach().reshape(-1)
+    h = step * torch.clamp(flat.abs(), min=1.0)[groups]
+
+    def build(ids: torch.Tensor, scale: float) -> torch.Tensor:
+        deltas = torch.zeros((len(ids), flat.numel()), dtype=x.dtype, device=x.device)
+        deltas.scatter_(1, groups[ids], scale * h[ids])
+        return deltas.reshape((len(ids),) + tuple(x.shape))
+
+    return Perturbations("elements", groups.shape[0], groups.shape[1], h, build, groups)
+
+
+def direction_perturbations(x: torch.Tensor, directions: torch.Tensor, step: float = STEP) -> Perturbations:
+    """directions[k]: a vector shaped like x; the step is relative to x's RMS."""
+    rms = float(x.detach().pow(2).mean().sqrt()) if x.numel() else 0.0
+    t = step * max(1.0, rms)
+    h = torch.full((directions.shape[0], 1), t, dtype=x.dtype, device=x.device)
+
+    def build(ids: torch.Tensor, scale: float) -> torch.Tensor:
+        return (scale * t) * directions[ids]
+
+    return Perturbations("directions", directions.shape[0], 1, h, build)
+
+
+class Objective:
+    """L per row for a batch of values of one x, the other inputs held at their values."""
+
+    def __init__(self, evaluator: BatchEvaluator, y0: torch.Tensor, dy: torch.Tensor, rows: int = 1):
+        self.evaluator = evaluator
+        self.dy = dy
+        self.rows = rows
+        weighted = (dy * y0).reshape(rows, -1)
+        self.base = weighted.sum(-1)  # L(x) per row
+        self.scale = weighted.abs().sum(-1)  # S per row, for the roundoff bound
+
+    def __call__(self, xb: torch.Tensor) -> torch.Tensor:
+        yb = self.evaluator(xb)
+        return (yb * self.dy).reshape(xb.shape[0], self.rows, -1).sum(-1)
+
+
+@dataclass
+class Measurement:
+    """Difference quotients for every item (flattened g * R + r), numpy float64."""
+
+    d1: np.ndarray
+    fplus1: np.ndarray
+    fminus1: np.ndarray
+    noise: np.ndarray  # roundoff bound of a quotient at step h
+    d2: np.ndarray  # at h/2; NaN where not refined
+    fplus2: np.ndarray
+    fminus2: np.ndarray
+    refined: np.ndarray  # bool
+    evaluated: np.ndarray  # bool: False where a stop or budget came first
+
+    @classmethod
+    def empty(cls, n: int) -> "Measurement":
+        nan = lambda: np.full(n, np.nan)  # noqa: E731
+        return cls(nan(), nan(), nan(), nan(), nan(), nan(), nan(), np.zeros(n, bool), np.zeros(n, bool))
+
+
+class Control:
+    """Progress, cancellation and the time budget, shared by every stage of one check."""
+
+    def __init__(self, progress=None, should_stop=None, deadline: float | None = None):
+        import time
+
+        self._time = time.monotonic
+        self._progress = progress
+        self._should_stop = should_stop
+        self.deadline = deadline
+        self.done = 0
+        self.total = 0
+        self._last = 0.0
+        self.stopped = ""  # "cancelled" or "time budget"
+
+    def plan(self, n: int) -> None:
+        self.total += n
+
+    def tick(self, n: int, stage: str, force: bool = False) -> None:
+        self.done += n
+        now = self._time()
+        if self._progress is not None and (force or now - self._last >= 0.05):
+            self._last = now
+            self._progress(min(self.done, self.total), max(self.total, self.done), stage)
+
+    def halted(self, budget_applies: bool = True) -> bool:
+        if self.stopped == "cancelled":
+            return True
+        if self._should_stop is not None and self._should_stop():
+            self.stopped = "cancelled"
+            return True
+        if budget_applies and self.deadline is not None and self._time() > self.deadline:
+            self.stopped = self.stopped or "time budget"
+            return True
+        return False
+
+
+def run_pairs(objective: Objective, x: torch.Tensor, pert: Perturbations, ids: torch.Tensor, scale: float,
+              chunk: int, control: Control, stage: str, budget_applies: bool = True):
+    """L(x + scale*delta) and L(x - scale*delta) for the vectors `ids`: ([n, R], [n, R], n evaluated)."""
+    n = len(ids)
+    plus = torch.full((n, pert.rows), float("nan"), dtype=torch.float64)
+    minus = plus.clone()
+    k = max(1, chunk // 2)
+    done = 0
+    base = x.detach()
+    while done < n:
+        if control.halted(budget_applies):
+            break
+        sel = ids[done:done + k]
+        deltas = pert.build(sel, scale)
+        batch = torch.cat([base + deltas, base - deltas])
+        with torch.no_grad():
+            values = objective(batch).to(torch.float64).cpu()
+        plus[done:done + len(sel)] = values[:len(sel)]
+        minus[done:done + len(sel)] = values[len(sel):]
+        done += len(sel)
+        control.tick(2 * len(sel), stage)
+    return plus, minus, done
+
+
+def measure(objective: Objective, x: torch.Tensor, pert: Perturbations, order: torch.Tensor, chunk: int,
+            control: Control, stage: str = "finite differences") -> Measurement:
+    """First pass at step h over the vectors in `order` (a permutation, so a budget cut is a random sample)."""
+    m = Measurement.empty(pert.items)
+    plus, minus, done = run_pairs(objective, x, pert, order, 1.0, chunk, control, stage)
+    ids = order[:done].numpy()
+    items = _items(ids, pert.rows)
+    h = pert.step.cpu().numpy().astype(np.float64)[ids].reshape(-1)
+    l0 = np.tile(objective.base.cpu().numpy(), len(ids))
+    lp, lm = plus[:done].numpy().reshape(-1), minus[:done].numpy().reshape(-1)
+    m.d1[items] = (lp - lm) / (2 * h)
+    m.fplus1[items] = (lp - l0) / h
+    m.fminus1[items] = (l0 - lm) / h
+    s = np.tile(objective.scale.cpu().numpy(), len(ids))
+    m.noise[items] = ROUNDOFF * EPS64 * (s + np.abs(l0)) / h
+    m.evaluated[items] = True
+    return m
+
+
+def refine(objective: Objective, x: torch.Tensor, pert: Perturbations, m: Measurement, items: np.ndarray,
+           chunk: int, control: Control, stage: str = "refining") -> None:
+    """Richardson's second step (h/2) for the vectors holding `items`; fills m.d2 / fplus2 / fminus2."""
+    vectors = np.unique(np.asarray(items, dtype=np.int64) // pert.rows)
+    vectors = vectors[~np.isin(vectors, np.unique(np.nonzero(m.refined)[0] // pert.rows))]
+    if len(vectors) == 0:
+        return
+    ids = torch.as_tensor(vectors)
+    control.plan(2 * len(ids))
+    # Refinement is few evaluations and decides verdicts already paid for: the budget does not cut it.
+    plus, minus, done = run_pairs(objective, x, pert, ids, 0.5, chunk, control, stage, budget_applies=False)
+    ids_np = vectors[:done]
+    it = _items(ids_np, pert.rows)
+    h = pert.step.cpu().numpy().astype(np.float64)[ids_np].reshape(-1) * 0.5
+    l0 = np.tile(objective.base.cpu().numpy(), len(ids_np))
+    lp, lm = plus[:done].numpy().reshape(-1), minus[:done].numpy().reshape(-1)
+    m.d2[it] = (lp - lm) / (2 * h)
+    m.fplus2[it] = (lp - l0) / h
+    m.fminus2[it] = (l0 - lm) / h
+    m.refined[it] = True
+
+
+def _items(vectors: np.ndarray, rows: int) -> np.ndarray:
+    return (np.asarray(vectors, dtype=np.int64)[:, None] * rows + np.arange(rows)[None, :]).reshape(-1)

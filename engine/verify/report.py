@@ -1,0 +1,203 @@
+"""What a check found, as frozen values: per-x results, per-node results, findings; JSON and JUnit out.
+
+The JSON layout is documented in docs/check-json.md and versioned by SCHEMA_VERSION; add fields,
+never rename or remove them.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+from xml.etree import ElementTree as ET
+
+SCHEMA_VERSION = 1
+
+PASS, FAIL, INCONCLUSIVE, SKIPPED, CANCELLED = "pass", "fail", "inconclusive", "skipped", "cancelled"
+
+
+@dataclass(frozen=True)
+class ItemProblem:
+    """One element (or direction) that failed or was inconclusive."""
+
+    status: str
+    index: tuple[int, ...] | None  # element index into x; None for a direction
+    direction: int | None
+    analytic: float
+    numeric: float
+    abs_err: float
+    rel_err: float
+    fd_error: float
+    reason: str
+
+
+@dataclass(frozen=True)
+class XCheck:
+    """The verdict for one member of xs (or, in `second_order`, for its gradient's gradient)."""
+
+    name: str
+    status: str
+    max_abs_err: float | None
+    max_rel_err: float | None
+    worst_index: tuple[int, ...] | None
+    analytic: float | None
+    numeric: float | None
+    fd_error: float | None
+    checked: int
+    failed: int
+    inconclusive: int
+    reason: str = ""
+    kind: str = "elements"  # "elements" (full, sample) or "directions" (fast)
+    shape: tuple[int, ...] = ()
+    total: int = 0  # elements in x
+    worst_direction: int | None = None
+    step: float = 0.0
+    rtol: float = 0.0
+    atol: float = 0.0  # the absolute tolerance applied at the worst item
+    strategy: str = ""  # how perturbed forwards were batched: native, vmap or loop
+    rows: int = 1  # independent rows perturbed together (1: none)
+    forwards: int = 0  # perturbed evaluations spent on this x
+    native_dtype: str | None = None
+    native_max_abs_err: float | None = None
+    native_max_rel_err: float | None = None
+    problems: tuple[ItemProblem, ...] = ()
+
+
+@dataclass(frozen=True)
+class NodeCheck:
+    """One node on the y <- xs path, its VJP checked alone on the values it saw."""
+
+    node_name: str
+    op_type: str
+    status: str
+    max_abs_err: float | None
+    max_rel_err: float | None
+    reason: str = ""
+    node_index: int = -1
+    inputs: tuple[str, ...] = ()
+    worst_input: str | None = None
+    worst_index: tuple[int, ...] | None = None
+    analytic: float | None = None
+    numeric: float | None = None
+    kind: str = "elements"
+
+
+@dataclass(frozen=True)
+class ClaimedCheck:
+    """A gradient the model computes itself (output `output`) against the engine and finite differences."""
+
+    x: str
+    output: str
+    status: str
+    max_abs_err_vs_engine: float | None
+    max_rel_err_vs_engine: float | None
+    max_abs_err_vs_fd: float | None
+    max_rel_err_vs_fd: float | None
+    worst_index: tuple[int, ...] | None
+    claimed: float | None
+    engine: float | None
+    numeric: float | None
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Finding:
+    """Something worth knowing that is not a per-element verdict: NaN/Inf, precision, nondeterminism."""
+
+    kind: str
+    message: str
+    tensor: str | None = None
+    node: str | None = None
+    x: str | None = None
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    ok: bool
+    verdict: str  # pass | fail | inconclusive | cancelled
+    mode: str
+    seed: int
+    order: int
+    results: tuple[XCheck, ...]
+    nodes: tuple[NodeCheck, ...] = ()
+    first_failing_node: str | None = None
+    findings: tuple[Finding, ...] = ()
+    elapsed_s: float = 0.0
+    model: str = ""
+    y: str = ""
+    xs: tuple[str, ...] = ()
+    zs: tuple[str, ...] = ()
+    dy: str = ""  # "scalar", "ones", "given" or "random:SEED"
+    rtol: float = 0.0
+    atol: float | None = None  # None: scaled to each x's gradient (see docs/check-json.md)
+    samples: int | None = None
+    directions: int | None = None
+    second_order: tuple[XCheck, ...] = ()
+    claimed: tuple[ClaimedCheck, ...] = ()
+    truncated: bool = False  # a time budget or a cancel left items unchecked
+    stopped: str = ""  # "", "cancelled" or "time budget"
+    device: str = "cpu"
+    schema_version: int = SCHEMA_VERSION
+
+    def to_dict(self) -> dict:
+        return _plain(dataclasses.asdict(self))
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+    def to_junit(self) -> str:
+        return junit_xml(self)
+
+    def summary(self) -> str:
+        from .text import format_report
+
+        return format_report(self)
+
+
+def _plain(value):
+    """JSON-safe: tuples become lists, non-finite floats become the strings "nan", "inf", "-inf"."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    return value
+
+
+def junit_xml(report: CheckReport) -> str:
+    """One testsuite; a testcase per x, per second-order x, per claimed gradient and per checked node."""
+    cases: list[tuple[str, str, str, str]] = []  # (classname, name, status, message)
+    for r in report.results:
+        cases.append(("gradient", f"d{report.y}/d{r.name}", r.status, _x_message(r)))
+    for r in report.second_order:
+        cases.append(("second_order", f"d2{report.y}/d{r.name}2", r.status, _x_message(r)))
+    for c in report.claimed:
+        cases.append(("claimed", f"{c.output} as d{report.y}/d{c.x}", c.status, c.reason))
+    for n in report.nodes:
+        cases.append(("node", f"{n.node_name} ({n.op_type})", n.status, n.reason))
+    suite = ET.Element("testsuite", name=f"onnxgrad.check {report.model}".strip(), tests=str(len(cases)),
+                       failures=str(sum(c[2] == FAIL for c in cases)),
+                       skipped=str(sum(c[2] in (INCONCLUSIVE, SKIPPED, CANCELLED) for c in cases)),
+                       errors="0", time=f"{report.elapsed_s:.3f}")
+    props = ET.SubElement(suite, "properties")
+    for key in ("verdict", "mode", "seed", "order", "dy", "rtol"):
+        ET.SubElement(props, "property", name=key, value=str(getattr(report, key)))
+    for classname, name, status, message in cases:
+        case = ET.SubElement(suite, "testcase", classname=f"onnxgrad.{classname}", name=name)
+        if status == FAIL:
+            ET.SubElement(case, "failure", message=message or "gradient mismatch").text = message
+        elif status in (INCONCLUSIVE, SKIPPED, CANCELLED):
+            ET.SubElement(case, "skipped", message=f"{status}: {message}".rstrip(": "))
+    for f in report.findings:
+        ET.SubElement(suite, "system-out").text = f"{f.kind}: {f.message}"
+    return ET.tostring(suite, encoding="unicode", xml_declaration=True)
+
+
+def _x_message(r: XCheck) -> str:
+    if r.status == PASS:
+        return ""
+    where = f"element {list(r.worst_index)}" if r.worst_index is not None else f"direction {r.worst_direction}"
+    base = (f"{where}: analytic {r.analytic:.6g}, numeric {r.numeric:.6g}, "
+            f"abs err {r.max_abs_err:.3g}, rel err {r.max_rel_err:.3g}") if r.analytic is not None else ""
+    return "; ".join(p for p in (base, r.reason) if p)

@@ -1,0 +1,43 @@
+"""Independent rows: when row r of x feeds row r of y only, one perturbed forward serves every row.
+
+A batch of B images through a CNN, or the rows of a 4x32 input through a MatMul chain, never mix:
+perturbing element j of every row at once and reading <dy, y> row by row gives B central
+differences for the price of one (Curtis-Powell-Reid compression with the batch axis as colours).
+Whether rows mix is measured, not assumed: each row is moved by a large random step in its own
+probe forward and every other row of y must stay put to 1e-12. A mixing op (BatchNorm in training
+mode, Softmax or a reduction over axis 0, CumSum along it, ...) moves other rows and turns it off.
+"""
+from __future__ import annotations
+
+import torch
+
+from .batching import BatchEvaluator
+
+MAX_ROWS = 4096
+
+
+def independent_rows(evaluator: BatchEvaluator, x: torch.Tensor, y0: torch.Tensor, seed: int,
+                     max_batch: int = MAX_ROWS) -> int:
+    """B when the B rows (axis 0) of x act on the B rows of y independently, else 1."""
+    if x.dim() == 0 or y0.dim() == 0 or x.shape[0] < 2 or y0.shape[0] != x.shape[0] \
+            or x.shape[0] > min(MAX_ROWS, max_batch):
+        return 1
+    if x.numel() == x.shape[0]:  # one element per row: nothing to share
+        return 1
+    if not bool(torch.isfinite(y0).all()):
+        return 1
+    b = x.shape[0]
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    noise = torch.randn(x.shape, generator=gen, dtype=torch.float64).to(device=x.device, dtype=x.dtype)
+    step = 0.1 * (1.0 + x.abs()) * noise
+    probes = x.detach().unsqueeze(0).repeat((b,) + (1,) * x.dim())
+    idx = torch.arange(b, device=x.device)
+    probes[idx, idx] += step
+    with torch.no_grad():
+        out = evaluator(probes)  # [B, *y.shape]
+    if out.shape != (b,) + tuple(y0.shape) or not bool(torch.isfinite(out).all()):
+        return 1
+    moved = (out - y0.unsqueeze(0)).abs() > 1e-12 * (y0.abs().unsqueeze(0) + y0.abs().max())
+    moved = moved.reshape(b, b, -1).any(-1)  # [probe r, row s]
+    moved[idx, idx] = False
+    return 1 if bool(moved.any()) else b

@@ -1,0 +1,63 @@
+"""A report as plain text for the terminal: a line per x, per claim, per failing node, then findings."""
+from __future__ import annotations
+
+from .report import PASS, CheckReport, XCheck
+
+MARK = {"pass": "PASS", "fail": "FAIL", "inconclusive": "INCONCLUSIVE", "skipped": "skipped",
+        "cancelled": "cancelled"}
+
+
+def _num(v) -> str:
+    return "-" if v is None else f"{v:.3g}"
+
+
+def _x_line(prefix: str, r: XCheck) -> list[str]:
+    what = "directions" if r.kind == "directions" else "elements"
+    where = ""
+    if r.worst_index is not None and r.analytic is not None:
+        where = f"  worst {list(r.worst_index)}: analytic {r.analytic:.6g} numeric {r.numeric:.6g} (fd err {_num(r.fd_error)})"
+    elif r.worst_direction is not None and r.analytic is not None:
+        where = f"  worst direction {r.worst_direction}: <g,u> {r.analytic:.6g} vs fd {r.numeric:.6g}"
+    counts = f"{r.checked}/{r.total if r.kind == 'elements' else r.checked} {what}"
+    if r.failed or r.inconclusive:
+        counts += f", {r.failed} failed, {r.inconclusive} inconclusive"
+    lines = [f"  {MARK.get(r.status, r.status):12} {prefix}{r.name}  {counts}  max abs {_num(r.max_abs_err)} "
+             f"rel {_num(r.max_rel_err)}{where}"]
+    if r.native_dtype:
+        lines.append(f"               {r.native_dtype} gradient vs float64: max abs {_num(r.native_max_abs_err)} "
+                     f"rel {_num(r.native_max_rel_err)}")
+    if r.reason and r.status != PASS:
+        lines.append(f"               {r.reason}")
+    return lines
+
+
+def format_report(report: CheckReport) -> str:
+    head = (f"check d{report.y}/d[{', '.join(report.xs)}]  mode {report.mode}"
+            f"{f' ({report.samples} samples)' if report.samples else ''}"
+            f"{f' ({report.directions} directions)' if report.directions else ''}  order {report.order}  "
+            f"dy {report.dy}  seed {report.seed}  rtol {report.rtol:g}  "
+            f"atol {'auto' if report.atol is None else format(report.atol, 'g')}")
+    lines = [head]
+    for r in report.results:
+        lines += _x_line("", r)
+    for r in report.second_order:
+        lines += _x_line("d2/", r)
+    for c in report.claimed:
+        lines.append(f"  {MARK.get(c.status, c.status):12} claimed {c.output} = d{report.y}/d{c.x}  "
+                     f"vs engine max abs {_num(c.max_abs_err_vs_engine)}  vs fd max abs {_num(c.max_abs_err_vs_fd)}"
+                     + (f"  {c.reason}" if c.reason else ""))
+    if report.nodes:
+        counts = {}
+        for n in report.nodes:
+            counts[n.status] = counts.get(n.status, 0) + 1
+        lines.append("  nodes: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())))
+        for n in report.nodes:
+            if n.status in ("fail", "inconclusive"):
+                lines.append(f"  {MARK[n.status]:12} node {n.node_name} ({n.op_type})  max abs {_num(n.max_abs_err)} "
+                             f"rel {_num(n.max_rel_err)}  {n.reason}")
+    if report.first_failing_node:
+        lines.append(f"  first failing node: {report.first_failing_node}")
+    for f in report.findings:
+        lines.append(f"  note [{f.kind}]: {f.message}")
+    lines.append(f"verdict: {report.verdict.upper()}  ({report.elapsed_s:.2f}s)")
+    return "\n".join(lines)

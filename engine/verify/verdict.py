@@ -1,0 +1,162 @@
+"""Per-item verdicts from analytic values and finite-difference measurements.
+
+An item fails only when |a - n| > atol and |a - n| / max(|a|, |n|) > rtol, *and* the discrepancy is
+beyond the finite differences' own error estimate. Items near a non-differentiable point are
+inconclusive, never failed:
+- one-sided derivatives disagree, and the gap does not shrink when the step halves (a kink at x:
+  Relu or Abs at 0, a Max/Min tie, a Clip bound); a smooth function's gap halves with the step;
+- central differences at h and h/2 disagree (the 5-point fit breaks: a kink or jump within h).
+Refinement at h/2 is spent only on items that are neither a clear pass nor a clear fail.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .fd import Measurement
+from .report import FAIL, INCONCLUSIVE, PASS
+
+RTOL = 1e-4  # float64 analytic vs float64 finite differences
+ATOL_REL = 1e-6  # default atol, relative to the gradient's scale (so the check is scale-free)
+KINK_REL = 1e-3  # a one-sided gap below this fraction of the scale cannot change a verdict
+# Tolerances for the native-dtype gradient against the float64 one (reported, not a verdict).
+NATIVE_TOLERANCE = {"float64": (1e-9, 1e-12), "float32": (1e-3, 1e-6), "float16": (1e-2, 1e-3),
+                    "bfloat16": (5e-2, 1e-2)}
+UNCHECKED = "unchecked"
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    rtol: float
+    atol: np.ndarray  # per item, absolute
+    scale: float  # the gradient scale the defaults were derived from
+
+
+def element_scale(analytic: np.ndarray, numeric: np.ndarray) -> float:
+    """The largest magnitude both sides agree exists: robust to a jump's huge quotient and to a zero VJP."""
+    ok = np.isfinite(analytic) & np.isfinite(numeric)
+    if not ok.any():
+        return 0.0
+    return float(np.max(np.minimum(np.abs(analytic[ok]), np.abs(numeric[ok]))))
+
+
+def tolerance(n: int, rtol: float | None, atol: float | None, scale: np.ndarray | float) -> Tolerance:
+    scale_arr = np.broadcast_to(np.asarray(scale, dtype=np.float64), (n,))
+    if atol is None:
+        atol_arr = ATOL_REL * scale_arr
+    else:
+        atol_arr = np.full(n, float(atol))
+    return Tolerance(RTOL if rtol is None else float(rtol), atol_arr.copy(), float(np.max(scale_arr, initial=0.0)))
+
+
+def _threshold(a, n, tol: Tolerance):
+    return np.maximum(tol.atol, tol.rtol * np.maximum(np.abs(a), np.abs(n)))
+
+
+def _first_pass(a: np.ndarray, m: Measurement, tol: Tolerance):
+    """(threshold, clear pass, clear fail) from the step-h quotients alone.
+
+    A clear fail needs the one-sided quotients to agree with each other far better than with the
+    analytic value: then nothing non-smooth lies within h and the discrepancy is real.
+    """
+    with np.errstate(invalid="ignore"):
+        thr = _threshold(a, m.d1, tol)
+        diff = np.abs(a - m.d1)
+        gap = np.abs(m.fplus1 - m.fminus1)
+        gap_thr = np.maximum.reduce([thr, 4 * m.noise, np.full(len(a), KINK_REL * tol.scale)])
+        clear_pass = (diff <= 0.5 * thr) & (gap <= gap_thr)
+        clear_fail = (diff > 4 * thr) & (diff > 8 * m.noise) & (gap <= 0.5 * diff)
+    return thr, diff, clear_pass, clear_fail
+
+
+def to_refine(a: np.ndarray, m: Measurement, tol: Tolerance) -> np.ndarray:
+    """Items whose first-pass verdict is in doubt, plus the worst item (so it carries an error estimate)."""
+    ev = m.evaluated & np.isfinite(a) & np.isfinite(m.d1)
+    thr, diff, clear_pass, clear_fail = _first_pass(a, m, tol)
+    picks = set(np.nonzero(ev & ~clear_pass & ~clear_fail)[0].tolist())
+    if ev.any():
+        ratio = np.where(ev, diff / np.maximum(thr, 1e-300), -1.0)
+        picks.add(int(np.argmax(ratio)))
+    return np.array(sorted(picks), dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class Verdicts:
+    status: np.ndarray  # object array: pass / fail / inconclusive / unchecked
+    numeric: np.ndarray  # best estimate per item
+    fd_error: np.ndarray
+    abs_err: np.ndarray
+    rel_err: np.ndarray
+    ratio: np.ndarray  # abs_err / threshold: > 1 is out of tolerance
+    atol: np.ndarray
+    reasons: dict  # item -> reason, for non-pass items
+
+
+def classify(a: np.ndarray, m: Measurement, tol: Tolerance) -> Verdicts:
+    n_items = len(a)
+    status = np.full(n_items, UNCHECKED, dtype=object)
+    numeric = m.d1.copy()
+    fd_err = m.noise.copy()
+    kink = np.zeros(n_items, bool)
+    reasons: dict[int, str] = {}
+    r = m.refined
+    noise2 = 2 * m.noise
+    d1, d2 = m.d1, m.d2
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        thr1 = _threshold(a, d1, tol)
+        g1 = m.fplus1 - m.fminus1
+        g2 = m.fplus2 - m.fminus2
+        gap_floor = np.maximum(4 * noise2, KINK_REL * tol.scale)
+        one_sided = r & (np.abs(g2) > np.maximum(thr1, gap_floor)) & (np.abs(g2) > 0.75 * np.abs(g1))
+        steps = r & (np.abs(d1 - d2) > np.maximum(thr1, 4 * noise2))
+        kink = one_sided | steps
+        smooth = r & ~kink
+        numeric[smooth] = (4 * d2[smooth] - d1[smooth]) / 3
+        numeric[kink] = d2[kink]
+        fd_err[r] = np.abs(d1[r] - d2[r]) + noise2[r]
+        diff = np.abs(a - numeric)
+        thr = _threshold(a, numeric, tol)
+        rel = diff / np.maximum(np.maximum(np.abs(a), np.abs(numeric)), 1e-300)
+        ratio = diff / np.maximum(thr, 1e-300)
+    ev = m.evaluated
+    nonfinite_fd = ev & ~np.isfinite(d1)
+    nonfinite_a = ev & np.isfinite(d1) & ~np.isfinite(a)
+    finite = ev & ~nonfinite_fd & ~nonfinite_a
+    _, _, clear_pass, clear_fail = _first_pass(a, m, tol)
+    for i in np.nonzero(finite)[0]:
+        if r[i]:
+            if kink[i]:
+                status[i] = INCONCLUSIVE
+                reasons[i] = _kink_reason(one_sided[i], m, i)
+            elif diff[i] <= thr[i]:
+                status[i] = PASS
+            elif diff[i] <= fd_err[i]:
+                status[i] = INCONCLUSIVE
+                reasons[i] = (f"finite differences are not accurate enough here: their error estimate "
+                              f"{fd_err[i]:.3g} exceeds the discrepancy {diff[i]:.3g}")
+            else:
+                status[i] = FAIL
+        elif clear_pass[i]:
+            status[i] = PASS
+        elif clear_fail[i]:
+            status[i] = FAIL
+        else:
+            status[i] = INCONCLUSIVE
+            reasons[i] = "needed a refinement step that was not run (stopped early)"
+    for i in np.nonzero(nonfinite_fd)[0]:
+        status[i] = INCONCLUSIVE
+        reasons[i] = "the model's value is NaN or Inf near this point, so finite differences are undefined"
+    for i in np.nonzero(nonfinite_a)[0]:
+        status[i] = FAIL
+        reasons[i] = f"the analytic gradient is {a[i]} where finite differences give {numeric[i]:.6g}"
+    return Verdicts(status, numeric, fd_err, diff, rel, ratio, tol.atol, reasons)
+
+
+def _kink_reason(one_sided: bool, m: Measurement, i: int) -> str:
+    if one_sided:
+        return (f"not differentiable here: one-sided derivatives {m.fminus2[i]:.6g} (left) and "
+                f"{m.fplus2[i]:.6g} (right) disagree, also at half the step (a kink such as Relu/Abs at 0, "
+                "a Max/Min tie or a Clip bound)")
+    return (f"a kink or jump lies within one step of this point: central differences at h and h/2 "
+            f"give {m.d1[i]:.6g} and {m.d2[i]:.6g}")

@@ -1,0 +1,162 @@
+"""One x: choose the items (every element, a sample, or random directions), measure, judge, report."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import torch
+
+from . import fd, verdict
+from .batching import BatchEvaluator
+from .report import FAIL, INCONCLUSIVE, PASS, SKIPPED, ItemProblem, XCheck
+from .structure import independent_rows
+
+MAX_PROBLEMS = 20
+
+
+@dataclass
+class Options:
+    mode: str  # full | sample | fast
+    samples: int
+    directions: int
+    rtol: float | None
+    atol: float | None
+    seed: int
+    chunk: int  # perturbed evaluations per batched call
+
+
+class XProbe:
+    """Finite differences of L = <dy, f(x)> for one x; judged against any analytic gradient of it."""
+
+    def __init__(self, name: str, fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor,
+                 y0: torch.Tensor, dy: torch.Tensor, opts: Options, salt: int, control: fd.Control,
+                 stage: str = "finite differences", compress: bool = True):
+        self.name, self.x, self.opts, self.control, self.stage = name, x, opts, control, stage
+        self.evaluator = BatchEvaluator(fn)
+        rows = 1
+        if opts.mode == "full" and compress:
+            rows = independent_rows(self.evaluator, x, y0, opts.seed + salt, max_batch=opts.chunk)
+        self.rows = rows
+        self.objective = fd.Objective(self.evaluator, y0, dy, rows)
+        self.pert, self.order = self._perturbations(salt)
+        self.m = fd.measure(self.objective, x, self.pert, self.order, opts.chunk, control, stage)
+        self.forwards = 2 * int(self.m.evaluated.sum() // max(rows, 1))
+
+    def _perturbations(self, salt: int):
+        x, opts = self.x, self.opts
+        n = x.numel()
+        rng = np.random.default_rng([opts.seed, salt])
+        if opts.mode == "fast":
+            gen = torch.Generator(device="cpu").manual_seed(int(rng.integers(2**62)))
+            signs = torch.randint(0, 2, (opts.directions,) + tuple(x.shape), generator=gen)
+            self.directions = (2.0 * signs - 1.0).to(dtype=x.dtype, device=x.device)  # Rademacher
+            pert = fd.direction_perturbations(x, self.directions)
+            return pert, torch.arange(pert.count)
+        if opts.mode == "sample" and opts.samples < n:
+            chosen = np.sort(rng.choice(n, size=opts.samples, replace=False))
+            groups = torch.as_tensor(chosen, device=x.device).reshape(-1, 1)
+        else:
+            groups = torch.arange(n, device=x.device).reshape(self.rows, n // self.rows).T.contiguous()
+        pert = fd.element_perturbations(x, groups)
+        order = torch.as_tensor(rng.permutation(pert.count))  # a cut-short run is a random sample
+        return pert, order
+
+    # --- judging ------------------------------------------------------------------------------
+    def analytic_items(self, grad: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+        """(the analytic value of each item, the scale of its terms) for a gradient shaped like x."""
+        g = grad.detach().to(torch.float64)
+        if self.pert.kind == "directions":
+            terms = g.unsqueeze(0) * self.directions.to(torch.float64)
+            a = terms.reshape(self.pert.count, -1).sum(-1)
+            s = terms.abs().reshape(self.pert.count, -1).sum(-1)
+            return a.cpu().numpy(), s.cpu().numpy()
+        a = g.reshape(-1)[self.pert.elements.reshape(-1)].cpu().numpy()
+        return a, None
+
+    def judge(self, grad: torch.Tensor) -> verdict.Verdicts:
+        a, scale = self.analytic_items(grad)
+        if scale is None:
+            scale = verdict.element_scale(a[self.m.evaluated], self.m.d1[self.m.evaluated])
+        tol = verdict.tolerance(len(a), self.opts.rtol, self.opts.atol, scale)
+        picks = verdict.to_refine(a, self.m, tol)
+        fd.refine(self.objective, self.x, self.pert, self.m, picks, self.opts.chunk, self.control)
+        self.forwards = 2 * int(self.m.evaluated.sum() // self.rows) + 2 * int(self.m.refined.sum() // self.rows)
+        self.analytic = a
+        return verdict.classify(a, self.m, tol)
+
+    def item_index(self, item: int) -> tuple[tuple[int, ...] | None, int | None]:
+        if self.pert.kind == "directions":
+            return None, int(item)
+        flat = int(self.pert.elements.reshape(-1)[item])
+        return tuple(int(i) for i in np.unravel_index(flat, tuple(self.x.shape))) if self.x.dim() else (), None
+
+    def result(self, v: verdict.Verdicts, **extra) -> XCheck:
+        a = self.analytic
+        status = v.status
+        checked = int(np.sum(status != verdict.UNCHECKED))
+        failed = int(np.sum(status == FAIL))
+        inconclusive = int(np.sum(status == INCONCLUSIVE))
+        conclusive = (status == PASS) | (status == FAIL)
+        worst = _worst(status, v.ratio)
+        overall = FAIL if failed else (INCONCLUSIVE if inconclusive or checked == 0 else PASS)
+        reason = ""
+        if checked < len(status):
+            reason = f"checked {checked} of {len(status)} {'directions' if self.pert.kind == 'directions' else 'elements'} ({self.control.stopped or 'stopped'})"
+        fields = dict(name=self.name, status=overall, max_abs_err=None, max_rel_err=None, worst_index=None,
+                      analytic=None, numeric=None, fd_error=None, checked=checked, failed=failed,
+                      inconclusive=inconclusive, reason=reason, kind=self.pert.kind,
+                      shape=tuple(self.x.shape), total=self.x.numel(), step=float(self.pert.step.max()),
+                      rtol=verdict.RTOL if self.opts.rtol is None else self.opts.rtol,
+                      strategy=self.evaluator.strategy or "", rows=self.rows, forwards=self.forwards)
+        if conclusive.any():
+            fields["max_abs_err"] = float(np.max(v.abs_err[conclusive]))
+            fields["max_rel_err"] = float(np.max(v.rel_err[conclusive]))
+        if worst is not None:
+            index, direction = self.item_index(worst)
+            fields.update(worst_index=index, worst_direction=direction, analytic=float(a[worst]),
+                          numeric=float(v.numeric[worst]), fd_error=float(v.fd_error[worst]),
+                          atol=float(v.atol[worst]))
+            if fields["max_abs_err"] is None:
+                fields["max_abs_err"], fields["max_rel_err"] = float(v.abs_err[worst]), float(v.rel_err[worst])
+        explain = worst if worst is not None and status[worst] != PASS else None
+        if explain is None and inconclusive:
+            explain = int(np.nonzero(status == INCONCLUSIVE)[0][0])
+        if explain is not None:
+            index, direction = self.item_index(explain)
+            where = f"element {list(index)}" if index is not None else f"direction {direction}"
+            why = v.reasons.get(explain) or (f"analytic {a[explain]:.6g} vs numeric {v.numeric[explain]:.6g} "
+                                             f"(|diff| {v.abs_err[explain]:.3g} > tolerance "
+                                             f"{v.abs_err[explain] / max(v.ratio[explain], 1e-300):.3g})")
+            fields["reason"] = "; ".join(p for p in (f"{where}: {why}", reason) if p)
+        fields["problems"] = self._problems(v)
+        fields.update(extra)
+        return XCheck(**fields)
+
+    def _problems(self, v: verdict.Verdicts) -> tuple[ItemProblem, ...]:
+        bad = np.nonzero((v.status == FAIL) | (v.status == INCONCLUSIVE))[0]
+        bad = bad[np.lexsort((-np.nan_to_num(v.ratio[bad], nan=np.inf), v.status[bad] != FAIL))]
+        out = []
+        for i in bad[:MAX_PROBLEMS]:
+            index, direction = self.item_index(int(i))
+            out.append(ItemProblem(status=str(v.status[i]), index=index, direction=direction,
+                                   analytic=float(self.analytic[i]), numeric=float(v.numeric[i]),
+                                   abs_err=float(v.abs_err[i]), rel_err=float(v.rel_err[i]),
+                                   fd_error=float(v.fd_error[i]), reason=v.reasons.get(int(i), "")))
+        return tuple(out)
+
+
+def _worst(status: np.ndarray, ratio: np.ndarray) -> int | None:
+    """The failing item furthest out of tolerance; else the worst conclusive one; else an inconclusive one."""
+    for wanted in ((FAIL,), (PASS,), (INCONCLUSIVE,)):
+        mask = np.isin(status, wanted)
+        if mask.any():
+            r = np.where(mask, np.nan_to_num(ratio, nan=np.inf), -np.inf)
+            return int(np.argmax(r))
+    return None
+
+
+def skipped(name: str, shape, reason: str, status: str = SKIPPED) -> XCheck:
+    return XCheck(name=name, status=status, max_abs_err=None, max_rel_err=None, worst_index=None,
+                  analytic=None, numeric=None, fd_error=None, checked=0, failed=0, inconclusive=0,
+                  reason=reason, shape=tuple(shape), total=int(np.prod(shape)) if len(shape) else 1)

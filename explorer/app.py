@@ -1,0 +1,374 @@
+"""The explorer App and `make_app`, the one factory shared by the console script, snapshots and tests."""
+from __future__ import annotations
+
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal
+from textual.widgets import Footer
+
+import engine
+from engine.errors import OnnxGradError
+
+from . import messages as m
+from .commands import ExplorerCommands
+from .marks import graph_marks
+from .screens.export import ExportScreen
+from .screens.feed import CLEAR, FeedScreen
+from .screens.help import HelpScreen
+from .screens.prompt import PromptScreen
+from .screens.step import StepScreen
+from .screens.verify import VerifyScreen
+from .state import Session, available_devices
+from .widgets.graph_view import GraphView
+from .widgets.inspector import Inspector
+from .widgets.node_list import NodeList
+from .widgets.results import Results
+from .widgets.selection_bar import SelectionBar
+from .widgets.status import StatusLine
+from .work import CANCELLABLE, Workers, one_line
+
+
+class ExplorerApp(Workers, App):
+    TITLE = "onnxgrad"
+    CSS_PATH = "explorer.tcss"
+    COMMANDS = App.COMMANDS | {ExplorerCommands}
+    BINDINGS = [
+        Binding("q", "quit", "Quit", id="app.quit"),
+        Binding("question_mark", "help", "Help", key_display="?", id="app.help"),
+        Binding("slash", "search", "Find", key_display="/", id="app.search"),
+        Binding("y", "set_y", "Set y", id="selection.set_y"),
+        Binding("x", "toggle_x", "±xs", id="selection.toggle_x"),
+        Binding("z", "toggle_z", "±zs", id="selection.toggle_z"),
+        Binding("o", "next_tensor", "Tensor", id="cursor.next_tensor"),
+        Binding("f", "feed", "Feed", id="feed.open"),
+        Binding("r", "run", "Run", id="work.run"),
+        Binding("v", "verify", "Verify", id="work.verify"),
+        Binding("s", "step", "Step", id="work.step"),
+        Binding("g", "cycle_view", "View", id="view.cycle"),
+        Binding("d", "cycle_device", "Device", id="settings.device"),
+        Binding("t", "toggle_dtype", "Dtype", id="settings.dtype"),
+        Binding("h", "heat_source", "Heat", id="inspector.heat_source"),
+        Binding("e", "export", "Export", id="work.export"),
+        Binding("c", "clear_selection", "Clear", id="selection.clear"),
+        Binding("escape", "cancel", "Cancel", id="work.cancel"),
+    ]
+
+    def __init__(self, session: Session | None, load_error: str | None = None):
+        super().__init__()
+        self.session = session
+        self.load_error = load_error
+        self.cursor: tuple[int | None, str | None] = (None, None)
+        self.layouts: dict[tuple, object] = {}
+
+    def check_action(self, action: str, parameters) -> bool | None:
+        """Keys that mean nothing right now leave the footer (they still work from ctrl+p when they can)."""
+        s = self.session
+        if s is None:
+            return action in ("quit", "help", "open_model", "command_palette") or None
+        if action == "cancel":
+            return any(w.group in CANCELLABLE and w.is_running for w in self.workers)
+        if action == "next_tensor":
+            return self.cursor[0] is not None
+        if action == "clear_selection":
+            return bool(s.y or s.xs or s.zs)
+        if action == "cycle_device":
+            return len(available_devices()) > 1
+        if action == "heat_source":
+            inspectors = self.query(Inspector)
+            return bool(inspectors) and inspectors.first().has_heatmap
+        return True
+
+    def compose(self) -> ComposeResult:
+        yield SelectionBar(id="selection-bar")
+        with Horizontal(id="main"):
+            yield NodeList(id="node-list")
+            yield GraphView(id="graph")
+            yield Inspector(id="inspector")
+        yield Results(id="results")
+        yield StatusLine(id="status")
+        yield Footer(compact=True)
+
+    def on_mount(self) -> None:
+        if self.load_error:
+            self.notify(self.load_error, title="cannot open the model", severity="error", timeout=30)
+        if self.session is None:
+            self.query_one(GraphView).set_layout(None, "no model: ctrl+p → Open model…")
+            return
+        self.open_session(self.session)
+
+    def open_session(self, session: Session) -> None:
+        self.session, self.layouts = session, {}
+        self.sub_title = session.label
+        self.query_one(NodeList).set_graph(session.graph)
+        graph = self.query_one(GraphView)
+        graph.set_layout(None, "laying out the graph…")
+        graph.focus()
+        g = session.graph
+        first = (None, g.inputs[0]) if g.inputs else ((0, _first_output(g, 0)) if g.nodes else (None, None))
+        self.move_cursor(*first, announce=True)
+        self.selection_changed()
+        self.request_layout()
+
+    # --- cursor --------------------------------------------------------------------------------
+    def move_cursor(self, node_index: int | None, tensor: str | None, origin: str = "", announce: bool = True) -> None:
+        if self.session is None or (node_index, tensor) == self.cursor:
+            return
+        if node_index is not None and tensor is None:
+            tensor = _first_output(self.session.graph, node_index)
+        self.cursor = (node_index, tensor)
+        if origin != "graph":
+            graph = self.query_one(GraphView)
+            ids = graph.ids_for(node_index=node_index) or graph.ids_for(tensor=tensor)
+            if ids:
+                graph.select(ids[0])
+        if origin != "list":
+            self.query_one(NodeList).highlight(node_index, tensor)
+        self.query_one(Inspector).show(self.session, node_index, tensor)
+        if tensor is not None:
+            self.request_values([tensor])
+        self.refresh_bindings()
+        if announce:
+            self.post_message(m.CursorMoved(node_index, tensor))
+
+    def on_graph_view_node_chosen(self, event: GraphView.NodeChosen) -> None:
+        self.move_cursor(event.node_index, event.tensor, origin="graph")
+
+    def on_node_list_picked(self, event: NodeList.Picked) -> None:
+        self.move_cursor(event.node_index, event.tensor, origin="list")
+        if event.jump:
+            self.query_one(GraphView).focus()
+
+    def on_results_jump(self, event: Results.Jump) -> None:
+        g = self.session.graph
+        node = g.producer.get(event.tensor)
+        self.move_cursor(node, event.tensor)
+        inspector = self.query_one(Inspector)
+        if event.index is not None:
+            inspector.heat_source = "gradient"
+            inspector.point_at(event.index)
+
+    def action_next_tensor(self) -> None:
+        node, tensor = self.cursor
+        if node is None:
+            return
+        n = self.session.graph.nodes[node]
+        names = [t for t in list(n.output) + list(n.input) if t]
+        k = names.index(tensor) + 1 if tensor in names else 0
+        self.cursor = (node, names[k % len(names)])
+        self.query_one(Inspector).show(self.session, *self.cursor)
+        self.request_values([self.cursor[1]])
+        self.post_message(m.CursorMoved(*self.cursor))
+
+    # --- selection -----------------------------------------------------------------------------
+    def _tensor_or_warn(self) -> str | None:
+        tensor = self.cursor[1]
+        if tensor is None:
+            self.notify("Move to a tensor first (arrows, or / to search).", severity="warning")
+        return tensor
+
+    def action_set_y(self) -> None:
+        if (t := self._tensor_or_warn()) is not None:
+            self.session.set_y(t)
+            self.selection_changed()
+
+    def action_toggle_x(self) -> None:
+        if (t := self._tensor_or_warn()) is not None:
+            self.session.toggle_x(t)
+            self.selection_changed()
+
+    def action_toggle_z(self) -> None:
+        if (t := self._tensor_or_warn()) is not None:
+            self.session.toggle_z(t)
+            self.selection_changed()
+
+    def action_clear_selection(self) -> None:
+        self.session.clear_selection()
+        self.selection_changed()
+
+    def selection_changed(self) -> None:
+        s = self.session
+        self.results_changed()
+        if s.view != "forward":
+            self.request_layout()
+        self.post_message(m.SelectionChanged(s.y, s.xs, s.zs, s.selection_error))
+
+    def results_changed(self) -> None:
+        """Redraw everything that shows the session: bar, marks, inspector, tables."""
+        s = self.session
+        self.query_one(SelectionBar).show(s)
+        graph = self.query_one(GraphView)
+        graph.set_marks(graph_marks(s, graph.canvas.layout if graph.canvas else None))
+        self.query_one(Inspector).show(s, *self.cursor)
+        results = self.query_one(Results)
+        results.show_gradient(s.gradient)
+        results.show_check(s.check)
+        self.refresh_bindings()
+
+    # --- feeds, settings, views ---------------------------------------------------------------------
+    def action_feed(self) -> None:
+        tensor = self._tensor_or_warn()
+        if tensor is None:
+            return
+        source, explicit = self.session.feed_source(tensor)
+
+        def try_feed(src) -> str | None:
+            try:
+                self.session.set_feed(tensor, src)
+            except OnnxGradError as exc:
+                return str(exc)
+            return None
+
+        def done(result) -> None:
+            if result is None:
+                return
+            if result == CLEAR:
+                self.session.clear_feed(tensor)
+            self.results_changed()
+            self.request_values([tensor])
+            desc = None if result == CLEAR else result.describe()
+            self.post_message(m.FeedChanged(tensor, desc))
+            self.notify(f"{tensor}: {desc or 'feed removed'}", timeout=3)
+
+        self.push_screen(FeedScreen(tensor, source, explicit, try_feed), done)
+
+    def _settings_changed(self) -> None:
+        s = self.session
+        self.results_changed()
+        self.request_values([self.cursor[1]] if self.cursor[1] else [])
+        self.post_message(m.SettingsChanged(s.device, s.dtype, s.view))
+
+    def action_cycle_device(self) -> None:
+        self.notify(f"device: {self.session.cycle_device()}", timeout=2)
+        self._settings_changed()
+
+    def action_toggle_dtype(self) -> None:
+        self.notify(f"dtype: {self.session.toggle_dtype()}", timeout=2)
+        self._settings_changed()
+
+    def action_cycle_view(self) -> None:
+        self.session.cycle_view()
+        self.request_layout()
+        self._settings_changed()
+
+    def action_heat_source(self) -> None:
+        self.notify(f"heatmap shows the {self.query_one(Inspector).toggle_heat_source()}", timeout=2)
+
+    def action_search(self) -> None:
+        self.query_one(NodeList).open_search()
+
+    def action_help(self) -> None:
+        groups = [("explorer", list(self.BINDINGS)), ("graph", list(GraphView.BINDINGS)),
+                  ("step mode", list(StepScreen.BINDINGS))]
+        self.push_screen(HelpScreen(groups))
+
+    # --- long work --------------------------------------------------------------------------------
+    def action_run(self) -> None:
+        try:
+            job = self.session.gradient_job()
+        except OnnxGradError as exc:
+            self.notify(str(exc), title="cannot run", severity="error")
+            return
+        self.run_gradient(job)
+
+    def action_verify(self) -> None:
+        if self.session.spec is None:
+            self.notify(self.session.selection_error or "select y and xs first", title="cannot verify",
+                        severity="error")
+            return
+
+        def done(options) -> None:
+            if options is None:
+                return
+            try:
+                job = self.session.check_job(options)
+            except OnnxGradError as exc:
+                self.notify(str(exc), title="cannot verify", severity="error")
+                return
+            self.run_check(job)
+
+        self.push_screen(VerifyScreen(self.session.check_options), done)
+
+    def action_step(self) -> None:
+        s = self.session
+        if s.spec is None:
+            self.notify(s.selection_error or "select y and xs first", title="cannot step", severity="error")
+            return
+        try:
+            feeds = s.feed_values()
+        except OnnxGradError as exc:
+            self.notify(str(exc), title="cannot step", severity="error")
+            return
+        self.run_trace(s.model, s.spec, feeds, s.device, s.dtype, s.generation)
+
+    def on_trace_ready(self, message: m.TraceReady) -> None:
+        layout = self.layouts.get(("forward", None))
+
+        def done(node_index) -> None:
+            if node_index is not None:
+                self.move_cursor(node_index, None)
+
+        self.push_screen(StepScreen(message.trace, layout), done)
+
+    def action_export(self, what: str = "gradients") -> None:
+        stem = "".join(c if c.isalnum() or c in "-_" else "_" for c in self.session.label) or "model"
+        self.push_screen(ExportScreen(stem, what), lambda r: r and self.start_export(*r))
+
+    def action_open_model(self) -> None:
+        self.push_screen(PromptScreen("Open an ONNX model (path):", placeholder="model.onnx"),
+                         lambda path: path and self.run_open(path))
+
+    def on_model_opened(self, message: m.ModelOpened) -> None:
+        old = self.session
+        session = Session(message.model, message.label, seed=old.seed if old else 0)
+        self.open_session(session)
+        self.notify(f"opened {message.label}", timeout=3)
+
+
+def _first_output(graph, i: int) -> str | None:
+    return next((t for t in graph.nodes[i].output if t), None)
+
+
+def make_app(model_path: str | None = None, *, model: engine.Model | None = None, label: str | None = None,
+             seed: int = 0, device: str = "cpu", dtype: str = "float32", select_from_gradient_node: bool = True
+             ) -> ExplorerApp:
+    """The explorer on a path, a loaded Model, or (neither) the bundled spec example.
+
+    A model that fails to load still opens the app, which shows the one-line reason.
+    """
+    load_error = None
+    if model is None:
+        try:
+            if model_path is None:
+                from engine import examples
+
+                model, label = engine.load(examples.spec_conv_gemm()), label or "spec_conv_gemm"
+            else:
+                model = engine.load(model_path)
+        except OnnxGradError as exc:
+            load_error = str(exc)
+        except Exception as exc:  # a corrupt file can fail below our loader too; still one line
+            load_error = one_line(exc)
+    session = None
+    if model is not None:
+        import os
+
+        session = Session(model, label or (os.path.basename(model_path) if model_path else model.name),
+                          seed=seed, device=device, dtype=dtype)
+        if select_from_gradient_node:
+            preselect_from_gradient_node(session)
+    return ExplorerApp(session, load_error)
+
+
+def preselect_from_gradient_node(session: Session) -> None:
+    """A model with a Gradient node opens with that node's (y, xs, zs) selected: the spec example does."""
+    from onnx import helper
+
+    for node in session.graph.nodes:
+        if node.op_type == "Gradient":
+            attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+            try:
+                session.select(attrs["y"].decode(), [v.decode() for v in attrs.get("xs", [])],
+                               [v.decode() for v in attrs.get("zs", [])])
+            except (KeyError, AttributeError):
+                continue
+            return

@@ -1,0 +1,54 @@
+"""How each box of a layout is marked for the session: roles, the slice, check results. No Textual."""
+from __future__ import annotations
+
+
+def box_tensor(node) -> str | None:
+    """The tensor a box stands for: "t:NAME" boxes, and "…dx:NAME" (the gradient of NAME) boxes."""
+    if node.node_index is not None:
+        return None
+    if node.id.startswith("t:"):
+        return node.id[2:]
+    if "dx:" in node.id:
+        return node.id.split("dx:", 1)[1]
+    return None
+
+
+def check_statuses(report) -> dict[str, str]:
+    """node name -> "pass" / "fail" / "inconclusive" from a CheckReport's per-node results."""
+    out = {}
+    for n in getattr(report, "nodes", None) or ():
+        status = getattr(n, "status", None)
+        out[str(getattr(n, "node_name", ""))] = str(getattr(status, "value", status))
+    return out
+
+
+def graph_marks(session, layout) -> dict[str, str]:
+    """Layout id -> the one mark that wins: check status > y > x > z > on the slice > dimmed."""
+    if layout is None:
+        return {}
+    g = session.graph
+    spec = session.spec
+    on_slice = session.slice_nodes()
+    statuses = check_statuses(session.check)
+    marks: dict[str, str] = {}
+    for n in layout.nodes:
+        mark = None
+        if n.node_index is not None:
+            node = g.nodes[n.node_index]
+            status = statuses.get(g.node_names[n.node_index])
+            outs = [t for t in node.output if t]
+            roles = {session.role_of(t) for t in outs} - {None}
+            if status in ("pass", "fail", "inconclusive"):
+                mark = status
+            elif roles:
+                mark = next(r for r in ("y", "x", "z") if r in roles)
+            elif spec is not None:
+                mark = "slice" if n.node_index in on_slice else "dim"
+        else:
+            tensor = box_tensor(n)
+            if tensor is None:  # the seed dy, accumulations: the engine's role says enough
+                continue
+            mark = session.role_of(tensor) or ("dim" if spec is not None else None)
+        if mark:
+            marks[n.id] = mark
+    return marks

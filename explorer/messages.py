@@ -1,0 +1,108 @@
+"""App-wide messages: small dataclasses. Widget-local messages live in their widget.
+
+Workers post these from their threads (post_message is thread-safe); handlers on the App update
+the session and the widgets. Tests record them with `run_test(message_hook=...)`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from textual.message import Message
+
+
+@dataclass
+class CursorMoved(Message):
+    """The user moved to a node and/or tensor (graph, list, results table or step mode)."""
+
+    node_index: int | None
+    tensor: str | None
+
+
+@dataclass
+class SelectionChanged(Message):
+    y: str | None
+    xs: tuple[str, ...]
+    zs: tuple[str, ...]
+    error: str | None
+
+
+@dataclass
+class FeedChanged(Message):
+    tensor: str
+    description: str | None  # None: the feed was removed
+
+
+@dataclass
+class SettingsChanged(Message):
+    device: str
+    dtype: str
+    view: str
+
+
+@dataclass
+class WorkStarted(Message):
+    kind: str  # "gradient", "check", "export", "values", "step", "layout"
+    label: str
+
+
+@dataclass
+class WorkProgress(Message):
+    kind: str
+    done: int
+    total: int
+    stage: str
+
+    def can_replace(self, message: Message) -> bool:  # a flood of progress keeps only the newest
+        return isinstance(message, WorkProgress) and message.kind == self.kind
+
+
+@dataclass
+class WorkFinished(Message):
+    kind: str
+    outcome: str  # "done", "cancelled", "failed", "stale"
+    detail: str = ""
+
+
+@dataclass
+class GradientReady(Message):
+    generation: int
+    result: object  # engine.GradientResult
+    stats: object | None
+
+
+@dataclass
+class CheckReady(Message):
+    generation: int
+    report: object  # engine CheckReport
+
+
+@dataclass
+class ValuesReady(Message):
+    generation: int
+    values: dict
+
+
+@dataclass
+class LayoutReady(Message):
+    view: str
+    generation: int
+    layout: object | None
+    reason: str = ""
+
+
+@dataclass
+class ExportDone(Message):
+    what: str
+    path: str
+
+
+@dataclass
+class ModelOpened(Message):
+    label: str
+    model: object  # engine.Model
+
+
+@dataclass
+class TraceReady(Message):
+    generation: int
+    trace: object  # explorer.stepper.Trace

@@ -1,0 +1,1 @@
+"""Modal dialogs and full screens: feed, verify options, export, step mode, help, open."""

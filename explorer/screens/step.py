@@ -1,0 +1,133 @@
+"""Step mode (teaching): the forward pass, then reverse mode node by node, each local rule written out."""
+from __future__ import annotations
+
+from rich.console import Group
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Footer, Static
+
+from ..stepper import Frame, TensorView, Trace
+from ..widgets.graph_view import GraphView
+
+
+def _tensor_line(v: TensorView, label: str = "") -> Text:
+    t = Text("  ")
+    t.append(label or v.name, style="bold")
+    t.append(f"  {'×'.join(map(str, v.shape)) or 'scalar'} {v.dtype}", style="dim")
+    if v.norm is not None:
+        t.append(f"  norm {v.norm:.4g}")
+    t.append(f"  {v.preview}", style="cyan")
+    return t
+
+
+def describe(frame: Frame, k: int, trace: Trace) -> Group:
+    """The text of one frame: what came in, the rule, what went out and where it added up."""
+    n_fwd = trace.forward_count
+    n_rev = len(trace.frames) - n_fwd
+    pos = f"{k + 1}/{n_fwd}" if frame.phase == "forward" else f"{k - n_fwd + 1}/{n_rev}"
+    head = Text.assemble((f"{frame.phase.upper()} {pos}  ", "bold reverse"), " ",
+                         (frame.node_name, "bold"), f"  ({frame.op_type})")
+    parts = [head]
+    if frame.phase == "forward":
+        parts.append(Text("inputs", style="bold underline"))
+        parts += [_tensor_line(v) for v in frame.inputs]
+        parts.append(Text("outputs", style="bold underline"))
+        parts += [_tensor_line(v) for v in frame.outputs]
+        if k == n_fwd - 1:
+            parts.append(Text(f"\ny = {trace.spec.y} computed. Next: the reverse pass starts with "
+                              f"d{trace.spec.y} = ones (the seed).", style="italic"))
+        return Group(*parts)
+    parts.append(Text("incoming gradient", style="bold underline"))
+    parts += [_tensor_line(v) for v in frame.incoming]
+    parts.append(Text("local rule (one line per input)", style="bold underline"))
+    for o in frame.outgoing:
+        rule = o.rule or f"d{o.symbol}: no gradient for this input"
+        parts.append(Text.assemble("  ", (rule, "yellow"), (f"    [{o.symbol} = {o.tensor}]", "dim")))
+    parts.append(Text("outgoing gradients", style="bold underline"))
+    for o in frame.outgoing:
+        if o.contribution is None:
+            parts.append(Text(f"  d{o.tensor}: {o.note}", style="dim"))
+            continue
+        parts.append(_tensor_line(o.contribution))
+        if o.note:
+            parts.append(Text(f"    ↳ {o.note}", style="magenta"))
+    if k == len(trace.frames) - 1:
+        done = ", ".join(f"d{trace.spec.y}/d{x}" for x in trace.spec.xs)
+        parts.append(Text(f"\nDone: {done} accumulated. They match the run's gradients.", style="italic green"))
+    return Group(*parts)
+
+
+class StepScreen(Screen):
+    BINDINGS = [
+        Binding("right,n,space", "step(1)", "Next", id="step.next"),
+        Binding("left,p", "step(-1)", "Back", id="step.back"),
+        Binding("home", "jump(0)", "First", id="step.first"),
+        Binding("end", "jump(-1)", "Last", id="step.last"),
+        Binding("escape,q", "close", "Close", id="step.close"),
+    ]
+    DEFAULT_CSS = """
+    StepScreen GraphView { width: 1fr; }
+    StepScreen #step-details { width: 64; border-left: solid $panel; padding: 0 1; }
+    StepScreen #step-title { height: 1; background: $panel; padding: 0 1; }
+    """
+
+    def __init__(self, trace: Trace, layout):
+        super().__init__()
+        self.trace = trace
+        self.layout = layout
+        self.position = 0
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="step-title")
+        with Horizontal():
+            yield GraphView(id="step-graph")
+            with VerticalScroll(id="step-details"):
+                yield Static(id="step-text")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one(GraphView).set_layout(self.layout, "no layout")
+        self._show()
+
+    @property
+    def frame(self) -> Frame | None:
+        return self.trace.frames[self.position] if self.trace.frames else None
+
+    def action_step(self, delta: int) -> None:
+        self.position = max(0, min(len(self.trace.frames) - 1, self.position + delta))
+        self._show()
+
+    def action_jump(self, where: int) -> None:
+        self.position = where % max(1, len(self.trace.frames))
+        self._show()
+
+    def action_close(self) -> None:
+        self.dismiss(self.frame.node_index if self.frame else None)
+
+    def _show(self) -> None:
+        title = self.query_one("#step-title", Static)
+        text = self.query_one("#step-text", Static)
+        frame = self.frame
+        if frame is None:
+            title.update("Step mode: nothing to step through")
+            text.update("The selection has no nodes between xs and y.")
+            return
+        title.update(Text.assemble(("Step mode ", "bold"), f"y {self.trace.spec.y}  xs "
+                                   f"{', '.join(self.trace.spec.xs)}   → n/space next · p back · esc close"))
+        text.update(describe(frame, self.position, self.trace))
+        graph = self.query_one(GraphView)
+        ids = graph.ids_for(node_index=frame.node_index)
+        done = {f.node_index for f in self.trace.frames[:self.position]
+                if f.phase == frame.phase}
+        marks = {}
+        for n in self.layout.nodes if self.layout is not None else ():
+            if n.node_index in done:
+                marks[n.id] = "pass"
+        for i in ids:
+            marks[i] = "current"
+        graph.set_marks(marks)
+        if ids:
+            graph.select(ids[0])

@@ -1,0 +1,103 @@
+"""Verify options: mode, tolerances, order, per-node; Enter runs the check with them."""
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Button, Checkbox, Input, Label, RadioButton, RadioSet
+
+from ..state import CHECK_MODES, CheckOptions
+
+MODE_HELP = {"full": "every element of every x (exact, slowest)",
+             "sample": "a seeded random sample of elements per x",
+             "fast": "random directions: ⟨grad, u⟩ against the directional derivative"}
+
+
+class VerifyScreen(ModalScreen):
+    """Dismisses with CheckOptions, or None when cancelled."""
+
+    BINDINGS = [Binding("escape", "cancel", "Cancel", id="verify.cancel")]
+    DEFAULT_CSS = """
+    VerifyScreen { align: center middle; }
+    VerifyScreen > Vertical { width: 70; height: auto; border: thick $accent; background: $surface; padding: 1 2; }
+    VerifyScreen RadioSet { layout: horizontal; width: 100%; }
+    VerifyScreen Horizontal { height: auto; }
+    VerifyScreen Input { width: 1fr; }
+    VerifyScreen #verify-error { color: $error; text-style: bold; }
+    VerifyScreen #verify-mode-help { color: $text-muted; }
+    VerifyScreen Button { margin-right: 2; margin-top: 1; }
+    """
+
+    def __init__(self, options: CheckOptions):
+        super().__init__()
+        self.options = options
+
+    def compose(self) -> ComposeResult:
+        o = self.options
+        with Vertical():
+            yield Label("[b]Verify gradients[/b] against float64 finite differences")
+            with RadioSet(id="verify-mode"):
+                for m in CHECK_MODES:
+                    yield RadioButton(m, value=m == o.mode)
+            yield Label(MODE_HELP[o.mode], id="verify-mode-help")
+            with Horizontal():
+                yield Input("" if o.rtol is None else f"{o.rtol:g}", placeholder="rtol (default per dtype)",
+                            id="verify-rtol")
+                yield Input("" if o.atol is None else f"{o.atol:g}", placeholder="atol (default per dtype)",
+                            id="verify-atol")
+                yield Input(str(o.seed), placeholder="seed", id="verify-seed")
+            with Horizontal():
+                yield Checkbox("second order", o.order == 2, id="verify-order")
+                yield Checkbox("per node", o.per_node, id="verify-per-node")
+            yield Label("", id="verify-error")
+            with Horizontal():
+                yield Button("Run check", variant="primary", id="verify-run")
+                yield Button("Cancel", id="verify-cancel")
+
+    def on_mount(self) -> None:
+        self.query_one("#verify-run", Button).focus()
+
+    def on_radio_set_changed(self, event: RadioSet.Changed) -> None:
+        self.query_one("#verify-mode-help", Label).update(MODE_HELP[str(event.pressed.label)])
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        self._run()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "verify-run":
+            self._run()
+        else:
+            self.dismiss(None)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+    def _run(self) -> None:
+        try:
+            options = CheckOptions(
+                mode=str(self.query_one(RadioSet).pressed_button.label),
+                rtol=_number(self.query_one("#verify-rtol", Input).value, "rtol"),
+                atol=_number(self.query_one("#verify-atol", Input).value, "atol"),
+                seed=int(_number(self.query_one("#verify-seed", Input).value, "seed") or 0),
+                order=2 if self.query_one("#verify-order", Checkbox).value else 1,
+                per_node=self.query_one("#verify-per-node", Checkbox).value,
+            )
+        except ValueError as exc:
+            self.query_one("#verify-error", Label).update(str(exc))
+            return
+        self.dismiss(options)
+
+
+def _number(text: str, what: str) -> float | None:
+    text = text.strip()
+    if not text:
+        return None
+    try:
+        v = float(text)
+    except ValueError:
+        raise ValueError(f"{what} must be a number, not {text!r}") from None
+    if v < 0:
+        raise ValueError(f"{what} must not be negative")
+    return v

@@ -1,0 +1,348 @@
+"""The explorer's session: model, selection, feeds, device/dtype and the last results. No Textual.
+
+Widgets read this object and ask it to change; long computations run on frozen jobs it hands
+out, so a worker thread never reads state the UI is changing. Every change bumps `generation`,
+and a result that comes back for an older generation is dropped instead of shown as current.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
+
+import numpy as np
+
+import engine
+from engine.errors import FeedError, OnnxGradError, SelectionError
+
+from .feeding import FeedSource, materialize
+
+VIEWS = ("forward", "backward", "combined")
+DTYPES = ("float32", "float64")
+CHECK_MODES = ("full", "sample", "fast")
+
+
+def available_devices() -> tuple[str, ...]:
+    import torch
+
+    return ("cpu", "cuda") if torch.cuda.is_available() else ("cpu",)
+
+
+@dataclass(frozen=True)
+class CheckOptions:
+    mode: str = "full"
+    rtol: float | None = None
+    atol: float | None = None
+    order: int = 1
+    per_node: bool = False
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class GradientJob:
+    """Everything one gradient run needs, copied from the session at the time it was asked for."""
+
+    model: engine.Model
+    spec: engine.GradientSpec
+    feeds: dict[str, np.ndarray]
+    device: str
+    dtype: str
+    generation: int
+
+    def run(self):
+        """(GradientResult, stats or None); the stats come from the engine's backward graph when present."""
+        feeds = with_member_values(self.model, self.spec, self.feeds)
+        spec = self.spec
+        if hasattr(engine, "gradient_with_stats"):
+            return engine.gradient_with_stats(self.model, spec.y, spec.xs, spec.zs, feeds, None,
+                                              device=self.device, dtype=self.dtype)
+        return self.model.gradient(spec.y, spec.xs, spec.zs, feeds, device=self.device, dtype=self.dtype), None
+
+
+@dataclass(frozen=True)
+class ValuesJob:
+    model: engine.Model
+    feeds: dict[str, np.ndarray]
+    names: tuple[str, ...]
+    device: str
+    dtype: str
+    generation: int
+
+    def run(self) -> dict[str, np.ndarray]:
+        found = {n: self.feeds[n] for n in self.names if n in self.feeds}
+        rest = [n for n in self.names if n not in found]
+        if rest:
+            found.update(self.model.run(self.feeds, outputs=rest, device=self.device, dtype=self.dtype))
+        return found
+
+
+@dataclass(frozen=True)
+class CheckJob:
+    model: engine.Model
+    spec: engine.GradientSpec
+    feeds: dict[str, np.ndarray]
+    device: str
+    options: CheckOptions
+    generation: int
+
+    def run(self, progress: Callable | None = None, should_stop: Callable | None = None):
+        o, spec = self.options, self.spec
+        feeds = with_member_values(self.model, spec, self.feeds)
+        return engine.check(self.model, spec.y, spec.xs, spec.zs, feeds=feeds, mode=o.mode, order=o.order,
+                            rtol=o.rtol, atol=o.atol, seed=o.seed, per_node=o.per_node, device=self.device,
+                            progress=progress, should_stop=should_stop)
+
+
+def with_member_values(model: engine.Model, spec: engine.GradientSpec, feeds: Mapping[str, np.ndarray]):
+    """Feeds plus the forward value of every unfed intermediate member of xs ∪ zs.
+
+    The engine would give such a member random values; a user who marks H as x means "at the H
+    this model computes", so the explorer computes it.
+    """
+    out = dict(feeds)
+    missing = [n for n in spec.inputs if n not in out and n in model.graph.producer]
+    if missing:
+        base = {k: v for k, v in out.items() if k not in spec.inputs}
+        out.update(model.run(base, outputs=missing))
+    return out
+
+
+@dataclass
+class Session:
+    model: engine.Model
+    label: str
+    seed: int = 0
+    device: str = "cpu"
+    dtype: str = "float32"
+    view: str = "forward"
+    y: str | None = None
+    xs: tuple[str, ...] = ()
+    zs: tuple[str, ...] = ()
+    feeds: dict[str, FeedSource] = field(default_factory=dict)
+    check_options: CheckOptions = field(default_factory=CheckOptions)
+    generation: int = 0
+    values: dict[str, np.ndarray] = field(default_factory=dict)  # forward values seen so far
+    gradient: object | None = None  # engine.GradientResult of the current generation
+    gradient_stats: object | None = None
+    check: object | None = None  # engine CheckReport of the current generation
+    spec: engine.GradientSpec | None = None
+    selection_error: str | None = None
+
+    @property
+    def graph(self) -> engine.GraphIndex:
+        return self.model.graph
+
+    # --- selection ---------------------------------------------------------------------------
+    def set_y(self, name: str) -> None:
+        self.y = name
+        self.xs = tuple(n for n in self.xs if n != name)
+        self.zs = tuple(n for n in self.zs if n != name)
+        self._selection_changed()
+
+    def toggle_x(self, name: str) -> None:
+        self.xs = tuple(n for n in self.xs if n != name) if name in self.xs else self.xs + (name,)
+        self.zs = tuple(n for n in self.zs if n != name)
+        self.y = None if self.y == name else self.y
+        self._selection_changed()
+
+    def toggle_z(self, name: str) -> None:
+        self.zs = tuple(n for n in self.zs if n != name) if name in self.zs else self.zs + (name,)
+        self.xs = tuple(n for n in self.xs if n != name)
+        self.y = None if self.y == name else self.y
+        self._selection_changed()
+
+    def select(self, y: str | None, xs=(), zs=()) -> None:
+        self.y, self.xs, self.zs = y, tuple(xs), tuple(zs)
+        self._selection_changed()
+
+    def clear_selection(self) -> None:
+        self.select(None)
+
+    def role_of(self, tensor: str) -> str | None:
+        if tensor == self.y:
+            return "y"
+        return "x" if tensor in self.xs else "z" if tensor in self.zs else None
+
+    def _selection_changed(self) -> None:
+        self.spec, self.selection_error = None, None
+        if not self.y or not self.xs:
+            missing = "y" if not self.y else "xs"
+            hint = "press y on a tensor" if not self.y else "press x on a tensor"
+            self.selection_error = f"incomplete: {hint} to choose {missing}" if (self.y or self.xs or self.zs) else None
+        else:
+            try:
+                self.spec = self.model.selection(self.y, self.xs, self.zs)
+            except SelectionError as exc:
+                self.selection_error = str(exc)
+        self._invalidate(values=False)
+
+    def slice_nodes(self) -> frozenset[int]:
+        """Indices of nodes on some path from xs to y in the graph cut at xs ∪ zs."""
+        if self.spec is None:
+            return frozenset()
+        return active_nodes(self.graph, self.spec.y, self.spec.xs, self.spec.zs)
+
+    # --- feeds -------------------------------------------------------------------------------
+    def default_source(self, name: str) -> FeedSource | None:
+        """Graph inputs nobody fed get seeded random values (seed differs per input)."""
+        if name in self.graph.inputs:
+            return FeedSource("random", seed=self.seed + self.graph.inputs.index(name))
+        return None
+
+    def feed_source(self, name: str) -> tuple[FeedSource | None, bool]:
+        """(source, explicit): what feeds `name`, and whether the user chose it."""
+        if name in self.feeds:
+            return self.feeds[name], True
+        return self.default_source(name), False
+
+    def set_feed(self, name: str, source: FeedSource) -> None:
+        """Feed `name`; raises FeedError (nothing changed) when the value cannot be made."""
+        if not self.graph.has_tensor(name):
+            raise FeedError(f"{name!r} is not a tensor of this model")
+        trial = self._sources() | {name: source}
+        self._materialize(trial)
+        self.feeds[name] = source
+        self._invalidate(values=True)
+
+    def clear_feed(self, name: str) -> None:
+        if self.feeds.pop(name, None) is not None:
+            self._invalidate(values=True)
+
+    def _sources(self) -> dict[str, FeedSource]:
+        out = {n: self.default_source(n) for n in self.graph.inputs}
+        out.update(self.feeds)
+        return out
+
+    def _materialize(self, sources: Mapping[str, FeedSource]) -> dict[str, np.ndarray]:
+        def constant(name):
+            if name in self.graph.initializers:
+                return self.model.constants()[name].detach().cpu().numpy()
+            return None
+
+        return materialize(self.graph, sources, constant)
+
+    def feed_values(self) -> dict[str, np.ndarray]:
+        return self._materialize(self._sources())
+
+    # --- device, dtype, view ---------------------------------------------------------------------
+    def cycle_device(self) -> str:
+        devices = available_devices()
+        self.device = devices[(devices.index(self.device) + 1) % len(devices)] if self.device in devices else "cpu"
+        self._invalidate(values=True)
+        return self.device
+
+    def toggle_dtype(self) -> str:
+        self.dtype = DTYPES[(DTYPES.index(self.dtype) + 1) % len(DTYPES)]
+        self._invalidate(values=True)
+        return self.dtype
+
+    def cycle_view(self) -> str:
+        self.view = VIEWS[(VIEWS.index(self.view) + 1) % len(VIEWS)]
+        return self.view
+
+    def _invalidate(self, values: bool) -> None:
+        self.generation += 1
+        self.gradient = self.gradient_stats = self.check = None
+        if values:
+            self.values = {}
+
+    # --- jobs and results ----------------------------------------------------------------------
+    def require_spec(self) -> engine.GradientSpec:
+        if self.spec is None:
+            raise SelectionError(self.selection_error or "nothing selected: press y on a tensor, then x on another")
+        return self.spec
+
+    def gradient_job(self) -> GradientJob:
+        return GradientJob(self.model, self.require_spec(), self.feed_values(), self.device, self.dtype,
+                           self.generation)
+
+    def check_job(self, options: CheckOptions | None = None) -> CheckJob:
+        if not hasattr(engine, "check"):
+            raise OnnxGradError("the verifier (engine.check) is not available in this build")
+        if options is not None:
+            self.check_options = options
+        return CheckJob(self.model, self.require_spec(), self.feed_values(), self.device, self.check_options,
+                        self.generation)
+
+    def values_job(self, names) -> "ValuesJob | None":
+        """A job computing the forward values of `names` not seen yet at the current feeds, or None."""
+        missing = [n for n in names if n not in self.values and self.graph.has_tensor(n)]
+        if not missing:
+            return None
+        return ValuesJob(self.model, self.feed_values(), tuple(missing), self.device, self.dtype, self.generation)
+
+    def accept_values(self, generation: int, values: Mapping[str, np.ndarray]) -> bool:
+        if generation != self.generation:
+            return False
+        self.values.update(values)
+        return True
+
+    def accept_gradient(self, generation: int, result, stats) -> bool:
+        if generation != self.generation:
+            return False
+        self.gradient, self.gradient_stats = result, stats
+        self.values.update(getattr(result, "values", {}) or {})
+        if self.spec is not None:
+            self.values[self.spec.y] = result.y
+        return True
+
+    def accept_check(self, generation: int, report) -> bool:
+        if generation != self.generation:
+            return False
+        self.check = report
+        return True
+
+    # --- export --------------------------------------------------------------------------------
+    def report(self) -> dict:
+        """The session as JSON-ready data: selection, feeds, settings, gradient stats, check report."""
+        out: dict = {
+            "model": self.label, "y": self.y, "xs": list(self.xs), "zs": list(self.zs),
+            "device": self.device, "dtype": self.dtype,
+            "feeds": {n: s.describe() for n, s in self._sources().items()},
+            "selection_error": self.selection_error,
+        }
+        if self.gradient is not None:
+            out["gradients"] = {n: array_stats(g) | {"disconnected": n in self.gradient.disconnected}
+                                for n, g in self.gradient.grads.items()}
+        if self.check is not None:
+            data = self.check.to_json()
+            out["check"] = json.loads(data) if isinstance(data, str) else data
+        return out
+
+
+def active_nodes(graph, y: str, xs, zs) -> frozenset[int]:
+    """Nodes computing y from xs ∪ zs (cut there) that read something depending on xs."""
+    members = set(xs) | set(zs)
+    needed, stack, seen = set(), [y], set()
+    while stack:
+        t = stack.pop()
+        if t in seen or not t or t in members:
+            continue
+        seen.add(t)
+        if t in graph.producer:
+            i = graph.producer[t]
+            needed.add(i)
+            stack.extend(graph.nodes[i].input)
+    live, on = set(xs), set()
+    for i in sorted(needed):
+        node = graph.nodes[i]
+        if any(t in live for t in node.input):
+            on.add(i)
+            live.update(t for t in node.output if t)
+    return frozenset(on)
+
+
+def array_stats(a) -> dict:
+    """shape, dtype, norm, min, max, mean and the non-finite count of an array (JSON-ready)."""
+    a = np.asarray(a)
+    out = {"shape": list(a.shape), "dtype": str(a.dtype)}
+    if a.size == 0 or a.dtype.kind not in "fiub":
+        return out
+    f = a.astype(np.float64)
+    finite = np.isfinite(f)
+    vals = f[finite]
+    out["nonfinite"] = int((~finite).sum())
+    if vals.size:
+        out.update(norm=float(np.linalg.norm(vals)), min=float(vals.min()), max=float(vals.max()),
+                   mean=float(vals.mean()), max_abs=float(np.abs(vals).max()))
+    return out

@@ -1,0 +1,166 @@
+"""Step mode's trace: the forward pass, then reverse mode node by node. No Textual here.
+
+The reverse pass is done here one node at a time (each node's VJP through torch autograd on the
+values it saw), not by one autograd call, so every frame can show what arrived, what the local
+rule sent to each input and how fan-out gradients add up. The sum it ends with is checked in the
+tests against `Model.gradient`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+import numpy as np
+import torch
+
+import engine
+
+from .rules import rule_lines
+from .state import array_stats
+
+
+@dataclass(frozen=True)
+class TensorView:
+    """A tensor as step mode prints it: name, shape, a few stats and a short preview."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    norm: float | None
+    min: float | None
+    max: float | None
+    preview: str
+
+    @classmethod
+    def of(cls, name: str, value) -> "TensorView":
+        a = value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
+        s = array_stats(a)
+        flat = a.reshape(-1)[:4]
+        preview = "[" + ", ".join(f"{v:.4g}" if a.dtype.kind in "fc" else str(v) for v in flat)
+        preview += ", …]" if a.size > 4 else "]"
+        return cls(name, tuple(a.shape), s["dtype"], s.get("norm"), s.get("min"), s.get("max"), preview)
+
+
+@dataclass(frozen=True)
+class Outgoing:
+    """What one input of a node receives in the reverse pass."""
+
+    symbol: str
+    tensor: str
+    rule: str | None
+    contribution: TensorView | None  # None: no gradient flows to this input
+    note: str  # accumulation at fan-out, or why nothing flows
+
+
+@dataclass(frozen=True)
+class Frame:
+    phase: str  # "forward" or "reverse"
+    node_index: int
+    node_name: str
+    op_type: str
+    inputs: tuple[TensorView, ...]
+    outputs: tuple[TensorView, ...]
+    incoming: tuple[TensorView, ...] = ()  # reverse: gradient arriving at each output that has one
+    outgoing: tuple[Outgoing, ...] = ()
+
+
+@dataclass(frozen=True)
+class Trace:
+    spec: engine.GradientSpec
+    frames: tuple[Frame, ...]
+    grads: dict[str, np.ndarray]  # the accumulated gradient of every x, after the last frame
+
+    @property
+    def forward_count(self) -> int:
+        return sum(f.phase == "forward" for f in self.frames)
+
+
+def trace(model: engine.Model, spec: engine.GradientSpec, feeds: Mapping[str, np.ndarray], *,
+          device: str = "cpu", dtype: str | None = None, seed: int = 0,
+          should_stop: Callable[[], bool] | None = None) -> Trace:
+    graph = model.graph
+    values_np = model.selection_values(spec, feeds, seed=seed)
+    plan = model.prepare(list(spec.inputs), [spec.y], device=device, dtype=dtype, keep_all=True)
+    tensors = [model.to_tensor(n, values_np[n], plan.device, plan.float_dtype) for n in spec.inputs]
+    with torch.no_grad():
+        values = plan.run_all(tensors)
+    opset = graph.opset("")
+    live = set(spec.xs)  # tensors that depend on some x: only they receive gradient
+    frames: list[Frame] = []
+    for step in plan.steps:
+        node = graph.nodes[step.node_index]
+        if any(t in live for t in node.input):
+            live.update(t for t in node.output if t)
+        frames.append(Frame("forward", step.node_index, step.name, step.op_type,
+                            tuple(TensorView.of(t, values[t]) for t in node.input if t in values),
+                            tuple(TensorView.of(t, values[t]) for t in node.output if t in values)))
+    fan_in = {t: sum(1 for s in plan.steps if t in graph.nodes[s.node_index].input) for t in live}
+    y = values[spec.y]
+    grads: dict[str, torch.Tensor] = {spec.y: torch.ones_like(y)}
+    received: dict[str, int] = {}
+    for step in reversed(plan.steps):
+        if should_stop is not None and should_stop():
+            break
+        node = graph.nodes[step.node_index]
+        arriving = [(t, grads[t]) for t in node.output if t in grads]
+        if not arriving or not any(t in live for t in node.input):
+            continue
+        sent = _vjp(step, node, values, live, dict(arriving))
+        outgoing = []
+        for (sym, rule), t in zip(rule_lines(node, opset), list(node.input) + [""] * 8):
+            if not t:
+                continue
+            g = sent.get(t)
+            if t not in live or g is None:
+                why = "no gradient: does not depend on xs" if t not in live else "no gradient flows (rule gives none)"
+                outgoing.append(Outgoing(sym, t, rule, None, why))
+                continue
+            received[t] = received.get(t, 0) + 1
+            note = ""
+            if t in grads:
+                grads[t] = grads[t] + g
+                note = f"fan-out: contribution {received[t]} of {fan_in.get(t, 1)}, added to d{t}"
+            else:
+                grads[t] = g
+                if fan_in.get(t, 1) > 1:
+                    note = f"fan-out: contribution 1 of {fan_in[t]}; the others add to it"
+            outgoing.append(Outgoing(sym, t, rule, TensorView.of("d" + t, g), note))
+        frames.append(Frame("reverse", step.node_index, step.name, step.op_type,
+                            tuple(TensorView.of(t, values[t]) for t in node.input if t in values),
+                            tuple(TensorView.of(t, values[t]) for t in node.output if t in values),
+                            tuple(TensorView.of("d" + t, g) for t, g in arriving), tuple(outgoing)))
+    out = {}
+    for x in spec.xs:
+        g = grads.get(x)
+        out[x] = (g if g is not None else torch.zeros_like(values[x])).detach().cpu().numpy()
+    return Trace(spec, tuple(frames), out)
+
+
+def _vjp(step, node, values, live, arriving: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Gradients sent to each live float input of one node, given the gradients at its outputs."""
+    leaves: dict[str, torch.Tensor] = {}
+    args = []
+    for t in list(node.input)[:len(step.in_slots)]:
+        if not t:
+            args.append(None)
+            continue
+        v = values[t]
+        if t in live and isinstance(v, torch.Tensor) and v.is_floating_point():
+            if t not in leaves:  # Mul(A, A): one leaf, so autograd adds both uses
+                leaves[t] = v.detach().requires_grad_()
+            args.append(leaves[t])
+        else:
+            args.append(v)
+    if not leaves:
+        return {}
+    with torch.enable_grad():
+        out = step.fn(*args, **step.kwargs)
+        outs = list(out) if isinstance(out, (tuple, list)) else [out]
+        pairs = [(o, arriving[t]) for t, o in zip(node.output, outs)
+                 if t in arriving and isinstance(o, torch.Tensor) and o.requires_grad]
+        if not pairs:
+            return {}
+        names = list(leaves)
+        raw = torch.autograd.grad([o for o, _ in pairs], [leaves[n] for n in names],
+                                  [g.to(o.dtype) for o, g in pairs], allow_unused=True)
+    return {n: g.detach() for n, g in zip(names, raw) if g is not None}

@@ -1,0 +1,180 @@
+"""The DAG in the terminal: boxes and arrows from a GraphLayout, drawing only the visible rows."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rich.segment import Segment
+from rich.style import Style
+from textual import events
+from textual.binding import Binding
+from textual.geometry import Region, Size
+from textual.message import Message
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+
+from ..canvas import Canvas
+from ..marks import box_tensor
+
+MARKS = ("current", "fail", "inconclusive", "pass", "y", "x", "z", "slice", "dim")
+
+
+class GraphView(ScrollView, can_focus=True):
+    """Arrows move between boxes (the view follows); shift+arrows pan; a click picks a box."""
+
+    BINDINGS = [
+        Binding("up", "move(0, -1)", "Up", show=False, id="graph.move_up"),
+        Binding("down", "move(0, 1)", "Down", show=False, id="graph.move_down"),
+        Binding("left", "move(-1, 0)", "Left", show=False, id="graph.move_left"),
+        Binding("right", "move(1, 0)", "Right", show=False, id="graph.move_right"),
+        Binding("shift+up", "pan(0, -4)", "Pan up", show=False, id="graph.pan_up"),
+        Binding("shift+down", "pan(0, 4)", "Pan down", show=False, id="graph.pan_down"),
+        Binding("shift+left", "pan(-8, 0)", "Pan left", show=False, id="graph.pan_left"),
+        Binding("shift+right", "pan(8, 0)", "Pan right", show=False, id="graph.pan_right"),
+    ]
+    COMPONENT_CLASSES = {"graph-view--edge", "graph-view--edge-hot", "graph-view--box", "graph-view--selected",
+                         "graph-view--tensor"} | {f"graph-view--{m}" for m in MARKS}
+    DEFAULT_CSS = """
+    GraphView { background: $surface; }
+    GraphView > .graph-view--edge { color: $text-muted; }
+    GraphView > .graph-view--edge-hot { color: $warning; }
+    GraphView > .graph-view--box { color: $text; }
+    GraphView > .graph-view--tensor { color: $text-muted; }
+    GraphView > .graph-view--selected { text-style: reverse bold; }
+    GraphView > .graph-view--current { color: $background; background: $warning; text-style: bold; }
+    GraphView > .graph-view--fail { color: $error; text-style: bold; }
+    GraphView > .graph-view--inconclusive { color: $warning; }
+    GraphView > .graph-view--pass { color: $success; }
+    GraphView > .graph-view--y { color: $accent; text-style: bold; }
+    GraphView > .graph-view--x { color: $success; text-style: bold; }
+    GraphView > .graph-view--z { color: $primary; text-style: bold; }
+    GraphView > .graph-view--slice { color: $text; text-style: bold; }
+    GraphView > .graph-view--dim { color: $text-disabled; }
+    """
+
+    @dataclass
+    class NodeChosen(Message):
+        """A box was moved to or clicked: node index (None for a tensor box) and tensor name."""
+
+        graph_view: "GraphView"
+        node_index: int | None
+        tensor: str | None
+
+    def __init__(self, *, id: str | None = None):
+        super().__init__(id=id)
+        self.canvas: Canvas | None = None
+        self.placeholder = "laying out the graph…"
+        self.marks: dict[str, str] = {}
+        self.selected: str | None = None
+        self._styles: dict = {}
+
+    # --- content -----------------------------------------------------------------------------
+    def set_layout(self, layout, placeholder: str = "") -> None:
+        self.canvas = Canvas(layout) if layout is not None else None
+        self.placeholder = placeholder
+        self.virtual_size = Size(layout.width + 1, layout.height + 1) if layout is not None else Size(0, 0)
+        if self.selected is not None and (self.canvas is None or self.selected not in self.canvas.nodes):
+            self.selected = None
+        self.refresh()
+
+    def set_marks(self, marks: dict[str, str]) -> None:
+        self.marks = marks
+        self.refresh()
+
+    def ids_for(self, node_index: int | None = None, tensor: str | None = None) -> list[str]:
+        """Layout ids of the boxes that show a forward node (or its backward twin) or a tensor."""
+        if self.canvas is None:
+            return []
+        return [n.id for n in self.canvas.layout.nodes
+                if (node_index is not None and n.node_index == node_index)
+                or (tensor is not None and n.node_index is None and box_tensor(n) == tensor)]
+
+    def select(self, node_id: str | None, scroll: bool = True, announce: bool = False) -> None:
+        if self.canvas is None or node_id not in self.canvas.nodes:
+            return
+        self.selected = node_id
+        n = self.canvas.nodes[node_id]
+        if scroll:
+            self.scroll_to_region(Region(n.x, n.y, n.width, n.height), animate=False, spacing=None,
+                                  center=not self._visible(n), immediate=True)
+        self.refresh()
+        if announce:
+            self.post_message(self.NodeChosen(self, n.node_index, box_tensor(n) if n.node_index is None else None))
+
+    def _visible(self, n) -> bool:
+        x, y = self.scroll_offset
+        w, h = self.scrollable_content_region.size
+        return x <= n.x and n.x + n.width <= x + w and y <= n.y and n.y + n.height <= y + h
+
+    # --- keys and mouse ----------------------------------------------------------------------------
+    def action_move(self, dx: int, dy: int) -> None:
+        """Select the nearest box in a direction, preferring boxes roughly in line."""
+        if self.canvas is None or not self.canvas.nodes:
+            return
+        if self.selected is None:
+            first = min(self.canvas.nodes.values(), key=lambda n: (n.y, n.x))
+            self.select(first.id, announce=True)
+            return
+        cur = self.canvas.nodes[self.selected]
+        cx, cy = cur.x + cur.width / 2, cur.y + cur.height / 2
+        best, best_score = None, None
+        for n in self.canvas.nodes.values():
+            if n.id == cur.id:
+                continue
+            ox, oy = n.x + n.width / 2 - cx, n.y + n.height / 2 - cy
+            along, across = (ox * dx, abs(oy)) if dx else (oy * dy, abs(ox))
+            if along <= 0:
+                continue
+            score = along + 2.5 * across
+            if best_score is None or score < best_score:
+                best, best_score = n, score
+        if best is not None:
+            self.select(best.id, announce=True)
+
+    def action_pan(self, dx: int, dy: int) -> None:
+        self.scroll_to(self.scroll_x + dx, self.scroll_y + dy, animate=False)
+
+    def on_click(self, event: events.Click) -> None:
+        if self.canvas is None:
+            return
+        x, y = event.x + int(self.scroll_x), event.y + int(self.scroll_y)
+        n = self.canvas.node_at(x, y)
+        if n is not None:
+            self.select(n.id, scroll=False, announce=True)
+
+    # --- drawing -----------------------------------------------------------------------------
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._styles = {}
+
+    def _style(self, name: str) -> Style:
+        style = self._styles.get(name)
+        if style is None:
+            style = self._styles[name] = self.rich_style + self.get_component_rich_style(f"graph-view--{name}")
+        return style
+
+    def render_line(self, y: int) -> Strip:
+        width = self.scrollable_content_region.width
+        base = self.rich_style
+        if self.canvas is None:
+            text = self.placeholder.center(width)[:width] if y == 1 else " " * width
+            return Strip([Segment(text, base + Style(dim=True))], width)
+        sx, sy = int(self.scroll_x), int(self.scroll_y)
+        segments = []
+        for run in self.canvas.row(sy + y, sx, width):
+            segments.append(Segment(run.text, self._run_style(run.owner)))
+        return Strip(segments, width)
+
+    def _run_style(self, owner) -> Style:
+        if owner is None:
+            return self.rich_style
+        kind, key = owner
+        if kind == "box":
+            mark = self.marks.get(key)
+            node = self.canvas.nodes[key]
+            style = self._style(mark or ("tensor" if node.node_index is None else "box"))
+            if key == self.selected:
+                style = style + self._style("selected")
+            return style
+        edge = self.canvas.layout.edges[key]
+        hot = self.marks.get(edge.source) not in (None, "dim") and self.marks.get(edge.target) not in (None, "dim")
+        return self._style("edge-hot" if hot else "edge")

@@ -1,0 +1,34 @@
+"""The bottom status line: what is running, its progress bar with ETA, and how to cancel it."""
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.containers import Horizontal
+from textual.widgets import Label, ProgressBar
+
+
+class StatusLine(Horizontal):
+    DEFAULT_CSS = """
+    StatusLine { height: 1; padding: 0 1; background: $panel-darken-1; }
+    StatusLine > Label { width: 1fr; }
+    StatusLine > ProgressBar { display: none; width: 50; }
+    StatusLine.-busy > ProgressBar { display: block; }
+    """
+
+    def compose(self) -> ComposeResult:
+        yield Label("ready", id="status-text")
+        yield ProgressBar(total=None, show_eta=True, id="status-progress")
+
+    def busy(self, label: str) -> None:
+        self.add_class("-busy")
+        bar = self.query_one(ProgressBar)
+        bar.update(total=None, progress=0)
+        self.query_one(Label).update(f"{label}…  (esc cancels)")
+
+    def progress(self, label: str, done: int, total: int, stage: str) -> None:
+        self.add_class("-busy")
+        self.query_one(ProgressBar).update(total=max(total, 1), progress=done)
+        self.query_one(Label).update(f"{label}: {stage} {done}/{total}  (esc cancels)")
+
+    def idle(self, text: str = "ready") -> None:
+        self.remove_class("-busy")
+        self.query_one(Label).update(text)

@@ -1,0 +1,239 @@
+"""The App's background work: thread workers that never touch widgets and post messages instead.
+
+Each kind of work is a named group with `exit_on_error=False`; a failure arrives as
+`Worker.StateChanged` and becomes a one-line notification, never a traceback on screen.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+from textual import work
+from textual.worker import Worker, WorkerState, get_current_worker
+
+import engine
+from engine.errors import OnnxGradError
+
+from . import messages as m
+from .layout import layout_for
+from .state import CheckJob, GradientJob
+
+LABELS = {"gradient": "computing gradients", "check": "verifying", "step": "tracing step mode",
+          "export": "exporting", "open": "opening model", "layout": "laying out", "values": "computing values"}
+CANCELLABLE = ("gradient", "check", "step", "export", "open")
+SMALL_MODEL = 300  # nodes: up to this, values are computed as soon as the cursor lands
+
+
+def one_line(exc: BaseException) -> str:
+    if isinstance(exc, OnnxGradError):
+        return str(exc)
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+class Workers:
+    """Mixed into ExplorerApp: starting work, and the handlers for what work posts back."""
+
+    _values_timer = None
+
+    # --- starting work -----------------------------------------------------------------------------
+    def request_layout(self) -> None:
+        s = self.session
+        graph = self.query_one("#graph")
+        spec = s.spec if s.view != "forward" else None
+        if s.view != "forward" and spec is None:
+            graph.set_layout(None, f"the {s.view} view needs a valid selection: y and xs")
+            return
+        key = (s.view, spec)
+        if key in self.layouts:
+            self._apply_layout(self.layouts[key])
+            return
+        graph.set_layout(None, f"laying out the {s.view} graph…")
+        self.run_layout(s.model, spec, s.view, key)
+
+    @work(thread=True, exclusive=True, group="layout", exit_on_error=False)
+    def run_layout(self, model, spec, view, key) -> None:
+        layout = layout_for(model, spec, view)
+        if not get_current_worker().is_cancelled:
+            self.post_message(m.LayoutReady(view, 0, (key, layout)))
+
+    def request_values(self, names) -> None:
+        if self.session is None or not names:
+            return
+        if self._values_timer is not None:
+            self._values_timer.stop()
+            self._values_timer = None
+        if len(self.session.graph.nodes) <= SMALL_MODEL:
+            self.call_later(self._start_values, list(names))
+        else:  # debounced: holding an arrow key must not start a forward pass per box
+            self._values_timer = self.set_timer(0.3, lambda: self._start_values(list(names)))
+
+    def _start_values(self, names) -> None:
+        if len(self.session.graph.nodes) > SMALL_MODEL and self.session.gradient is None:
+            return  # big model: values come with a run (r), not on every cursor move
+        try:
+            job = self.session.values_job(names)
+        except OnnxGradError as exc:
+            self.notify(str(exc), title="cannot compute values", severity="warning")
+            return
+        if job is not None:
+            self.run_values(job)
+
+    @work(thread=True, exclusive=True, group="values", exit_on_error=False)
+    def run_values(self, job) -> None:
+        values = job.run()
+        if not get_current_worker().is_cancelled:
+            self.post_message(m.ValuesReady(job.generation, values))
+
+    @work(thread=True, exclusive=True, group="gradient", exit_on_error=False)
+    def run_gradient(self, job: GradientJob) -> None:
+        self.post_message(m.WorkStarted("gradient", LABELS["gradient"]))
+        result, stats = job.run()
+        if not get_current_worker().is_cancelled:
+            self.post_message(m.GradientReady(job.generation, result, stats))
+
+    @work(thread=True, exclusive=True, group="check", exit_on_error=False)
+    def run_check(self, job: CheckJob) -> None:
+        worker = get_current_worker()
+        self.post_message(m.WorkStarted("check", LABELS["check"]))
+
+        def progress(done, total, stage=""):
+            self.post_message(m.WorkProgress("check", int(done), int(total), str(stage)))
+
+        report = job.run(progress=progress, should_stop=lambda: worker.is_cancelled)
+        if not worker.is_cancelled:
+            self.post_message(m.CheckReady(job.generation, report))
+
+    @work(thread=True, exclusive=True, group="step", exit_on_error=False)
+    def run_trace(self, model, spec, feeds, device, dtype, generation) -> None:
+        from .state import with_member_values
+        from .stepper import trace
+
+        worker = get_current_worker()
+        self.post_message(m.WorkStarted("step", LABELS["step"]))
+        result = trace(model, spec, with_member_values(model, spec, feeds), device=device, dtype=dtype,
+                       should_stop=lambda: worker.is_cancelled)
+        if not worker.is_cancelled:
+            self.post_message(m.TraceReady(generation, result))
+
+    def start_export(self, what: str, path: str) -> None:
+        """Gather what to write now (main thread), write it in a worker."""
+        s = self.session
+        if what == "gradients" and s.gradient is None:
+            self.notify("no gradients yet: press r to run first", title="nothing to export", severity="warning")
+            return
+        if what in ("dot", "svg") and not hasattr(engine, "to_dot"):
+            self.notify("graph export needs engine.to_dot, which this build does not have", severity="error")
+            return
+        payload = {"gradients": lambda: dict(s.gradient.grads), "report": s.report,
+                   "dot": lambda: (s.model, s.spec, s.view, s.gradient_stats)}
+        self.run_export(what, path, payload["dot" if what == "svg" else what]())
+
+    @work(thread=True, exclusive=True, group="export", exit_on_error=False)
+    def run_export(self, what: str, path: str, payload) -> None:
+        self.post_message(m.WorkStarted("export", f"exporting {what}"))
+        path = os.path.abspath(os.path.expanduser(path))
+        folder = os.path.dirname(path)
+        if not os.path.isdir(folder):
+            raise OnnxGradError(f"cannot write {path}: folder {folder} does not exist")
+        if what == "gradients":
+            with open(path, "wb") as fh:  # np.savez would append .npz to a name without it
+                np.savez(fh, **{k: np.asarray(v) for k, v in payload.items()})
+        elif what == "report":
+            with open(path, "w") as fh:
+                json.dump(payload, fh, indent=2, default=str)
+        else:
+            model, spec, view, stats = payload
+            dot = engine.to_dot(model, spec, view, stats)
+            if what == "dot":
+                with open(path, "w") as fh:
+                    fh.write(getattr(dot, "source", dot))
+            else:
+                engine.render(dot, path)
+        self.post_message(m.ExportDone(what, path))
+
+    @work(thread=True, exclusive=True, group="open", exit_on_error=False)
+    def run_open(self, path: str) -> None:
+        self.post_message(m.WorkStarted("open", f"opening {os.path.basename(path)}"))
+        model = engine.load(os.path.expanduser(path))
+        self.post_message(m.ModelOpened(os.path.basename(path), model))
+
+    def action_cancel(self) -> None:
+        running = [w for w in self.workers if w.group in CANCELLABLE and w.is_running]
+        for group in CANCELLABLE:
+            self.workers.cancel_group(self, group)
+        if running:
+            self.query_one("#status").idle("cancelled")
+            for w in running:
+                self.post_message(m.WorkFinished(w.group, "cancelled"))
+
+    # --- what work posts back ------------------------------------------------------------------------
+    def on_work_started(self, message: m.WorkStarted) -> None:
+        self.query_one("#status").busy(message.label)
+        self.refresh_bindings()
+
+    def on_work_progress(self, message: m.WorkProgress) -> None:
+        self.query_one("#status").progress(LABELS.get(message.kind, message.kind), message.done, message.total,
+                                           message.stage)
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        worker = event.worker
+        self.refresh_bindings()
+        if event.state == WorkerState.ERROR:
+            text = one_line(worker.error)
+            self.notify(text, title=f"{LABELS.get(worker.group, worker.group)} failed", severity="error",
+                        timeout=12)
+            self.query_one("#status").idle(f"{worker.group} failed")
+            self.post_message(m.WorkFinished(worker.group, "failed", text))
+            if worker.group == "layout":
+                self.query_one("#graph").set_layout(None, f"no layout: {text}")
+
+    def _finish(self, kind: str, accepted: bool, done_text: str) -> None:
+        self.query_one("#status").idle(done_text if accepted else "ready (a result for old settings was dropped)")
+        self.post_message(m.WorkFinished(kind, "done" if accepted else "stale"))
+
+    def on_gradient_ready(self, message: m.GradientReady) -> None:
+        ok = self.session.accept_gradient(message.generation, message.result, message.stats)
+        if ok:
+            self.results_changed()
+        self._finish("gradient", ok, "gradients computed")
+
+    def on_check_ready(self, message: m.CheckReady) -> None:
+        ok = self.session.accept_check(message.generation, message.report)
+        if ok:
+            self.results_changed()
+            first = getattr(message.report, "first_failing_node", None)
+            name = getattr(first, "node_name", first)
+            names = self.session.graph.node_names
+            if name in names:
+                self.move_cursor(names.index(name), None)
+        verdict = getattr(message.report.verdict, "value", message.report.verdict)
+        self._finish("check", ok, f"check: {verdict}")
+
+    def on_values_ready(self, message: m.ValuesReady) -> None:
+        if self.session.accept_values(message.generation, message.values):
+            self.query_one("#inspector").refresh_content()
+
+    def on_layout_ready(self, message: m.LayoutReady) -> None:
+        key, layout = message.layout
+        self.layouts[key] = layout
+        s = self.session
+        if key == (s.view, s.spec if s.view != "forward" else None):
+            self._apply_layout(layout)
+        self.post_message(m.WorkFinished("layout", "done"))
+
+    def _apply_layout(self, layout) -> None:
+        from .marks import graph_marks
+
+        graph = self.query_one("#graph")
+        graph.set_layout(layout)
+        graph.set_marks(graph_marks(self.session, layout))
+        node, tensor = self.cursor
+        ids = graph.ids_for(node_index=node) or graph.ids_for(tensor=tensor)
+        if ids:
+            graph.select(ids[0])
+
+    def on_export_done(self, message: m.ExportDone) -> None:
+        self.query_one("#status").idle(f"exported {message.what}")
+        self.notify(f"wrote {message.path}", title=f"exported {message.what}", timeout=6)
