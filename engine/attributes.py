@@ -33,8 +33,10 @@ def array_to_tensor(arr, device: torch.device, float_dtype: torch.dtype | None =
         target = None
     if arr.dtype == np.uint16 or arr.dtype == np.uint32 or arr.dtype == np.uint64:
         arr = arr.astype(np.int64)
-    if arr.dtype.kind == "V" or str(arr.dtype) == "bfloat16":  # ml_dtypes bfloat16 from onnx
+    if str(arr.dtype) == "bfloat16":  # ml_dtypes bfloat16, as onnx's numpy_helper returns it
         t = torch.from_numpy(arr.astype(np.float32)).to(torch.bfloat16)
+    elif arr.dtype.kind == "V" or arr.dtype.kind not in "fiubc":  # float8, int4, ... (ml_dtypes)
+        raise OnnxGradError(f"element type {arr.dtype} is not supported (torch has no arithmetic for it)")
     else:
         t = torch.from_numpy(np.array(arr, copy=True, order="C"))
     if target is not None and t.dtype != target:

@@ -26,8 +26,10 @@ from .widgets.results import Results
 from .widgets.selection_bar import SelectionBar
 from .widgets.status import StatusLine
 from .work import CANCELLABLE, Workers, one_line
+from .guard import guarded
 
 
+@guarded
 class ExplorerApp(Workers, App):
     TITLE = "onnxgrad"
     CSS_PATH = "explorer.tcss"
@@ -63,6 +65,8 @@ class ExplorerApp(Workers, App):
     def check_action(self, action: str, parameters) -> bool | None:
         """Keys that mean nothing right now leave the footer (they still work from ctrl+p when they can)."""
         s = self.session
+        if len(self.screen_stack) > 1 and action not in ("quit", "command_palette"):
+            return False  # step mode and dialogs own the keys while they are open
         if s is None:
             return action in ("quit", "help", "open_model", "command_palette") or None
         if action == "cancel":
@@ -77,6 +81,15 @@ class ExplorerApp(Workers, App):
             inspectors = self.query(Inspector)
             return bool(inspectors) and inspectors.first().has_heatmap
         return True
+
+    _footer_state: tuple = ()
+
+    def refresh_footer(self) -> None:
+        """Recompose the footer only when a key appears or leaves: a recompose costs a frame."""
+        state = tuple(self.check_action(b.action, ()) for b in self.BINDINGS)
+        if state != self._footer_state:
+            self._footer_state = state
+            self.refresh_bindings()
 
     def compose(self) -> ComposeResult:
         yield SelectionBar(id="selection-bar")
@@ -126,7 +139,7 @@ class ExplorerApp(Workers, App):
         self.query_one(Inspector).show(self.session, node_index, tensor)
         if tensor is not None:
             self.request_values([tensor])
-        self.refresh_bindings()
+        self.refresh_footer()
         if announce:
             self.post_message(m.CursorMoved(node_index, tensor))
 
@@ -202,7 +215,7 @@ class ExplorerApp(Workers, App):
         results = self.query_one(Results)
         results.show_gradient(s.gradient)
         results.show_check(s.check)
-        self.refresh_bindings()
+        self.refresh_footer()
 
     # --- feeds, settings, views ---------------------------------------------------------------------
     def action_feed(self) -> None:
@@ -229,7 +242,10 @@ class ExplorerApp(Workers, App):
             self.post_message(m.FeedChanged(tensor, desc))
             self.notify(f"{tensor}: {desc or 'feed removed'}", timeout=3)
 
-        self.push_screen(FeedScreen(tensor, source, explicit, try_feed), done)
+        g = self.session.graph
+        unfed = (f"computed by {g.node_names[g.producer[tensor]]}" if tensor in g.producer
+                 else "its initializer" if tensor in g.initializers else "not fed")
+        self.push_screen(FeedScreen(tensor, source, explicit, try_feed, unfed), done)
 
     def _settings_changed(self) -> None:
         s = self.session

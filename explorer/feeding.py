@@ -49,8 +49,20 @@ class FeedSource:
 
 
 def source_from(kind: str, parameter: str = "") -> FeedSource:
-    """A FeedSource from a dialog's kind and parameter text; FeedError says what is wrong."""
+    """A FeedSource from a dialog's kind and parameter text; FeedError says what is wrong.
+
+    A full spec typed as the parameter wins over the kind, so the keyboard alone is enough:
+    "zeros", "ones", "random:3", "file.npy", "=2*X + 1".
+    """
     parameter = parameter.strip()
+    if parameter.startswith("="):
+        kind, parameter = "expression", parameter[1:].strip()
+    elif parameter in ("zeros", "ones"):
+        kind, parameter = parameter, ""
+    elif parameter.startswith("random:"):
+        kind, parameter = "random", parameter.split(":", 1)[1]
+    elif parameter.endswith(".npy"):
+        kind = "npy"
     if kind == "random":
         try:
             return FeedSource("random", seed=int(parameter or 0))

@@ -184,9 +184,10 @@ class Session:
 
     # --- feeds -------------------------------------------------------------------------------
     def default_source(self, name: str) -> FeedSource | None:
-        """Graph inputs nobody fed get seeded random values (seed differs per input)."""
+        """Graph inputs nobody fed get seeded random values: seed 1, 2, ... (seed 0 made the spec
+        example's X start with the same numbers as its W, which puzzles a reader)."""
         if name in self.graph.inputs:
-            return FeedSource("random", seed=self.seed + self.graph.inputs.index(name))
+            return FeedSource("random", seed=self.seed + 1 + self.graph.inputs.index(name))
         return None
 
     def feed_source(self, name: str) -> tuple[FeedSource | None, bool]:

@@ -35,9 +35,9 @@ class TensorView:
     def of(cls, name: str, value) -> "TensorView":
         a = value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
         s = array_stats(a)
-        flat = a.reshape(-1)[:4]
+        flat = a.reshape(-1)[:3]
         preview = "[" + ", ".join(f"{v:.4g}" if a.dtype.kind in "fc" else str(v) for v in flat)
-        preview += ", …]" if a.size > 4 else "]"
+        preview += ", …]" if a.size > 3 else "]"
         return cls(name, tuple(a.shape), s["dtype"], s.get("norm"), s.get("min"), s.get("max"), preview)
 
 

@@ -18,6 +18,7 @@ from engine.errors import OnnxGradError
 from . import messages as m
 from .layout import layout_for
 from .state import CheckJob, GradientJob
+from .guard import guarded, one_line
 
 LABELS = {"gradient": "computing gradients", "check": "verifying", "step": "tracing step mode",
           "export": "exporting", "open": "opening model", "layout": "laying out", "values": "computing values"}
@@ -25,13 +26,7 @@ CANCELLABLE = ("gradient", "check", "step", "export", "open")
 SMALL_MODEL = 300  # nodes: up to this, values are computed as soon as the cursor lands
 
 
-def one_line(exc: BaseException) -> str:
-    if isinstance(exc, OnnxGradError):
-        return str(exc)
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
+@guarded
 class Workers:
     """Mixed into ExplorerApp: starting work, and the handlers for what work posts back."""
 
@@ -171,7 +166,7 @@ class Workers:
     # --- what work posts back ------------------------------------------------------------------------
     def on_work_started(self, message: m.WorkStarted) -> None:
         self.query_one("#status").busy(message.label)
-        self.refresh_bindings()
+        self.refresh_footer()
 
     def on_work_progress(self, message: m.WorkProgress) -> None:
         self.query_one("#status").progress(LABELS.get(message.kind, message.kind), message.done, message.total,
@@ -179,7 +174,7 @@ class Workers:
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         worker = event.worker
-        self.refresh_bindings()
+        self.refresh_footer()
         if event.state == WorkerState.ERROR:
             text = one_line(worker.error)
             self.notify(text, title=f"{LABELS.get(worker.group, worker.group)} failed", severity="error",

@@ -184,6 +184,32 @@ def test_python_blocks_run(doc, tmp_path, monkeypatch, capsys):
             pytest.fail(f"{doc.relative_to(ROOT)} line {line}: {type(exc).__name__}: {exc}")
 
 
+# --- every command and flag is documented ------------------------------------------------------
+def _subcommands() -> dict:
+    import argparse
+
+    from engine.cli import build_parser
+
+    parser = build_parser()
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(action.choices)
+
+
+def test_cli_md_documents_every_command_and_flag():
+    text = (ROOT / "docs" / "cli.md").read_text()
+    sections = dict(re.findall(r"^## onnxgrad (\w+)\n(.*?)(?=^## |\Z)", text, flags=re.S | re.M))
+    undocumented = []
+    for name, parser in _subcommands().items():
+        if name not in sections:
+            undocumented.append(f"command {name}")
+            continue
+        for action in parser._actions:
+            for flag in action.option_strings:
+                if flag not in ("-h", "--help") and f"`{flag}" not in sections[name]:
+                    undocumented.append(f"{name} {flag}")
+    assert not undocumented, f"docs/cli.md lacks: {undocumented}"
+
+
 # --- links ----------------------------------------------------------------------------------------
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 

@@ -52,6 +52,7 @@ def view_to_dot(view: ViewGraph) -> str:
         edge_attr={"fontname": "Helvetica", "fontsize": "8", "arrowsize": "0.6"},
     )
     ids = {n.id: f"v{k}" for k, n in enumerate(view.nodes)}
+    by_id = {n.id: n for n in view.nodes}
     members: dict[str | None, list] = {}
     for n in view.nodes:
         members.setdefault(n.cluster, []).append(n)
@@ -70,6 +71,9 @@ def view_to_dot(view: ViewGraph) -> str:
             sub.attr(label=label, style="rounded,dashed", color="#737373", fontsize="10")
             for n in members.get(cluster, []):
                 add_node(sub, n)
+            for group in view.same_rank:
+                if all(n in ids and by_id[n].cluster == cluster for n in group):
+                    sub.body.append("\t{rank=same; " + " ".join(ids[n] for n in group) + "}\n")
     for e in view.edges:
         if e.source not in ids or e.target not in ids:
             continue

@@ -17,7 +17,8 @@ from typing import Hashable, Sequence
 Item = Hashable  # a node id (str) or a virtual item (edge index, rank)
 
 
-def assign_ranks(ids: Sequence[str], edges: Sequence[tuple[str, str]]) -> dict[str, int]:
+def assign_ranks(ids: Sequence[str], edges: Sequence[tuple[str, str]],
+                 same_rank: Sequence[Sequence[str]] = ()) -> dict[str, int]:
     succ: dict[str, list[str]] = {i: [] for i in ids}
     pred: dict[str, list[str]] = {i: [] for i in ids}
     indegree = dict.fromkeys(ids, 0)
@@ -47,6 +48,13 @@ def assign_ranks(ids: Sequence[str], edges: Sequence[tuple[str, str]]) -> dict[s
         later = [rank[t] for t in succ[n] if position[t] > position[n]]
         if later:
             rank[n] = max(rank[n], min(later) - 1)
+    if same_rank:  # a group joins its lowest member; whatever follows moves down to make room
+        for group in same_rank:
+            low = max(rank[n] for n in group)
+            for n in group:
+                rank[n] = low
+        for n in order:
+            rank[n] = max([rank[n]] + [rank[p] + 1 for p in pred[n] if position[p] < position[n]])
     return rank
 
 

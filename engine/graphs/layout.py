@@ -50,7 +50,7 @@ class LayoutEdge:
     target: str
     points: tuple[tuple[int, int], ...]  # (x, y) cells; consecutive points share x or y
     label: str
-    kind: str = "data"  # the ViewEdge kind: data, output, cut, grad, partial, gradient_input
+    kind: str = "data"  # the ViewEdge kind: data, output, cut, grad, partial
 
 
 @dataclass(frozen=True)
@@ -115,18 +115,23 @@ def layout_view(view: ViewGraph, engine: str = "auto") -> GraphLayout:
     if placed is None:
         if engine == "dot":
             raise OnnxGradError("Graphviz dot failed or timed out on this graph; use the layered layout")
-        placed, used = _layered_placement(ids, widths, edges), "layered"
+        placed, used = _layered_placement(ids, widths, edges, view.same_rank), "layered"
     rank, layers, centre, chains = placed
     return _assemble(view, widths, edges, labels, kinds, rank, layers, centre, chains, used)
 
 
 def _layout_edges(view: ViewGraph):
-    """One edge per (source, target) pair; parallel edges' tensor names joined in its label."""
+    """One edge per (source, target) pair; parallel edges' tensor names joined in its label.
+
+    Left out: "needs" edges and a Gradient node's inputs in the combined view, which would tie
+    the backward cluster under the forward graph instead of beside it.
+    """
     known = {n.id for n in view.nodes}
     labels: dict[tuple[str, str], list[str]] = {}
     kinds: dict[tuple[str, str], str] = {}
     for e in view.edges:
-        if e.kind == "needs" or e.source not in known or e.target not in known or e.source == e.target:
+        if (e.kind in ("needs", "gradient_input") or e.source not in known or e.target not in known
+                or e.source == e.target):
             continue
         pair = (e.source, e.target)
         names = labels.setdefault(pair, [])
@@ -138,8 +143,8 @@ def _layout_edges(view: ViewGraph):
     return edges, [", ".join(labels[p]) for p in edges], [kinds[p] for p in edges]
 
 
-def _layered_placement(ids, widths, edges):
-    rank = assign_ranks(ids, edges)
+def _layered_placement(ids, widths, edges, same_rank=()):
+    rank = assign_ranks(ids, edges, same_rank)
     layers, up, down, chains = build_layers(ids, edges, rank)
     order_layers(layers, up, down, components(layers, up, down))
 
@@ -163,7 +168,10 @@ def _dot_placement(view: ViewGraph, ids, widths, edges):
         members.setdefault(n.cluster, []).append(n.id)
     for cluster, ms in members.items():
         body = " ".join(f"{name[m]} [width={widths[m] * CELL_W_IN:.3f}];" for m in ms)
-        lines.append(body if cluster is None else f"subgraph {cluster.replace('/', '_').replace(':', '_')} {{ {body} }}")
+        same = "".join(f"{{rank=same; {' '.join(name[m] for m in g)}}}" for g in view.same_rank
+                       if cluster is not None and set(g) <= set(ms))
+        lines.append(body if cluster is None else
+                     f"subgraph {cluster.replace('/', '_').replace(':', '_')} {{ {body} {same} }}")
     lines.extend(f"{name[s]} -> {name[t]};" for s, t in edges)
     lines.append("}")
     try:

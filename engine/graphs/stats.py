@@ -69,8 +69,8 @@ class GraphStats:
         return self.edges.get(edge.key)
 
 
-def gradient_with_stats(model, y: str, xs, zs=(), feeds: Mapping[str, object] | None = None, dy=None, *,
-                        device="cpu", dtype=None, seed: int = 0,
+def gradient_with_stats(model, y: str, xs, zs=(), feeds: Mapping[str, object] | None = None, dy=None,
+                        device="cpu", dtype=None, *, seed: int = 0,
                         keep_gradients: bool = False) -> tuple[GradientResult, GraphStats]:
     """`Model.gradient` plus the stats of every backward edge and node (same arguments and result)."""
     spec = model.selection(y, xs, zs)
@@ -212,12 +212,12 @@ def _run(model, plan, inputs, recorder: _Recorder, device, float_dtype) -> torch
     step = None
     try:
         for step in plan.steps:
+            aliases: dict[int, object] = {}  # one alias per tensor even when read twice (Mul(E, E))
             args = []
             for k in step.in_slots:
-                v = None if k is None else env[k]
-                if k is not None:
-                    v = recorder.alias_for(step.node_index, plan.names[k], v)
-                args.append(v)
+                if k is not None and k not in aliases:
+                    aliases[k] = recorder.alias_for(step.node_index, plan.names[k], env[k])
+                args.append(None if k is None else aliases[k])
             out = step.fn(*args, **step.kwargs)
             outs = [out[0] if isinstance(out, tuple) else out] if len(step.out_slots) == 1 else list(out)
             # An op may hand back its input object (Identity); a view keeps the two tensors' hooks apart.

@@ -2,7 +2,7 @@
 
 `Canvas(layout).region(x, y, width, height)` returns one tuple of Segments per row; each
 segment is a run of text with one tag: a node's role ("x", "active", "backward", ...), an
-edge tag "edge:<kind>" (data, output, cut, grad, partial, gradient_input), or None for
+edge tag "edge:<kind>" (data, output, cut, grad, partial), or None for
 blank cells. Only what falls in the region is drawn, so a viewport over a 2,000-node graph
 costs what the viewport shows.
 """

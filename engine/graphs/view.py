@@ -59,6 +59,7 @@ class ViewGraph:
     edges: tuple[ViewEdge, ...]
     clusters: tuple[tuple[str, str], ...] = ()  # (cluster id, label)
     small: bool = True
+    same_rank: tuple[tuple[str, ...], ...] = ()  # groups drawn on one row (each backward graph's dx)
 
 
 def spec_label(spec: GradientSpec) -> str:
@@ -111,7 +112,9 @@ def build_view(model, spec: GradientSpec | None = None, view: str = "forward", s
             clusters.append((cluster, label))
             _backward(graph, backward, run_stats, prefix, cluster, grad_index, view == "combined",
                       needs_edges, small, nodes, edges)
-    result = ViewGraph(view, tuple(nodes), tuple(_dedupe(edges)), tuple(clusters), small)
+    same_rank = tuple(group for group in (
+        tuple(n.id for n in nodes if n.role == "dx" and n.cluster == c) for c, _ in clusters) if len(group) > 1)
+    result = ViewGraph(view, tuple(nodes), tuple(_dedupe(edges)), tuple(clusters), small, same_rank)
     return collapse(result) if collapse_chains else result
 
 
@@ -232,15 +235,16 @@ def _backward(graph, backward: BackwardGraph, stats, prefix, cluster, grad_index
 
 
 def collapse(view: ViewGraph, min_length: int = 3) -> ViewGraph:
-    """Fold maximal linear chains (one way in, one way out, same role and cluster) into one node."""
-    flow = [e for e in view.edges if e.kind not in ("needs", "gradient_input")]
-    outs: dict[str, set[str]] = {}
-    ins: dict[str, set[str]] = {}
-    for e in flow:
-        outs.setdefault(e.source, set()).add(e.target)
-        ins.setdefault(e.target, set()).add(e.source)
+    """Fold maximal linear chains of operators (one operator in, one way out, same role and cluster)."""
     by_id = {n.id: n for n in view.nodes}
     foldable = {"active", "inactive", "backward"}
+    flow = [e for e in view.edges if e.kind not in ("needs", "gradient_input")]
+    outs: dict[str, set[str]] = {}
+    ins: dict[str, set[str]] = {}  # from other operators only: a weight read on the way keeps a chain
+    for e in flow:
+        outs.setdefault(e.source, set()).add(e.target)
+        if by_id[e.source].role in foldable or by_id[e.source].role == "gradient":
+            ins.setdefault(e.target, set()).add(e.source)
 
     def link(a: str) -> str | None:
         """The next node of a chain after `a`, if the pair a -> b is a chain link."""
@@ -273,9 +277,10 @@ def collapse(view: ViewGraph, min_length: int = 3) -> ViewGraph:
     if not replaced:
         return view
     nodes = tuple(replaced.get(n.id, n) for n in view.nodes if n.id not in rename)
+    same_rank = tuple(g for g in (tuple(i for i in group if i not in rename) for group in view.same_rank) if len(g) > 1)
     edges = []
     for e in view.edges:
         s, t = rename.get(e.source, e.source), rename.get(e.target, e.target)
         if s != t:
             edges.append(replace(e, source=s, target=t))
-    return replace(view, nodes=nodes, edges=tuple(_dedupe(edges)))
+    return replace(view, nodes=nodes, edges=tuple(_dedupe(edges)), same_rank=same_rank)

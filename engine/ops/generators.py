@@ -14,7 +14,7 @@ _CONSTANT_ATTRS = ("value", "sparse_value", "value_float", "value_floats", "valu
 
 @register("Constant", since=1)
 def constant(*, value=None, sparse_value=None, value_float=None, value_floats=None, value_int=None,
-             value_ints=None, value_string=None, value_strings=None, device):
+             value_ints=None, value_string=None, value_strings=None, device, float_dtype=None):
     given = {k: v for k, v in zip(_CONSTANT_ATTRS, (value, sparse_value, value_float, value_floats,
                                                      value_int, value_ints, value_string, value_strings))
              if v is not None}
@@ -27,13 +27,16 @@ def constant(*, value=None, sparse_value=None, value_float=None, value_floats=No
         raise UnsupportedOpError("Constant sparse_value: sparse tensors are not supported")
     if name == "value":
         return v
-    dtype = torch.float32 if name.startswith("value_float") else torch.int64
+    dtype = (float_dtype or torch.float32) if name.startswith("value_float") else torch.int64
     return torch.tensor(v, dtype=dtype, device=device)
 
 
 @register("ConstantOfShape", since=9)
-def constant_of_shape(shape, *, value=None):
-    fill = torch.zeros((), dtype=torch.float32, device=shape.device) if value is None else value.reshape(())
+def constant_of_shape(shape, *, value=None, float_dtype=None):
+    if value is None:
+        fill = torch.zeros((), dtype=float_dtype or torch.float32, device=shape.device)
+    else:
+        fill = value.reshape(())
     return fill.expand(int_list(shape)).clone()
 
 

@@ -92,7 +92,7 @@ def _judge(x, out, value, engine, probe, opts, rtol) -> ClaimedCheck:
         i = int(np.argmax(np.where(bad_engine, np.nan_to_num(diff, nan=np.inf), -1)))
         worst = i
         reasons.append(f"{int(bad_engine.sum())} of {a.size} elements differ from the engine's gradient "
-                       f"(worst at {list(np.unravel_index(i, tuple(engine.shape)))}: claimed {a[i]:.6g}, "
+                       f"(worst at {[int(k) for k in np.unravel_index(i, tuple(engine.shape))]}: claimed {a[i]:.6g}, "
                        f"engine {b[i]:.6g})")
     fd_abs = fd_rel = numeric = None
     if probe is not None:

@@ -31,18 +31,36 @@ class Context:
     dy_label: str
     grads64: dict[str, torch.Tensor]
     disconnected: frozenset[str]
-    keep_plan: Plan | None = None  # the same slice keeping every value (per-node checks, NaN search)
-    all_values: dict[str, torch.Tensor] | None = None  # its values at the point, float64
+    keep_plan: Plan  # the same slice keeping every value (per-node checks, NaN search)
+    all_values: dict[str, torch.Tensor]  # its values at the point, float64
+    y_again: torch.Tensor  # y from the gradient's own forward: a second run, for the determinism check
 
     def x_function(self, name: str) -> Callable[[torch.Tensor], torch.Tensor]:
-        """y as a function of one x, every other source held at its value (float64)."""
-        i = self.sources.index(name)
-        plan, values = self.plan64, self.tensors64
+        """y as a function of one x, everything else held at its value (float64).
+
+        Only the nodes downstream of x run: every other value they read is fed from the point's
+        values, so perturbing a late layer's weight does not re-run the early layers.
+        """
+        frontier = self.frontier(name)
+        plan = self.model.prepare((name,) + frontier, [self.spec.y], device=self.device, dtype=F64)
+        fixed = [self.all_values[n] for n in frontier]
 
         def f(x: torch.Tensor) -> torch.Tensor:
-            return plan.run(values[:i] + [x] + values[i + 1:])[0]
+            return plan.run([x] + fixed)[0]
 
         return f
+
+    def frontier(self, name: str) -> tuple[str, ...]:
+        """Values read by the nodes downstream of `name` that do not themselves depend on it."""
+        plan = self.keep_plan
+        down, reads = {name}, {}
+        for step in plan.steps:
+            ins = [plan.names[s] for s in step.in_slots if s is not None]
+            if down.intersection(ins):
+                down.update(plan.names[s] for s in step.out_slots if s is not None)
+                reads.update(dict.fromkeys(ins))
+        constants = self.model.graph.initializers
+        return tuple(n for n in reads if n not in down and (n not in constants or n in self.sources))
 
     def native_tensors(self) -> list[torch.Tensor]:
         return [self.model.to_tensor(n, self._value(n), self.device, None) for n in self.sources]
@@ -63,8 +81,10 @@ def build(model: Model, y: str, xs, zs, feeds: Mapping | None, dy, seed: int, de
     sources = tuple(spec.inputs) + tuple(extras)
     tensors64 = [model.to_tensor(n, values[n] if n in values else feeds[n], dev, F64) for n in sources]
     plan64 = model.prepare(sources, [spec.y], device=dev, dtype=F64)
+    keep = model.prepare(sources, [spec.y], device=dev, dtype=F64, keep_all=True)
     with torch.no_grad():
-        (y0,) = plan64.run(tensors64)
+        all_values = keep.run_all(tensors64)
+    y0 = all_values.get(spec.y)
     if not isinstance(y0, torch.Tensor) or not y0.is_floating_point():
         raise SelectionError(f"y {spec.y!r} is not a float tensor: gradients need a float y")
     dy_t, label = _seed(y0, dy, seed, ones_dy, spec.y)
@@ -72,7 +92,7 @@ def build(model: Model, y: str, xs, zs, feeds: Mapping | None, dy, seed: int, de
     out = prepared(*tensors64, dy=dy_t)
     grads = {n: g.detach() for n, g in zip(spec.xs, out.grads)}
     return Context(model, spec, dev, sources, feeds, values, tensors64, plan64, y0.detach(), dy_t, label,
-                   grads, out.disconnected)
+                   grads, out.disconnected, keep, all_values, out.y.detach())
 
 
 def _seed(y0: torch.Tensor, dy, seed: int, ones: bool, y_name: str) -> tuple[torch.Tensor, str]:

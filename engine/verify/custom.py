@@ -103,7 +103,11 @@ def make_function(forward: Callable, vjp: Callable, name: str = "CustomOp") -> C
         return out if multi[0] else out[0]
 
     functools.update_wrapper(apply, forward)
-    apply.__signature__ = inspect.signature(forward)  # the registry reads accepted attributes from it
+    try:
+        signature = inspect.signature(forward)
+    except (TypeError, ValueError):  # a builtin such as torch.tanh: inputs only, no attributes
+        signature = inspect.Signature([inspect.Parameter("inputs", inspect.Parameter.VAR_POSITIONAL)])
+    apply.__signature__ = signature  # the registry reads the accepted attributes from it
     return apply
 
 

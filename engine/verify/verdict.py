@@ -70,14 +70,17 @@ def _first_pass(a: np.ndarray, m: Measurement, tol: Tolerance):
     return thr, diff, clear_pass, clear_fail
 
 
-def to_refine(a: np.ndarray, m: Measurement, tol: Tolerance) -> np.ndarray:
-    """Items whose first-pass verdict is in doubt, plus the worst item (so it carries an error estimate)."""
+def to_refine(a: np.ndarray, m: Measurement, tol: Tolerance, worst_too: bool = True) -> np.ndarray:
+    """Items whose first-pass verdict is in doubt, plus the worst item (so that it carries a Richardson
+    error estimate) unless `worst_too` is off and it is a clear pass."""
     ev = m.evaluated & np.isfinite(a) & np.isfinite(m.d1)
     thr, diff, clear_pass, clear_fail = _first_pass(a, m, tol)
     picks = set(np.nonzero(ev & ~clear_pass & ~clear_fail)[0].tolist())
     if ev.any():
         ratio = np.where(ev, diff / np.maximum(thr, 1e-300), -1.0)
-        picks.add(int(np.argmax(ratio)))
+        worst = int(np.argmax(ratio))
+        if worst_too or not clear_pass[worst]:
+            picks.add(worst)
     return np.array(sorted(picks), dtype=np.int64)
 
 

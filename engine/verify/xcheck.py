@@ -79,7 +79,8 @@ class XProbe:
         if scale is None:
             scale = verdict.element_scale(a[self.m.evaluated], self.m.d1[self.m.evaluated])
         tol = verdict.tolerance(len(a), self.opts.rtol, self.opts.atol, scale)
-        picks = verdict.to_refine(a, self.m, tol)
+        # Refining a clear pass only buys its error estimate: worth it unless vectors are few and costly.
+        picks = verdict.to_refine(a, self.m, tol, worst_too=self.pert.count >= 8)
         fd.refine(self.objective, self.x, self.pert, self.m, picks, self.opts.chunk, self.control)
         self.forwards = 2 * int(self.m.evaluated.sum() // self.rows) + 2 * int(self.m.refined.sum() // self.rows)
         self.analytic = a

@@ -12,6 +12,7 @@ from textual.widgets import Button, Input, Label, RadioButton, RadioSet
 from engine.errors import OnnxGradError
 
 from ..feeding import EXPRESSION_HELP, FEED_KINDS, FeedSource, source_from
+from ..guard import guarded
 
 HINTS = {
     "random": "seed (an integer): standard-normal values",
@@ -24,37 +25,39 @@ HINTS = {
 CLEAR = "clear"
 
 
+@guarded
 class FeedScreen(ModalScreen):
     """Dismisses with a FeedSource, CLEAR, or None (cancelled)."""
 
     BINDINGS = [Binding("escape", "cancel", "Cancel", id="feed.cancel")]
     DEFAULT_CSS = """
     FeedScreen { align: center middle; }
-    FeedScreen > Vertical { width: 72; height: auto; border: thick $accent; background: $surface; padding: 1 2; }
-    FeedScreen RadioSet { width: 100%; layout: horizontal; }
-    FeedScreen #feed-hint { color: $text-muted; }
+    FeedScreen > Vertical { width: 84; height: auto; border: thick $accent; background: $surface; padding: 1 2; }
+    FeedScreen RadioSet { width: 100%; }
+    FeedScreen #feed-hint, FeedScreen #feed-spec-hint { color: $text-muted; }
     FeedScreen #feed-error { color: $error; text-style: bold; }
     FeedScreen Horizontal { height: auto; margin-top: 1; }
     FeedScreen Button { margin-right: 2; }
     """
 
     def __init__(self, tensor: str, current: FeedSource | None, explicit: bool,
-                 try_feed: Callable[[FeedSource], str | None]):
+                 try_feed: Callable[[FeedSource], str | None], unfed: str = "computed by the model"):
         super().__init__()
         self.tensor = tensor
+        self.now = current.describe() + ("" if explicit else ", default") if current else unfed
         self.current = current or FeedSource("random")
         self.explicit = explicit
         self.try_feed = try_feed  # tries the feed on the session: the problem, or None when applied
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Label(f"Feed [b]{self.tensor}[/b]  (now: {self.current.describe()}"
-                        f"{'' if self.explicit else ', default'})")
+            yield Label(f"Feed [b]{self.tensor}[/b]  (now: {self.now})")
             with RadioSet(id="feed-kind"):
                 for kind in FEED_KINDS:
                     yield RadioButton(kind, value=kind == self.current.kind, id=f"kind-{kind}")
             yield Input(value=self.current.parameter, id="feed-parameter")
             yield Label(HINTS[self.current.kind], id="feed-hint")
+            yield Label("or type a whole spec: zeros, ones, random:3, 0.5, file.npy, =2*X + 1", id="feed-spec-hint")
             yield Label("", id="feed-error")
             with Horizontal():
                 yield Button("Apply", variant="primary", id="feed-apply")

@@ -8,6 +8,7 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
+from ..guard import guarded
 
 WORKFLOW = """\
 1. Move to a tensor (arrows in the graph, or / to search the list; o cycles a node's tensors).
@@ -32,6 +33,7 @@ def binding_table(groups: list[tuple[str, list[Binding]]]) -> Table:
     return table
 
 
+@guarded
 class HelpScreen(ModalScreen):
     BINDINGS = [Binding("escape,q,question_mark", "dismiss", "Close", id="help.close")]
     DEFAULT_CSS = """

@@ -6,8 +6,10 @@ from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Input, Label
+from ..guard import guarded
 
 
+@guarded
 class PromptScreen(ModalScreen):
     """Dismisses with the entered text, or None (escape)."""
 

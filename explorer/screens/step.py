@@ -11,6 +11,7 @@ from textual.widgets import Footer, Static
 
 from ..stepper import Frame, TensorView, Trace
 from ..widgets.graph_view import GraphView
+from ..guard import guarded
 
 
 def _tensor_line(v: TensorView, label: str = "") -> Text:
@@ -60,6 +61,7 @@ def describe(frame: Frame, k: int, trace: Trace) -> Group:
     return Group(*parts)
 
 
+@guarded
 class StepScreen(Screen):
     BINDINGS = [
         Binding("right,n,space", "step(1)", "Next", id="step.next"),
@@ -70,14 +72,14 @@ class StepScreen(Screen):
     ]
     DEFAULT_CSS = """
     StepScreen GraphView { width: 1fr; }
-    StepScreen #step-details { width: 64; border-left: solid $panel; padding: 0 1; }
+    StepScreen #step-details { width: 72; border-left: solid $panel; padding: 0 1; }
     StepScreen #step-title { height: 1; background: $panel; padding: 0 1; }
     """
 
     def __init__(self, trace: Trace, layout):
         super().__init__()
         self.trace = trace
-        self.layout = layout
+        self.graph_layout = layout
         self.position = 0
 
     def compose(self) -> ComposeResult:
@@ -89,7 +91,7 @@ class StepScreen(Screen):
         yield Footer()
 
     def on_mount(self) -> None:
-        self.query_one(GraphView).set_layout(self.layout, "no layout")
+        self.query_one(GraphView).set_layout(self.graph_layout, "no layout")
         self._show()
 
     @property
@@ -123,7 +125,7 @@ class StepScreen(Screen):
         done = {f.node_index for f in self.trace.frames[:self.position]
                 if f.phase == frame.phase}
         marks = {}
-        for n in self.layout.nodes if self.layout is not None else ():
+        for n in self.graph_layout.nodes if self.graph_layout is not None else ():
             if n.node_index in done:
                 marks[n.id] = "pass"
         for i in ids:

@@ -8,12 +8,14 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Checkbox, Input, Label, RadioButton, RadioSet
 
 from ..state import CHECK_MODES, CheckOptions
+from ..guard import guarded
 
 MODE_HELP = {"full": "every element of every x (exact, slowest)",
              "sample": "a seeded random sample of elements per x",
              "fast": "random directions: ⟨grad, u⟩ against the directional derivative"}
 
 
+@guarded
 class VerifyScreen(ModalScreen):
     """Dismisses with CheckOptions, or None when cancelled."""
 

@@ -14,10 +14,12 @@ from textual.strip import Strip
 
 from ..canvas import Canvas
 from ..marks import box_tensor
+from ..guard import guarded
 
 MARKS = ("current", "fail", "inconclusive", "pass", "y", "x", "z", "slice", "dim")
 
 
+@guarded
 class GraphView(ScrollView, can_focus=True):
     """Arrows move between boxes (the view follows); shift+arrows pan; a click picks a box."""
 
@@ -170,11 +172,14 @@ class GraphView(ScrollView, can_focus=True):
         kind, key = owner
         if kind == "box":
             mark = self.marks.get(key)
-            node = self.canvas.nodes[key]
-            style = self._style(mark or ("tensor" if node.node_index is None else "box"))
+            if mark is None:
+                mark = "tensor" if self.canvas.nodes[key].node_index is None else "box"
             if key == self.selected:
-                style = style + self._style("selected")
-            return style
+                combined = self._styles.get(("selected", mark))
+                if combined is None:
+                    combined = self._styles[("selected", mark)] = self._style(mark) + self._style("selected")
+                return combined
+            return self._style(mark)
         edge = self.canvas.layout.edges[key]
         hot = self.marks.get(edge.source) not in (None, "dim") and self.marks.get(edge.target) not in (None, "dim")
         return self._style("edge-hot" if hot else "edge")

@@ -11,10 +11,12 @@ from textual.widgets import Input, Static
 
 from ..rules import rule_lines
 from .visuals import heatmap, histogram, parse_slice, stats_text
+from ..guard import guarded
 
 ROLE_NAMES = {"x": "in xs", "z": "in zs", "y": "is y"}
 
 
+@guarded
 class Inspector(VerticalScroll):
     DEFAULT_CSS = """
     Inspector { width: 50; border-left: solid $panel; padding: 0 1; }

@@ -3,13 +3,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rich.text import Text
+from rich.segment import Segment
+from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
+from textual.geometry import Region, Size
 from textual.message import Message
-from textual.widgets import Input, OptionList
-from textual.widgets.option_list import Option
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+from textual.widgets import Input
+from ..guard import guarded
 
 MAX_HITS = 300
 
@@ -69,13 +73,98 @@ def search(entries: list[Entry], query: str, limit: int = MAX_HITS) -> list[Entr
     return [e for _, _, e in hits[:limit]]
 
 
+@guarded
+class EntryList(ScrollView, can_focus=True):
+    """A list that renders only its visible rows (an OptionList lays out every row up front,
+    which takes seconds for densenet's ~4,000 nodes and tensors)."""
+
+    BINDINGS = [
+        Binding("up", "move(-1)", "Previous", show=False, id="list.previous"),
+        Binding("down", "move(1)", "Next", show=False, id="list.next"),
+        Binding("pageup", "page(-1)", "Page up", show=False, id="list.page_up"),
+        Binding("pagedown", "page(1)", "Page down", show=False, id="list.page_down"),
+        Binding("home", "move(-1000000000)", "First", show=False, id="list.first"),
+        Binding("end", "move(1000000000)", "Last", show=False, id="list.last"),
+        Binding("enter", "choose", "Go to", show=False, id="list.choose"),
+    ]
+    COMPONENT_CLASSES = {"entry-list--highlight", "entry-list--node", "entry-list--detail"}
+    DEFAULT_CSS = """
+    EntryList { height: 1fr; }
+    EntryList > .entry-list--highlight { background: $accent 40%; text-style: bold; }
+    EntryList:focus > .entry-list--highlight { background: $accent; }
+    EntryList > .entry-list--node { text-style: bold; }
+    EntryList > .entry-list--detail { color: $text-muted; }
+    """
+
+    @dataclass
+    class Moved(Message):
+        entry_list: "EntryList"
+        index: int
+        chosen: bool
+
+    def __init__(self, *, id: str | None = None):
+        super().__init__(id=id)
+        self.entries: list[Entry] = []
+        self.highlighted: int | None = None
+
+    def set_entries(self, entries: list[Entry]) -> None:
+        self.entries = entries
+        self.highlighted = 0 if entries else None
+        self.virtual_size = Size(self.size.width, len(entries))
+        self.scroll_to(0, 0, animate=False)
+        self.refresh()
+
+    def highlight(self, index: int | None) -> None:
+        self.highlighted = index
+        if index is not None:
+            self.scroll_to_region(Region(0, index, 1, 1), animate=False, immediate=True)
+        self.refresh()
+
+    def action_move(self, delta: int) -> None:
+        if not self.entries:
+            return
+        start = self.highlighted if self.highlighted is not None else -1
+        self.highlight(max(0, min(len(self.entries) - 1, start + delta)))
+        self.post_message(self.Moved(self, self.highlighted, chosen=False))
+
+    def action_page(self, direction: int) -> None:
+        self.action_move(direction * max(1, self.scrollable_content_region.height - 1))
+
+    def action_choose(self) -> None:
+        if self.highlighted is not None:
+            self.post_message(self.Moved(self, self.highlighted, chosen=True))
+
+    def on_click(self, event: events.Click) -> None:
+        index = event.y + int(self.scroll_y)
+        if 0 <= index < len(self.entries):
+            self.highlight(index)
+            self.post_message(self.Moved(self, index, chosen=event.chain > 1))
+
+    def render_line(self, y: int) -> Strip:
+        width = self.scrollable_content_region.width
+        index = y + int(self.scroll_y)
+        base = self.rich_style
+        if not 0 <= index < len(self.entries):
+            return Strip([Segment(" " * width, base)], width)
+        e = self.entries[index]
+        name_style = base + self.get_component_rich_style("entry-list--node") if e.node_index is not None else base
+        detail_style = base + self.get_component_rich_style("entry-list--detail")
+        segments = [Segment("◆ " if e.node_index is not None else "  ", name_style), Segment(e.name, name_style),
+                    Segment(" " + e.detail, detail_style)]
+        if index == self.highlighted:
+            hl = self.get_component_rich_style("entry-list--highlight")
+            segments = [Segment(seg.text, seg.style + hl) for seg in segments]
+        strip = Strip(segments).crop_extend(0, width, base if index != self.highlighted else
+                                            base + self.get_component_rich_style("entry-list--highlight"))
+        return strip
+
+
 class NodeList(Vertical):
     BINDINGS = [Binding("escape", "close_search", "Close search", show=False, id="list.close_search")]
     DEFAULT_CSS = """
     NodeList { width: 28; border-right: solid $panel; }
-    NodeList > Input { display: none; height: 3; }
-    NodeList.-searching > Input { display: block; }
-    NodeList > OptionList { height: 1fr; border: none; }
+    NodeList > Input { height: 1; margin-bottom: 1; }
+    NodeList > EntryList { height: 1fr; }
     """
 
     @dataclass
@@ -90,11 +179,13 @@ class NodeList(Vertical):
         super().__init__(id=id)
         self.entries: list[Entry] = []
         self.shown: list[Entry] = []
-        self._echo: str | None = None  # a highlight we set ourselves: not announced back
+        self._index: dict[str, int] = {}
+        self._last: tuple[int | None, str | None] | None = None
 
     def compose(self) -> ComposeResult:
-        yield Input(placeholder="fuzzy search: name or op", id="node-search")
-        yield OptionList(id="node-options")
+        # Always shown: focusing a hidden box would wait a layout, and fast typing would miss it.
+        yield Input(placeholder="/ search nodes, tensors", id="node-search", compact=True)
+        yield EntryList(id="node-options")
 
     def set_graph(self, graph) -> None:
         self.entries = entries_for(graph)
@@ -102,64 +193,55 @@ class NodeList(Vertical):
 
     def _show(self, entries: list[Entry]) -> None:
         self.shown = entries
-        options = self.query_one(OptionList)
-        options.clear_options()
-        options.add_options([Option(_prompt(e), id=e.key) for e in entries])
+        self.query_one(EntryList).set_entries(entries)
+        self._index = {e.key: k for k, e in enumerate(entries)}
 
     def open_search(self) -> None:
-        self.add_class("-searching")
         self.query_one(Input).focus()
 
     def action_close_search(self) -> None:
+        self.close_search()
+        self.query_one(EntryList).focus()
+
+    def close_search(self) -> None:
+        """Hide the search box and show every entry again (the cursor stays where it is)."""
         box = self.query_one(Input)
-        if self.has_class("-searching"):
-            self.remove_class("-searching")
-            if box.value:
-                box.value = ""
-                self._show(self.entries)
-            self.query_one(OptionList).focus()
+        if box.value:
+            box.value = ""
+            self._show(self.entries)
 
     def on_input_changed(self, event: Input.Changed) -> None:
         event.stop()
         self._show(search(self.entries, event.value))
-        if self.shown:
-            self.query_one(OptionList).highlighted = 0
+        if not event.value:  # search closed: back to the whole list, at the entry last picked
+            if self._last is not None:
+                self.highlight(*self._last)
+        elif self.shown:
+            self.query_one(EntryList).highlight(0)
+            self._announce(0, jump=False)
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         event.stop()
         if self.shown:
-            e = self.shown[self.query_one(OptionList).highlighted or 0]
-            self.post_message(self.Picked(e.node_index, e.tensor, jump=True))
+            self._announce(self.query_one(EntryList).highlighted or 0, jump=True)
+        self.close_search()
 
-    def on_option_list_option_highlighted(self, event: OptionList.OptionHighlighted) -> None:
+    def on_entry_list_moved(self, event: EntryList.Moved) -> None:
         event.stop()
-        if event.option_index is None or event.option_index >= len(self.shown):
-            return
-        if event.option.id == self._echo:
-            self._echo = None
-            return
-        e = self.shown[event.option_index]
-        self.post_message(self.Picked(e.node_index, e.tensor, jump=False))
+        self._announce(event.index, jump=event.chosen)
 
-    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
-        event.stop()
-        e = self.shown[event.option_index]
-        self.post_message(self.Picked(e.node_index, e.tensor, jump=True))
+    def _announce(self, index: int, jump: bool) -> None:
+        if 0 <= index < len(self.shown):
+            e = self.shown[index]
+            self._last = (e.node_index, e.tensor)
+            self.post_message(self.Picked(e.node_index, e.tensor, jump=jump))
 
     def highlight(self, node_index: int | None, tensor: str | None) -> None:
         """Follow a cursor moved elsewhere, without announcing it back."""
+        self._last = (node_index, tensor)
         key = f"t:{tensor}" if tensor is not None and node_index is None else f"n:{node_index}"
-        options = self.query_one(OptionList)
-        try:
-            index = options.get_option_index(key)
-        except Exception:
-            return
-        if options.highlighted != index:
-            self._echo = key
-            options.highlighted = index
+        index = self._index.get(key)
+        if index is not None:
+            self.query_one(EntryList).highlight(index)
 
 
-def _prompt(e: Entry) -> Text:
-    if e.node_index is not None:
-        return Text.assemble(("◆ ", "bold"), (e.name, "bold"), " ", (e.detail, "italic dim"))
-    return Text.assemble("  ", e.name, " ", (e.detail, "dim"))

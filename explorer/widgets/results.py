@@ -10,6 +10,7 @@ from textual.message import Message
 from textual.widgets import DataTable, Static, TabbedContent, TabPane
 
 from ..state import array_stats
+from ..guard import guarded
 
 STATUS_STYLE = {"pass": "bold green", "fail": "bold red", "inconclusive": "bold yellow"}
 
@@ -23,6 +24,7 @@ def _status(v) -> Text:
     return Text(text, style=STATUS_STYLE.get(text, "bold"))
 
 
+@guarded
 class Results(Vertical):
     DEFAULT_CSS = """
     Results { height: 12; border-top: solid $panel; }

@@ -1,0 +1,122 @@
+"""Terminal layout of light_densenet121 (1,746 nodes): Graphviz-based and pure-Python, budget 2 s each.
+
+Each run lays the forward view out from scratch (the layout cache is cleared). The peer is the
+Graphviz `dot -Tplain` call alone on the same graph, timed in the same process, so the ratio says
+what our own code adds to it. Wall time on a shared machine counts other processes too, so the CPU
+time (ours plus dot's, as a child process) is reported beside it, with the load average.
+
+    python benchmarks/bench_layout.py [--runs 7] [--model PATH] [--json benchmarks/results/layout.json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+import onnx
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from engine import loader  # noqa: E402
+from engine.graphs import layout as layout_module  # noqa: E402
+from engine.graphs.terminal import Canvas  # noqa: E402
+from engine.graphs.view import build_view  # noqa: E402
+
+BUDGET_S = 2.0
+DEFAULT_MODEL = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light",
+                             "light_densenet121.onnx")
+
+
+def cpu_seconds() -> float:
+    own, children = os.times()[0:2], os.times()[2:4]
+    return sum(own) + sum(children)
+
+
+def timed(fn, runs: int) -> tuple[list[float], list[float], object]:
+    walls, cpus, result = [], [], None
+    for _ in range(runs):
+        layout_module._cache.clear()
+        c0, t0 = cpu_seconds(), time.perf_counter()
+        result = fn()
+        walls.append(time.perf_counter() - t0)
+        cpus.append(cpu_seconds() - c0)
+    return walls, cpus, result
+
+
+def raw_dot(dot_text: bytes):
+    return lambda: subprocess.run(["dot", "-Tplain"], input=dot_text, capture_output=True, check=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--model", default=DEFAULT_MODEL)
+    parser.add_argument("--json", default=os.path.join(os.path.dirname(__file__), "results", "layout.json"))
+    args = parser.parse_args()
+
+    graph = loader.load(args.model)
+    view = build_view(graph, None, "forward", needs_edges=False)
+    report = {
+        "model": os.path.basename(args.model), "nodes": len(graph.nodes), "view_nodes": len(view.nodes),
+        "runs": args.runs, "budget_s": BUDGET_S, "python": platform.python_version(),
+        "cpus": os.cpu_count(), "load_average_before": os.getloadavg(), "engines": {},
+    }
+    engines = ["layered"] + (["dot"] if shutil.which("dot") else [])
+    if "dot" in engines:  # the same DOT text layout.py hands to Graphviz, captured once
+        captured = {}
+        real_run = layout_module.subprocess.run
+
+        def spy(cmd, input=None, **kw):
+            captured["input"] = input
+            return real_run(cmd, input=input, **kw)
+
+        layout_module.subprocess.run = spy
+        layout_module.layout_view(view, "dot")
+        layout_module.subprocess.run = real_run
+        walls, cpus, _ = timed(raw_dot(captured["input"]), args.runs)
+        report["peer_dot_tplain"] = {"median_wall_s": statistics.median(walls), "median_cpu_s": statistics.median(cpus)}
+    for name in engines:
+        walls, cpus, laid = timed(lambda: layout_module.layout_graph(graph, None, "forward", engine=name), args.runs)
+        canvas_walls, _, canvas = timed(lambda: Canvas(laid), 3)
+        region_walls = []
+        for k in range(30):
+            t0 = time.perf_counter()
+            canvas.region((k * 37) % max(laid.width - 160, 1), (k * 113) % max(laid.height - 50, 1), 160, 50)
+            region_walls.append(time.perf_counter() - t0)
+        entry = {
+            "median_wall_s": statistics.median(walls), "min_wall_s": min(walls), "median_cpu_s": statistics.median(cpus),
+            "under_budget": statistics.median(walls) < BUDGET_S, "width": laid.width, "height": laid.height,
+            "canvas_index_s": statistics.median(canvas_walls), "viewport_160x50_ms": 1000 * statistics.median(region_walls),
+        }
+        if "peer_dot_tplain" in report:
+            entry["ratio_to_raw_dot"] = entry["median_wall_s"] / report["peer_dot_tplain"]["median_wall_s"]
+        report["engines"][name] = entry
+    report["load_average_after"] = os.getloadavg()
+
+    print(f"{report['model']}: {report['nodes']} nodes, {args.runs} runs, load average {report['load_average_before'][0]:.1f}"
+          f" on {report['cpus']} CPUs")
+    if "peer_dot_tplain" in report:
+        peer = report["peer_dot_tplain"]
+        print(f"  peer: dot -Tplain alone      median {peer['median_wall_s']:.3f} s wall, {peer['median_cpu_s']:.3f} s CPU")
+    for name, e in report["engines"].items():
+        ratio = f", {e['ratio_to_raw_dot']:.2f}x raw dot" if "ratio_to_raw_dot" in e else ""
+        verdict = "under" if e["under_budget"] else "OVER"
+        print(f"  {name:8s} layout            median {e['median_wall_s']:.3f} s wall (min {e['min_wall_s']:.3f}), "
+              f"{e['median_cpu_s']:.3f} s CPU{ratio}: {verdict} the {BUDGET_S:.0f} s budget; "
+              f"{e['width']}x{e['height']} cells; canvas index {e['canvas_index_s'] * 1000:.0f} ms, "
+              f"160x50 viewport {e['viewport_160x50_ms']:.2f} ms")
+    if args.json:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+        with open(args.json, "w") as fh:
+            json.dump(report, fh, indent=2)
+        print(f"wrote {args.json}")
+    return 0 if all(e["under_budget"] for e in report["engines"].values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,90 @@
+"""onnxgrad conformance: ONNX's own node test cases through the engine, and their gradients."""
+from __future__ import annotations
+
+import json
+import sys
+
+from ..errors import OnnxGradError
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("conformance", help="run ONNX's node test cases (forward, and optionally gradients)")
+    p.add_argument("--op", action="append", default=[], metavar="OP",
+                   help="only cases testing this op (repeatable; case-insensitive)")
+    p.add_argument("--case", action="append", default=[], metavar="TEXT",
+                   help="only cases whose name contains TEXT (repeatable)")
+    p.add_argument("--max-cases", type=int, metavar="N", help="stop after the first N selected cases")
+    p.add_argument("--gradients", action="store_true",
+                   help="also check each forward-passing case's differentiable inputs against finite differences")
+    p.add_argument("--per-op", type=int, metavar="K",
+                   help="with --gradients: check at most K cases per op (a quicker sample)")
+    p.add_argument("--seed", type=int, default=0, help="seed for dy and sampled elements (default 0)")
+    p.add_argument("--json", metavar="FILE", help="write every outcome as JSON ('-' for stdout)")
+    p.add_argument("--failures", metavar="FILE.md", help="write the failing cases per op as Markdown")
+    p.add_argument("--show", choices=["failures", "all", "none"], default="failures",
+                   help="which cases to list (default: mismatches, errors and gradient failures)")
+    p.add_argument("--slowest", type=int, default=5, metavar="N", help="list the N slowest cases (default 5)")
+    p.set_defaults(handler=run)
+
+
+def _progress():
+    if not sys.stderr.isatty():
+        return None
+
+    def show(stage: str, i: int, n: int, outcome) -> None:
+        end = "\n" if i == n else ""
+        sys.stderr.write(f"\r{stage}: {i}/{n} {outcome.name[:60]:<60}{end}")
+        sys.stderr.flush()
+
+    return show
+
+
+def run(args) -> int:
+    from ..conformance import select_cases
+    from ..conformance.report import counts, failures_markdown
+    from ..conformance.suite import conformance, sample_per_op
+
+    if args.max_cases is not None and args.max_cases < 1:
+        raise OnnxGradError(f"--max-cases must be at least 1, not {args.max_cases}")
+    if args.per_op is not None and (args.per_op < 1 or not args.gradients):
+        raise OnnxGradError("--per-op needs --gradients and a count of at least 1")
+    cases = select_cases(args.op, args.case, args.max_cases)
+    if not cases:
+        raise OnnxGradError(f"no node test case matches --case {' / '.join(args.case)}")
+    result = conformance(cases, gradients=args.gradients, seed=args.seed, progress=_progress(),
+                         gradient_filter=(lambda cs: sample_per_op(cs, args.per_op, args.seed)) if args.per_op else None)
+    out = sys.stdout if args.json != "-" else sys.stderr
+    c = counts(result.outcomes)
+    print(f"forward: {c['pass']} / {len(result.outcomes)} pass  ("
+          + ", ".join(f"{n} {s}" for s, n in c.items() if s != "pass") + f")  {result.forward_seconds:.1f}s", file=out)
+    for o in result.outcomes:
+        if args.show == "all" or (args.show == "failures" and o.status in ("mismatch", "error")):
+            print(f"  {o.status:<16} {o.name}: {o.message}", file=out)
+    bad_gradient = 0
+    if args.gradients:
+        g = {}
+        for o in result.gradients:
+            g[o.status] = g.get(o.status, 0) + 1
+        print(f"gradients ({result.checker}): " + ", ".join(f"{n} {s}" for s, n in sorted(g.items(), key=lambda kv: -kv[1]))
+              + f"  {result.gradient_seconds:.1f}s", file=out)
+        for o in result.gradients:
+            failing = o.status in ("fail", "error", "non-finite")
+            bad_gradient += o.status in ("fail", "error")
+            if args.show == "all" or (args.show == "failures" and (failing or o.status == "inconclusive")):
+                print(f"  {o.status:<16} {o.name}: {o.reason}", file=out)
+    if args.slowest:
+        timed = sorted(list(result.outcomes) + list(result.gradients), key=lambda o: -o.seconds)[: args.slowest]
+        print("slowest: " + ", ".join(
+            f"{o.name} ({'gradient' if hasattr(o, 'evaluations') else 'forward'}) {o.seconds:.2f}s" for o in timed),
+            file=out)
+    if args.json:
+        text = json.dumps(result.to_json(), indent=1)
+        if args.json == "-":
+            print(text)
+        else:
+            with open(args.json, "w") as fh:
+                fh.write(text + "\n")
+    if args.failures:
+        with open(args.failures, "w") as fh:
+            fh.write(failures_markdown(result.outcomes, gradients=result.gradients))
+    return 1 if (c["mismatch"] or c["error"] or bad_gradient) else 0

@@ -1,0 +1,148 @@
+"""Per-op summaries of a conformance run: the coverage table (docs/ops.md) and the failure list."""
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+from ..registry import supported_ops
+from .gradients import GradientOutcome, op_gradient_status
+from .runner import ERROR, MISMATCH, PASS, STATUSES, UNSUPPORTED_OP, UNSUPPORTED_TYPE, CaseOutcome
+
+
+@dataclass(frozen=True)
+class OpCoverage:
+    op: str
+    opsets: str  # registered opset ranges, '' when the engine has no implementation
+    passed: int
+    total: int
+    expanded_passed: int
+    expanded_total: int
+    statuses: dict = field(default_factory=dict)  # status -> count over both kinds of case
+    gradient: str = ""
+    gradient_note: str = ""
+
+
+def registered_ranges() -> dict[str, str]:
+    ranges: dict[str, list[str]] = collections.defaultdict(list)
+    for impl in supported_ops():
+        op = impl.op_type if not impl.domain else f"{impl.domain}::{impl.op_type}"
+        ranges[op].append(impl.opset_range)
+    return {op: ", ".join(r) for op, r in ranges.items()}
+
+
+def coverage(outcomes: Sequence[CaseOutcome], gradients: Sequence[GradientOutcome] = ()) -> list[OpCoverage]:
+    ranges = registered_ranges()
+    by_op: dict[str, list[CaseOutcome]] = collections.defaultdict(list)
+    for o in outcomes:
+        by_op[o.op].append(o)
+    grads: dict[str, list[GradientOutcome]] = collections.defaultdict(list)
+    for g in gradients:
+        grads[g.op].append(g)
+    rows = []
+    for op in sorted(set(by_op) | set(ranges), key=str.lower):
+        cases = by_op.get(op, [])
+        direct = [o for o in cases if not o.expanded]
+        expanded = [o for o in cases if o.expanded]
+        status, note = op_gradient_status(grads[op]) if grads.get(op) else ("", "")
+        rows.append(OpCoverage(
+            op=op, opsets=ranges.get(op, ""),
+            passed=sum(o.status == PASS for o in direct), total=len(direct),
+            expanded_passed=sum(o.status == PASS for o in expanded), expanded_total=len(expanded),
+            statuses=dict(collections.Counter(o.status for o in cases)),
+            gradient=status, gradient_note=note,
+        ))
+    return rows
+
+
+def counts(outcomes: Iterable) -> dict[str, int]:
+    c = collections.Counter(o.status for o in outcomes)
+    return {s: c.get(s, 0) for s in STATUSES}
+
+
+def _cell(passed: int, total: int) -> str:
+    return f"{passed} / {total}" if total else "–"
+
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def ops_markdown(rows: Sequence[OpCoverage], outcomes: Sequence[CaseOutcome],
+                 gradients: Sequence[GradientOutcome], header: str) -> str:
+    c = counts(outcomes)
+    g = collections.Counter(o.status for o in gradients)
+    lines = [
+        "# Op coverage",
+        "",
+        header,
+        "",
+        f"Forward: **{c[PASS]} of {len(outcomes)}** ONNX node test cases pass "
+        f"({c[MISMATCH]} mismatch, {c[ERROR]} error, {c[UNSUPPORTED_OP]} unsupported op, "
+        f"{c[UNSUPPORTED_TYPE]} unsupported type).",
+        "Gradients (forward-passing cases, float64 finite differences): "
+        + ", ".join(f"{n} {s}" for s, n in sorted(g.items(), key=lambda kv: -kv[1])) + ".",
+        "",
+        "Columns: *opsets* are the registered implementations; *cases* are onnx's single-node tests of "
+        "the op, *expanded* the same tests with the op replaced by its function body (they exercise "
+        "the primitives inside); *gradient* is the verdict over the op's forward-passing cases: "
+        "`pass`, `inconclusive` (only at a kink, named), `fail`, `error` (the backward raised), "
+        "`non-finite`, `not differentiable` (the schema tags no float input differentiable) or "
+        "`not checked`.",
+        "",
+        "| op | opsets | cases | expanded | gradient | note |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(f"| {r.op} | {r.opsets or '–'} | {_cell(r.passed, r.total)} | "
+                     f"{_cell(r.expanded_passed, r.expanded_total)} | {r.gradient or '–'} | "
+                     f"{_md(r.gradient_note)[:160]} |")
+    return "\n".join(lines) + "\n"
+
+
+def failures_markdown(outcomes: Sequence[CaseOutcome], peer: Sequence[CaseOutcome] | None = None,
+                      gradients: Sequence[GradientOutcome] = (), title: str = "Conformance failures") -> str:
+    """Failing cases grouped by the op under test, with the reason, for the op owners."""
+    peer_status = {o.name: o.status for o in peer or ()}
+    c = counts(outcomes)
+    lines = [f"# {title}", "", f"Forward: {c[PASS]} / {len(outcomes)} pass; " + ", ".join(
+        f"{n} {s}" for s, n in c.items() if s != PASS and n) + "."]
+    if peer is not None:
+        pc = counts(peer)
+        lines.append(f"onnxruntime on the same runner: {pc[PASS]} / {len(peer)} pass.")
+    ort = lambda name: f" (onnxruntime: {peer_status[name]})" if name in peer_status else ""  # noqa: E731
+
+    def section(status: str, heading: str, full: bool) -> None:
+        bad = [o for o in outcomes if o.status == status]
+        if not bad:
+            return
+        lines.extend(["", f"## {heading} ({len(bad)})", ""])
+        by_op: dict[str, list[CaseOutcome]] = collections.defaultdict(list)
+        for o in bad:
+            by_op[o.op].append(o)
+        for op in sorted(by_op, key=str.lower):
+            group = by_op[op]
+            if full:
+                lines.append(f"- **{op}** ({len(group)})")
+                for o in group:
+                    inside = f" [graph: {', '.join(o.ops)}]" if o.expanded else ""
+                    lines.append(f"  - `{o.name}`{ort(o.name)}: {o.message}{inside}")
+            else:
+                names = ", ".join(f"`{o.name}`" for o in group[:4]) + (" …" if len(group) > 4 else "")
+                peer_pass = sum(peer_status.get(o.name) == PASS for o in group)
+                extra = f"; onnxruntime passes {peer_pass}" if peer is not None else ""
+                lines.append(f"- **{op}** ({len(group)}{extra}): {group[0].message[:160]} — {names}")
+
+    section(MISMATCH, "Mismatch", True)
+    section(ERROR, "Error", True)
+    section(UNSUPPORTED_OP, "Unsupported op", False)
+    section(UNSUPPORTED_TYPE, "Unsupported type", False)
+    bad_grads = [o for o in gradients if o.status in ("fail", "error", "non-finite", "inconclusive")]
+    if bad_grads:
+        gc = collections.Counter(o.status for o in gradients)
+        lines.extend(["", f"## Gradients ({', '.join(f'{n} {s}' for s, n in gc.most_common())})", ""])
+        for status in ("fail", "error", "non-finite", "inconclusive"):
+            for o in bad_grads:
+                if o.status == status:
+                    lines.append(f"- {status}: **{o.op}** `{o.name}`: {o.reason}")
+    return "\n".join(lines) + "\n"
