@@ -183,6 +183,8 @@ class Model:
         info = self.graph.types.get(name)
         if isinstance(value, (list, tuple)) and not (info and info.shape is not None):  # an ONNX sequence
             return [self.to_tensor(name + "[]", v, device, float_dtype) for v in value]
+        if isinstance(value, np.ndarray) and value.dtype.kind in "USO":
+            return value.astype(object)  # strings stay numpy: only string ops read them
         if isinstance(value, torch.Tensor):
             t = value.to(device)
             if float_dtype is not None and t.is_floating_point():

@@ -210,6 +210,41 @@ def test_cli_md_documents_every_command_and_flag():
     assert not undocumented, f"docs/cli.md lacks: {undocumented}"
 
 
+# --- quoted messages that no console block can show -----------------------------------------------
+def _gradient_node_errors() -> list[str]:
+    """The load errors semantics.md quotes for malformed Gradient nodes, produced for real."""
+    from onnx import helper
+
+    import engine
+    from engine.examples import spec_conv_gemm
+
+    def drop_input(node):
+        node.input.pop()
+
+    def extra_output(node):
+        node.output.append("extra")
+
+    def determined_x(node):
+        node.ClearField("attribute")
+        node.attribute.extend([helper.make_attribute("xs", ["H", "W"]), helper.make_attribute("zs", ["X"]),
+                               helper.make_attribute("y", "Y")])
+
+    messages = []
+    for mutate in (determined_x, drop_input, extra_output):
+        model = spec_conv_gemm()
+        mutate(next(n for n in model.graph.node if n.op_type == "Gradient"))
+        with pytest.raises(engine.OnnxGradError) as failure:
+            engine.load(model)
+        messages.append(str(failure.value))
+    return messages
+
+
+def test_semantics_quotes_real_gradient_node_errors():
+    text = (ROOT / "docs" / "semantics.md").read_text()
+    missing = [m for m in _gradient_node_errors() if m not in text]
+    assert not missing, f"docs/semantics.md quotes stale messages; the engine now says: {missing}"
+
+
 # --- links ----------------------------------------------------------------------------------------
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 

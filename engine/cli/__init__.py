@@ -12,7 +12,7 @@ import sys
 from ..errors import OnnxGradError
 
 # Subcommand modules, in the order `--help` lists them.
-COMMANDS = ["run", "grad", "ops", "graph", "check"]
+COMMANDS = ["run", "grad", "ops", "graph", "check", "conformance"]
 
 
 class OneLineParser(argparse.ArgumentParser):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import threading
 import weakref
 from dataclasses import dataclass
 from functools import cached_property
@@ -75,7 +76,9 @@ class GraphLayout:
         return None
 
 
+ENGINES = ("auto", "dot", "layered")
 _cache: dict[tuple, tuple[weakref.ref, GraphLayout]] = {}
+_cache_lock = threading.Lock()
 _CACHE_SIZE = 32
 
 
@@ -85,16 +88,20 @@ def layout_graph(model, spec: GradientSpec | None = None, view: str = "forward",
 
     engine: "auto" (Graphviz when installed, else layered), "dot" or "layered".
     """
+    if engine not in ENGINES:
+        raise OnnxGradError(f"unknown layout engine {engine!r}: choose {', '.join(ENGINES)}")
     graph = graph_of(model)
     key = (id(graph), spec, view, collapse_chains, engine)
-    hit = _cache.get(key)
+    with _cache_lock:
+        hit = _cache.get(key)
     if hit is not None and hit[0]() is graph:
         return hit[1]
     laid = layout_view(build_view(graph, spec, view, collapse_chains=collapse_chains, needs_edges=False),
                        engine=engine)
-    if len(_cache) >= _CACHE_SIZE:
-        _cache.pop(next(iter(_cache)))
-    _cache[key] = (weakref.ref(graph), laid)
+    with _cache_lock:  # the explorer lays out in worker threads
+        while len(_cache) >= _CACHE_SIZE:
+            _cache.pop(next(iter(_cache)))
+        _cache[key] = (weakref.ref(graph), laid)
     return laid
 
 

@@ -1,2 +1,3 @@
 """Op families. Importing this package fills the registry."""
-from . import activation, elementwise, generators, indexing, nn, reduce, rnn, sequence, shape, conv, pool, resize  # noqa: F401
+from . import (activation, conv, elementwise, generators, indexing, nn, pool, reduce, resize, rnn,  # noqa: F401
+               sequence, shape, strings)

@@ -70,6 +70,15 @@ def _first_pass(a: np.ndarray, m: Measurement, tol: Tolerance):
     return thr, diff, clear_pass, clear_fail
 
 
+def one_sided_gaps(a: np.ndarray, m: Measurement, tol: Tolerance) -> np.ndarray:
+    """Items whose one-sided quotients at step h disagree beyond what curvature or noise explain."""
+    with np.errstate(invalid="ignore"):
+        thr = _threshold(a, m.d1, tol)
+        gap = np.abs(m.fplus1 - m.fminus1)
+        floor = np.maximum.reduce([thr, 4 * m.noise, KINK_REL * np.maximum(tol.atol / ATOL_REL, tol.scale)])
+        return m.evaluated & (gap > floor)
+
+
 def to_refine(a: np.ndarray, m: Measurement, tol: Tolerance, worst_too: bool = True) -> np.ndarray:
     """Items whose first-pass verdict is in doubt, plus the worst item (so that it carries a Richardson
     error estimate) unless `worst_too` is off and it is a clear pass."""

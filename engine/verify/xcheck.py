@@ -84,7 +84,42 @@ class XProbe:
         fd.refine(self.objective, self.x, self.pert, self.m, picks, self.opts.chunk, self.control)
         self.forwards = 2 * int(self.m.evaluated.sum() // self.rows) + 2 * int(self.m.refined.sum() // self.rows)
         self.analytic = a
-        return verdict.classify(a, self.m, tol)
+        v = verdict.classify(a, self.m, tol)
+        if self.pert.kind == "directions":
+            self._confirm_directions(grad, v)
+        return v
+
+    def _confirm_directions(self, grad: torch.Tensor, v: verdict.Verdicts) -> None:
+        """A failing direction is re-measured along two nearby directions before it counts.
+
+        Along one line through a point where several coordinates sit on kinks (Relu inputs at
+        exactly 0), the kinks' one-sided jumps can cancel: the line looks smooth, yet <g, u> is
+        not its slope because no gradient exists there. Rescaling each coordinate of u at random
+        breaks the cancellation, so a one-sided gap along u * s exposes the kink.
+        """
+        fails = np.nonzero(v.status == FAIL)[0]
+        if len(fails) == 0 or self.control.stopped == "cancelled":
+            return
+        gen = torch.Generator(device="cpu").manual_seed(self.opts.seed * 7 + 11)
+        base = self.directions[torch.as_tensor(fails)].repeat_interleave(2, dim=0)
+        scale = 0.5 + torch.rand(base.shape, generator=gen, dtype=torch.float64).to(base)
+        dirs = base * scale
+        pert = fd.direction_perturbations(self.x, dirs)
+        self.control.plan(2 * pert.count)
+        m = fd.measure(self.objective, self.x, pert, torch.arange(pert.count), self.opts.chunk, self.control,
+                       "confirming")
+        terms = grad.detach().to(torch.float64).unsqueeze(0) * dirs
+        a = terms.reshape(pert.count, -1).sum(-1).cpu().numpy()
+        s = terms.abs().reshape(pert.count, -1).sum(-1).cpu().numpy()
+        kinks = verdict.one_sided_gaps(a, m, verdict.tolerance(len(a), self.opts.rtol, self.opts.atol, s))
+        for j, item in enumerate(fails):
+            pair = slice(2 * j, 2 * j + 2)
+            if kinks[pair].any():
+                k = 2 * j + int(np.argmax(kinks[pair]))
+                v.status[item] = INCONCLUSIVE
+                v.reasons[item] = (f"not differentiable here: along a nearby direction the one-sided derivatives "
+                                   f"{m.fminus1[k]:.6g} (left) and {m.fplus1[k]:.6g} (right) disagree (kinks whose "
+                                   "jumps cancel along the direction itself)")
 
     def item_index(self, item: int) -> tuple[tuple[int, ...] | None, int | None]:
         if self.pert.kind == "directions":

@@ -1,0 +1,71 @@
+"""Frame timing for the benchmark and the latency test: when did the screen actually change?
+
+Pilot's own waits (idle detection sleeps) would dominate a wall-clock measure of a key press, so
+this records when each frame is handed to the terminal driver (`App._display`, which runs in
+headless mode too) and reports key -> last frame of that key's work.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from statistics import median
+
+
+@dataclass
+class FrameClock:
+    frames: list[float] = field(default_factory=list)
+
+    def install(self, app) -> None:
+        original = app._display
+
+        def display(screen, renderable):
+            if renderable is not None:
+                self.frames.append(time.perf_counter())
+            return original(screen, renderable)
+
+        app._display = display
+
+    def first_after(self, t: float) -> float | None:
+        return next((f for f in self.frames if f >= t), None)
+
+    def last_between(self, t0: float, t1: float) -> float | None:
+        inside = [f for f in self.frames if t0 <= f <= t1]
+        return inside[-1] if inside else None
+
+
+@dataclass(frozen=True)
+class StartTimes:
+    first_paint_s: float  # app start -> first frame
+    graph_paint_s: float  # app start -> first frame with the graph drawn
+
+
+async def time_start(app, pilot, clock: FrameClock, started: float, timeout: float = 30.0) -> StartTimes:
+    """Wait for the graph to be drawn; the times of the first frame and of the graph's first frame."""
+    graph = app.query_one("#graph")
+    deadline = time.perf_counter() + timeout
+    while graph.canvas is None and time.perf_counter() < deadline:
+        await pilot.pause(0.01)
+    ready = time.perf_counter()
+    await pilot.pause()
+    first = clock.first_after(started)
+    drawn = clock.first_after(ready) or time.perf_counter()
+    return StartTimes(round((first or drawn) - started, 4), round(drawn - started, 4))
+
+
+async def key_latencies(pilot, clock: FrameClock, keys) -> list[float]:
+    """Seconds from sending each key to the last frame its work produced."""
+    out = []
+    for key in keys:
+        t0 = time.perf_counter()
+        await pilot.press(key)
+        await pilot.pause()
+        t1 = time.perf_counter()
+        last = clock.last_between(t0, t1)
+        out.append(round((last if last is not None else t1) - t0, 4))
+    return out
+
+
+def summary(latencies: list[float]) -> dict:
+    s = sorted(latencies)
+    return {"median_s": round(median(s), 4), "p90_s": round(s[int(0.9 * (len(s) - 1))], 4), "max_s": s[-1],
+            "n": len(s)}
