@@ -49,8 +49,11 @@ class OrtExecutor:
         text = str(exc)
         if kind == "NotImplemented" or "NOT_IMPLEMENTED" in text or "not implemented" in text.lower():
             return UNSUPPORTED_OP
-        if "Opset" in text and ("not supported" in text or "under development" in text):
+        if ("Opset" in text and ("not supported" in text or "under development" in text)) \
+                or "is not a registered function/op" in text:
             return UNSUPPORTED_OP
+        if "can't be converted to MLDataType" in text or "No corresponding Numpy type" in text:
+            return UNSUPPORTED_TYPE  # its Python binding cannot take ml_dtypes arrays (float8, int4...)
         if "Type Error" in text or "Unexpected input data type" in text or "unsupported type" in text.lower():
             return UNSUPPORTED_TYPE
         return ERROR
@@ -68,6 +71,8 @@ def main(argv=None) -> int:
     p.add_argument("--json", help="write both backends' outcomes here")
     p.add_argument("--failures", help="write the engine's failing cases, per op, as Markdown here")
     p.add_argument("--slowest", type=int, default=10)
+    p.add_argument("--gradients", action="store_true",
+                   help="also run the engine's gradient sweep over its passing cases (for --failures)")
     args = p.parse_args(argv)
 
     cases = select_cases(args.op)
@@ -97,15 +102,30 @@ def main(argv=None) -> int:
     print("onnxgrad's status where only onnxruntime passes:", dict(reasons))
     print(f"slowest onnxgrad cases: " + ", ".join(
         f"{o.name} {o.seconds * 1e3:.0f} ms" for o in sorted(eng, key=lambda o: -o.seconds)[: args.slowest]))
+    grads = []
+    if args.gradients:
+        from engine.conformance import case_named
+        from engine.conformance.gradients import gradient_sweep
+        from engine.conformance.suite import default_checker
+
+        checker_name, checker = default_checker()
+        start = time.perf_counter()
+        grads = gradient_sweep([case_named(o.name) for o in eng if o.status == PASS], checker)
+        gc = collections.Counter((g.status, bool(g.documented)) for g in grads)
+        print(f"gradient sweep ({checker_name}) {time.perf_counter() - start:.1f}s: " + ", ".join(
+            f"{n} {s}{' (documented)' if d else ''}" for (s, d), n in gc.most_common()))
+        print("slowest gradient cases: " + ", ".join(
+            f"{g.name} {g.seconds:.2f}s" for g in sorted(grads, key=lambda g: -g.seconds)[: args.slowest]))
     if args.json:
         Path(args.json).write_text(json.dumps({
             "cases": len(cases),
             "counts": {n: counts(r) for n, r in outcomes.items()},
             "sweep_seconds": {n: t for n, t in times.items()},
             "outcomes": {n: [o.to_json() for o in r] for n, r in outcomes.items()},
+            "gradients": [g.to_json() for g in grads],
         }, indent=1))
     if args.failures:
-        Path(args.failures).write_text(failures_markdown(eng, peer=ort))
+        Path(args.failures).write_text(failures_markdown(eng, peer=ort, gradients=grads))
     return 0
 
 

@@ -60,7 +60,7 @@ class Model:
         for t in targets:
             if not self.graph.has_tensor(t):
                 raise FeedError(f"output {t!r} is not a tensor of this model")
-        self._check_feed_names(feeds)
+        self.check_feed_names(feeds)
         plan = self.prepare(list(feeds), targets, device=dev, dtype=fdt)
         values = [self.to_tensor(n, feeds[n], dev, fdt) for n in plan.sources]
         with torch.no_grad():
@@ -120,9 +120,9 @@ class Model:
         spec = self.selection(y, xs, zs)
         dev, fdt = parse_device(device), parse_float_dtype(dtype)
         feeds = dict(feeds or {})
-        self._check_feed_names(feeds)
+        self.check_feed_names(feeds)
         values = self.selection_values(spec, feeds, seed=seed)
-        extras = self._gradient_extras(spec, feeds)
+        extras = self.gradient_extras(spec, feeds)
         prepared = self.prepare_gradient(spec.y, spec.xs, spec.zs, device=dev, dtype=fdt, extra_inputs=extras)
         tensors = [self.to_tensor(n, values[n], dev, fdt) for n in spec.inputs]
         tensors += [self.to_tensor(n, feeds[n], dev, fdt) for n in extras]
@@ -156,7 +156,8 @@ class Model:
                 out[n] = random_value(self.graph, n, seed + k)
         return out
 
-    def _gradient_extras(self, spec: GradientSpec, feeds: Mapping[str, object]) -> tuple[str, ...]:
+    def gradient_extras(self, spec: GradientSpec, feeds: Mapping[str, object]) -> tuple[str, ...]:
+        """Fed initializers the cut graph reads (overrides, passed after xs and zs); refuses interior feeds."""
         members = set(spec.inputs)
         interior = set()
         for i in _cut_nodes(self.graph, members, spec.y):
@@ -173,7 +174,8 @@ class Model:
         return tuple(sorted(n for n in feeds if n in read and n in self.graph.initializers and n not in members))
 
     # --- helpers ---------------------------------------------------------------------------------
-    def _check_feed_names(self, feeds: Mapping[str, object]) -> None:
+    def check_feed_names(self, feeds: Mapping[str, object]) -> None:
+        """FeedError for a feed that names no tensor of the model."""
         for n in feeds:
             if not self.graph.has_tensor(n):
                 raise FeedError(f"feed {n!r} names no tensor in this model")

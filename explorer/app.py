@@ -34,24 +34,26 @@ class ExplorerApp(Workers, App):
     TITLE = "onnxgrad"
     CSS_PATH = "explorer.tcss"
     COMMANDS = App.COMMANDS | {ExplorerCommands}
+    SELECT = Binding.Group("Select")
+    SETTINGS = Binding.Group("View·dtype")
     BINDINGS = [
         Binding("q", "quit", "Quit", id="app.quit"),
         Binding("question_mark", "help", "Help", key_display="?", id="app.help"),
         Binding("slash", "search", "Find", key_display="/", id="app.search"),
-        Binding("y", "set_y", "Set y", id="selection.set_y"),
-        Binding("x", "toggle_x", "±xs", id="selection.toggle_x"),
-        Binding("z", "toggle_z", "±zs", id="selection.toggle_z"),
-        Binding("o", "next_tensor", "Tensor", id="cursor.next_tensor"),
+        Binding("y", "set_y", "Set y", id="selection.set_y", group=SELECT),
+        Binding("x", "toggle_x", "Add/remove in xs", id="selection.toggle_x", group=SELECT),
+        Binding("z", "toggle_z", "Add/remove in zs", id="selection.toggle_z", group=SELECT),
+        Binding("c", "clear_selection", "Clear the selection", id="selection.clear", group=SELECT),
+        Binding("o", "next_tensor", "Next", key_display="o", id="cursor.next_tensor"),
         Binding("f", "feed", "Feed", id="feed.open"),
         Binding("r", "run", "Run", id="work.run"),
         Binding("v", "verify", "Verify", id="work.verify"),
         Binding("s", "step", "Step", id="work.step"),
-        Binding("g", "cycle_view", "View", id="view.cycle"),
-        Binding("d", "cycle_device", "Device", id="settings.device"),
-        Binding("t", "toggle_dtype", "Dtype", id="settings.dtype"),
-        Binding("h", "heat_source", "Heat", id="inspector.heat_source"),
         Binding("e", "export", "Export", id="work.export"),
-        Binding("c", "clear_selection", "Clear", id="selection.clear"),
+        Binding("g", "cycle_view", "View: forward/backward/combined", id="view.cycle", group=SETTINGS),
+        Binding("d", "cycle_device", "Device: cpu/cuda", id="settings.device", group=SETTINGS),
+        Binding("t", "toggle_dtype", "Dtype: float32/float64", id="settings.dtype", group=SETTINGS),
+        Binding("h", "heat_source", "Heat", id="inspector.heat_source"),
         Binding("escape", "cancel", "Cancel", id="work.cancel"),
     ]
 

@@ -99,7 +99,7 @@ FUNCTIONS: dict[str, Callable] = {
 _BINARY = {ast.Add: np.add, ast.Sub: np.subtract, ast.Mult: np.multiply, ast.Div: np.divide,
            ast.Pow: np.power, ast.MatMult: np.matmul, ast.Mod: np.mod}
 _UNARY = {ast.USub: np.negative, ast.UAdd: np.positive}
-EXPRESSION_HELP = ("numbers, tensor names, + - * / ** @ %, " + ", ".join(sorted(FUNCTIONS))
+EXPRESSION_HELP = ("numbers, tensor names, X[0, :2], + - * / ** @ %, " + ", ".join(sorted(FUNCTIONS))
                    + "; t('name') for a name that is not an identifier")
 
 
@@ -109,8 +109,8 @@ def parse_expression(text: str) -> ast.Expression:
     except SyntaxError as exc:
         raise FeedError(f"cannot parse expression {text!r}: {exc.msg}") from None
     for node in ast.walk(tree):
-        if isinstance(node, (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Load, ast.Name, ast.Call))\
-                or type(node) in _BINARY or type(node) in _UNARY:
+        if isinstance(node, (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Load, ast.Name, ast.Call,
+                             ast.Subscript, ast.Slice, ast.Tuple)) or type(node) in _BINARY or type(node) in _UNARY:
             continue
         if isinstance(node, ast.Constant) and isinstance(node.value, (int, float, str)):
             continue
@@ -144,6 +144,12 @@ def evaluate_expression(text: str, lookup: Callable[[str], np.ndarray]) -> np.nd
             return _BINARY[type(node.op)](ev(node.left), ev(node.right))
         if isinstance(node, ast.UnaryOp):
             return _UNARY[type(node.op)](ev(node.operand))
+        if isinstance(node, ast.Subscript):
+            return np.asarray(ev(node.value))[ev(node.slice)]
+        if isinstance(node, ast.Slice):
+            return slice(*(None if part is None else int(ev(part)) for part in (node.lower, node.upper, node.step)))
+        if isinstance(node, ast.Tuple):
+            return tuple(ev(e) for e in node.elts)
         if isinstance(node, ast.Call):
             if not isinstance(node.func, ast.Name) or (node.func.id not in FUNCTIONS and node.func.id != "t"):
                 raise FeedError(f"unknown function in {text!r}; allowed: {EXPRESSION_HELP}")

@@ -106,10 +106,14 @@ def trace(model: engine.Model, spec: engine.GradientSpec, feeds: Mapping[str, np
         if not arriving or not any(t in live for t in node.input):
             continue
         sent = _vjp(step, node, values, live, dict(arriving))
-        outgoing = []
+        outgoing, counted = [], set()
         for (sym, rule), t in zip(rule_lines(node, opset), list(node.input) + [""] * 8):
             if not t:
                 continue
+            if t in counted:  # Mul(A, A): the VJP already summed both uses into one gradient
+                outgoing.append(Outgoing(sym, t, rule, None, f"same tensor as an earlier input: d{t} counted there"))
+                continue
+            counted.add(t)
             g = sent.get(t)
             if t not in live or g is None:
                 why = "no gradient: does not depend on xs" if t not in live else "no gradient flows (rule gives none)"

@@ -5,6 +5,7 @@ Each kind of work is a named group with `exit_on_error=False`; a failure arrives
 """
 from __future__ import annotations
 
+import gc
 import json
 import os
 
@@ -213,6 +214,9 @@ class Workers:
     def on_layout_ready(self, message: m.LayoutReady) -> None:
         key, layout = message.layout
         self.layouts[key] = layout
+        # The model and its layout live as long as the session: leave them out of the cyclic
+        # garbage collector, whose full passes over ~250k objects were 300 ms pauses on densenet.
+        gc.freeze()
         s = self.session
         if key == (s.view, s.spec if s.view != "forward" else None):
             self._apply_layout(layout)

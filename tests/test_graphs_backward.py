@@ -136,7 +136,8 @@ def test_random_dags_route_every_gradient_once_and_stats_match_model_gradient(ca
     result, stats = gradient_with_stats(model, y, xs, zs, feeds=feeds, dtype="float64", keep_gradients=True)
     reference = model.gradient(y, xs, zs, feeds=feeds, dtype="float64")
     for x in xs:
-        np.testing.assert_array_equal(result.grads[x], reference.grads[x])
+        # Per-consumer aliases may change autograd's summation order at a fan-out: an ulp, no more.
+        np.testing.assert_allclose(result.grads[x], reference.grads[x], rtol=1e-13, atol=1e-15)
         for e in bg.edges_into(f"dx:{x}"):
             np.testing.assert_allclose(stats.edges[e.key].norm, np.linalg.norm(reference.grads[x]), rtol=1e-12)
     for acc in bg.accumulations:

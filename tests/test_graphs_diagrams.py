@@ -152,3 +152,10 @@ def test_diagram_models_compute_what_the_spec_says(models):
     (d2,) = torch.autograd.grad(dW.sum(), [W])
     np.testing.assert_allclose(out["dO_dW"], dW.detach().numpy(), rtol=1e-10)
     np.testing.assert_allclose(out["d2O_dW2"], d2.numpy(), rtol=1e-10)
+
+
+def test_collapsed_chains_in_dot():
+    model = engine.load(spec_conv_gemm(with_gradient=False))
+    dot = to_dot(model, collapse_chains=True)
+    assert 'label="Conv … Gemm ×3"' in dot and "peripheries=2" in dot
+    assert "Flatten" not in dot

@@ -100,3 +100,26 @@ def test_bad_dy_and_feeds_are_one_line_errors():
         gradient_with_stats(model, "Y", ["W"], ["X", "Z"], feeds={"nope": 1.0})
     with pytest.raises(engine.SelectionError, match="not an independent"):
         gradient_with_stats(model, "Y", ["H", "W"], ["X"])
+
+
+def test_layout_edges_find_their_stats():
+    from engine.graphs import layout_graph
+
+    model = engine.load(spec_conv_gemm())
+    result, stats = gradient_with_stats(model, "Y", ["W", "Z"], ["X"], feeds=default_feeds())
+    layout = layout_graph(model, stats.backward.spec, "backward", engine="layered")
+    keyed = [e for e in layout.edges if e.stats_key is not None]
+    assert len(keyed) == len(stats.backward.edges)
+    into_dw = next(e for e in keyed if e.target.endswith("dx:W"))
+    assert stats.edges[into_dw.stats_key].norm == pytest.approx(np.linalg.norm(result.grads["W"]), rel=1e-6)
+
+
+@pytest.mark.cuda
+def test_stats_on_cuda_match_cpu():
+    model = engine.load(spec_conv_gemm())
+    _, on_cpu = gradient_with_stats(model, "Y", ["W", "Z"], ["X"], feeds=default_feeds(), dtype="float64")
+    result, on_gpu = gradient_with_stats(model, "Y", ["W", "Z"], ["X"], feeds=default_feeds(), device="cuda",
+                                         dtype="float64")
+    assert result.device.startswith("cuda")
+    for key, s in on_cpu.edges.items():
+        assert on_gpu.edges[key].norm == pytest.approx(s.norm, rel=1e-9)

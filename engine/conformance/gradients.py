@@ -7,6 +7,7 @@ checked too and reported as such. y is each differentiable float output in turn,
 """
 from __future__ import annotations
 
+import re
 import time
 import warnings
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from onnx.defs import OpSchema
 
 from ..errors import OnnxGradError
 from .cases import case_info, case_named
+from .runner import normalize
 from .fd import FAIL, INCONCLUSIVE, NONFINITE, PASS, GradCheck, fd_check, worse
 
 NOT_DIFFERENTIABLE, NOT_CHECKED, ERROR = "not differentiable", "not checked", "error"
@@ -31,12 +33,32 @@ KINKS = {
     "Clip": "x at min or max", "Max": "ties between inputs", "Min": "ties between inputs",
     "ReduceMax": "ties within a reduced slice", "ReduceMin": "ties within a reduced slice",
     "MaxPool": "ties within a window", "GlobalMaxPool": "ties within a channel", "MaxRoiPool": "ties",
-    "ReduceL1": "x = 0", "ReduceL2": "all-zero slices", "LpNormalization": "all-zero slices",
+    "ReduceL1": "x = 0", "ReduceL2": "all-zero slices", "LpNormalization": "x = 0 (p = 1), all-zero slices",
+    "ScatterND": "ties (reduction max/min)", "ScatterElements": "ties (reduction max/min)",
     "LpPool": "x = 0 (p = 1)", "Mod": "jumps where x / y is an integer", "Sign": "x = 0 (a jump)",
     "TopK": "ties", "Where": "none in x/y", "Sqrt": "x = 0", "Pow": "x = 0 with exponent < 1",
     "Resize": "pixel boundaries (nearest mode)", "GridSample": "pixel boundaries",
     "Softplus": "none", "Mish": "none",
 }
+
+
+# Cases whose failure is understood and accepted, with the reason (regex on the case name).
+# Anything failing that is not listed here is a bug to fix.
+DOCUMENTED = {
+    r"^test_attention_.*(fullymasked|nan_robustness|structural_empty|padded_kv|softmax_precision|"
+    r"local_window_gqa_rank4_mask).*_expanded$":
+        "a fully masked row: Softmax over all -inf gives NaN, which the function body hides with "
+        "Where/IsNaN in the forward; reverse mode still multiplies that NaN by the zero gradient Where "
+        "sends back (0 * NaN), the classic double-where problem; JAX and PyTorch autograd do the same",
+    r"^test_acosh_example$": "x = 1 is the end of Acosh's domain, where its derivative is infinite",
+}
+
+
+def documented(name: str) -> str:
+    for pattern, reason in DOCUMENTED.items():
+        if re.search(pattern, name):
+            return reason
+    return ""
 
 
 @dataclass(frozen=True)
@@ -49,13 +71,14 @@ class GradientOutcome:
     xs: tuple[str, ...] = ()
     ys: tuple[str, ...] = ()
     untagged: bool = False  # the schema leaves the inputs' differentiability Unknown
+    documented: str = ""  # why a fail / non-finite / error here is expected (see DOCUMENTED)
     seconds: float = 0.0
     evaluations: int = 0
 
     def to_json(self) -> dict:
         return {"name": self.name, "op": self.op, "expanded": self.expanded, "status": self.status,
                 "reason": self.reason, "xs": list(self.xs), "ys": list(self.ys), "untagged": self.untagged,
-                "seconds": round(self.seconds, 4), "evaluations": self.evaluations}
+                "documented": self.documented, "seconds": round(self.seconds, 4), "evaluations": self.evaluations}
 
 
 Checker = Callable[..., GradCheck]
@@ -84,17 +107,19 @@ def selection_for(case) -> tuple[list[str], list[str], list[str], dict, bool] | 
     except Exception:
         return f"{NOT_CHECKED}: no schema for {info.op} opset {info.opset}"
     D = OpSchema.DifferentiationCategory
-    inputs, expected = case.data_sets[0]
+    inputs, expected = (normalize(list(v)) for v in case.data_sets[0])
     names = [i.name for i in case.model.graph.input][: len(inputs)]
     feeds = dict(zip(names, inputs))
     if any(isinstance(v, list) or v is None for v in feeds.values()):
         return f"{NOT_CHECKED}: sequence or optional values"
+    if not any(isinstance(v, np.ndarray) and v.size for v in expected):
+        return f"{NOT_CHECKED}: every output is empty"
     cat = {name: _category(schema.inputs, i) for i, name in enumerate(node.input) if name}
     untagged = False
     xs = []
     for n in names:
         c = cat.get(n)
-        if not _is_float_array(feeds[n]) or c == D.NonDifferentiable or c is None:
+        if not _is_float_array(feeds[n]) or c == D.NonDifferentiable or c is None or feeds[n].size == 0:
             continue
         untagged = untagged or c == D.Unknown
         xs.append(n)
@@ -102,10 +127,13 @@ def selection_for(case) -> tuple[list[str], list[str], list[str], dict, bool] | 
     zs = [n for n in names if n not in xs]
     out_names = [o.name for o in case.model.graph.output]
     ys = [n for k, n in enumerate(out_names)
-          if k < len(expected) and _is_float_array(expected[k])
+          if k < len(expected) and _is_float_array(expected[k]) and expected[k].size
           and _category(schema.outputs, k) != D.NonDifferentiable]
     if not xs:
         floats = [n for n in names if _is_float_array(feeds[n])]
+        if floats and all(feeds[n].size == 0 for n in floats if cat.get(n) not in (D.NonDifferentiable, None)) \
+                and any(cat.get(n) not in (D.NonDifferentiable, None) for n in floats):
+            return f"{NOT_CHECKED}: the differentiable inputs are empty"
         why = "the schema marks no float input differentiable" if floats else "no float inputs"
         return f"{NOT_DIFFERENTIABLE}: {why}"
     if not ys:
@@ -141,8 +169,20 @@ def check_case(case, checker: Checker | None = None, seed: int = 0) -> GradientO
         except Exception as exc:  # an op without a working backward: a finding, not a crash
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
             status, reason = ERROR, f"{type(exc).__name__}: {first}"[:300]
+    if status == ERROR and "stack expects each tensor to be equal size" in reason:
+        status, reason = INCONCLUSIVE, "the output's shape changes under perturbation (a jump in shape)"
+    note = ""
+    if status in (FAIL, NONFINITE, ERROR):
+        note = documented(case.name)
+        if not note and status == NONFINITE and _has_nonfinite(case):
+            note = "the case feeds or expects inf/NaN by design"
     return GradientOutcome(case.name, info.op, info.expanded, status, reason, tuple(xs), tuple(ys), untagged,
-                           time.perf_counter() - start, evaluations)
+                           note, time.perf_counter() - start, evaluations)
+
+
+def _has_nonfinite(case) -> bool:
+    inputs, outputs = (normalize(list(v)) for v in case.data_sets[0])
+    return any(_is_float_array(v) and not np.isfinite(v.astype(np.float64)).all() for v in list(inputs) + list(outputs))
 
 
 def gradient_sweep(cases: Iterable, checker: Checker | None = None, *, seed: int = 0,
@@ -161,6 +201,10 @@ def op_gradient_status(outcomes: Iterable[GradientOutcome]) -> tuple[str, str]:
     """(status, note) for one op from its cases: fail > non-finite > error > inconclusive > pass."""
     outcomes = list(outcomes)
     checked = [o for o in outcomes if o.status in (PASS, INCONCLUSIVE, FAIL, NONFINITE, ERROR)]
+    accepted = [o for o in checked if o.documented]
+    checked = [o for o in checked if not o.documented]
+    if not checked and accepted:
+        return "documented", f"{len(accepted)} cases; {accepted[0].name}: {accepted[0].documented}"
     if not checked:
         if any(o.status == NOT_DIFFERENTIABLE for o in outcomes):
             return NOT_DIFFERENTIABLE, next(o.reason for o in outcomes if o.status == NOT_DIFFERENTIABLE)
@@ -171,8 +215,26 @@ def op_gradient_status(outcomes: Iterable[GradientOutcome]) -> tuple[str, str]:
             first = next(o for o in checked if o.status == s)
             return s, f"{counts[s]}/{len(checked)} cases; {first.name}: {first.reason}"
     if counts[INCONCLUSIVE]:
-        op = checked[0].op.split("::")[-1]
-        where = KINKS.get(op)
-        note = f"at a kink ({where})" if where else "undocumented kink"
-        return INCONCLUSIVE, f"{counts[INCONCLUSIVE]}/{len(checked)} cases {note}, {counts[PASS]} pass"
-    return PASS, f"{counts[PASS]} cases"
+        kinds = sorted({inconclusive_kind(o.reason) for o in checked if o.status == INCONCLUSIVE})
+        where = KINKS.get(checked[0].op.split("::")[-1])
+        notes = [f"at a kink ({where})" if k == "kink" and where else k for k in kinds]
+        return INCONCLUSIVE, (f"{counts[INCONCLUSIVE]}/{len(checked)} cases {', '.join(notes)}; "
+                              f"{counts[PASS]} pass") + _also(accepted)
+    return PASS, f"{counts[PASS]} cases" + _also(accepted)
+
+
+def inconclusive_kind(reason: str) -> str:
+    """Why finite differences could not decide, in a few words."""
+    if "kink" in reason or "not differentiable here" in reason:
+        return "kink"
+    if "shape" in reason:
+        return "shape jump"
+    if "NaN or Inf near" in reason:
+        return "near a NaN/Inf"
+    if "not accurate enough" in reason or "error estimate" in reason:
+        return "finite differences too inaccurate"
+    return "other"
+
+
+def _also(accepted) -> str:
+    return f"; {len(accepted)} documented ({accepted[0].name})" if accepted else ""

@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import collections
+import re
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 from ..registry import supported_ops
-from .gradients import GradientOutcome, op_gradient_status
+from .gradients import GradientOutcome, inconclusive_kind, op_gradient_status
 from .runner import ERROR, MISMATCH, PASS, STATUSES, UNSUPPORTED_OP, UNSUPPORTED_TYPE, CaseOutcome
 
 
@@ -100,6 +101,17 @@ def ops_markdown(rows: Sequence[OpCoverage], outcomes: Sequence[CaseOutcome],
     return "\n".join(lines) + "\n"
 
 
+def short_reason(message: str) -> str:
+    """An unsupported-op message without the list of every supported op."""
+    m = re.search(r"op (\S+) \(opset (\d+)\) is not supported", message)
+    if m:
+        return f"no implementation of {m.group(1)} (opset {m.group(2)})"
+    m = re.search(r"(\S+) is supported for opsets (.*), not opset (\d+)", message)
+    if m:
+        return f"{m.group(1)} registered for opsets {m.group(2)}, not {m.group(3)}"
+    return message
+
+
 def failures_markdown(outcomes: Sequence[CaseOutcome], peer: Sequence[CaseOutcome] | None = None,
                       gradients: Sequence[GradientOutcome] = (), title: str = "Conformance failures") -> str:
     """Failing cases grouped by the op under test, with the reason, for the op owners."""
@@ -131,18 +143,28 @@ def failures_markdown(outcomes: Sequence[CaseOutcome], peer: Sequence[CaseOutcom
                 names = ", ".join(f"`{o.name}`" for o in group[:4]) + (" …" if len(group) > 4 else "")
                 peer_pass = sum(peer_status.get(o.name) == PASS for o in group)
                 extra = f"; onnxruntime passes {peer_pass}" if peer is not None else ""
-                lines.append(f"- **{op}** ({len(group)}{extra}): {group[0].message[:160]} — {names}")
+                reasons = sorted({short_reason(o.message)[:140] for o in group})
+                lines.append(f"- **{op}** ({len(group)}{extra}): {'; '.join(reasons[:3])} — {names}")
 
     section(MISMATCH, "Mismatch", True)
     section(ERROR, "Error", True)
     section(UNSUPPORTED_OP, "Unsupported op", False)
     section(UNSUPPORTED_TYPE, "Unsupported type", False)
-    bad_grads = [o for o in gradients if o.status in ("fail", "error", "non-finite", "inconclusive")]
-    if bad_grads:
+    if gradients:
         gc = collections.Counter(o.status for o in gradients)
-        lines.extend(["", f"## Gradients ({', '.join(f'{n} {s}' for s, n in gc.most_common())})", ""])
-        for status in ("fail", "error", "non-finite", "inconclusive"):
-            for o in bad_grads:
-                if o.status == status:
-                    lines.append(f"- {status}: **{o.op}** `{o.name}`: {o.reason}")
+        lines.extend(["", "## Gradients", "", "Checked: " + ", ".join(f"{n} {s}" for s, n in gc.most_common()) + "."])
+        groups = [
+            ("Failing (bugs to fix)", [o for o in gradients if o.status in ("fail", "error", "non-finite")
+                                       and not o.documented]),
+            ("Documented disagreements", [o for o in gradients if o.documented]),
+            ("Inconclusive", [o for o in gradients if o.status == "inconclusive"]),
+        ]
+        for heading, group in groups:
+            if not group:
+                continue
+            lines.extend(["", f"### {heading} ({len(group)})", ""])
+            for o in group:
+                why = f" — accepted: {o.documented}" if o.documented else ""
+                kind = f"[{inconclusive_kind(o.reason)}] " if o.status == "inconclusive" else ""
+                lines.append(f"- {o.status}: **{o.op}** `{o.name}`: {kind}{o.reason}{why}")
     return "\n".join(lines) + "\n"

@@ -13,6 +13,9 @@ import warnings
 from dataclasses import dataclass
 from typing import Callable, Iterable, Protocol, Sequence
 
+import numpy as np
+from onnx import TensorProto, numpy_helper
+
 from ..errors import OnnxGradError, UnsupportedOpError
 from .cases import case_info, node_cases, tolerances
 from .compare import compare
@@ -80,6 +83,17 @@ def _one_line(exc: BaseException, limit: int = 300) -> str:
     return f"{type(exc).__name__}: {first}"[:limit]
 
 
+def normalize(value):
+    """A case's value as backends take it: TensorProto and numpy scalars become arrays, recursively."""
+    if isinstance(value, TensorProto):
+        return numpy_helper.to_array(value)
+    if isinstance(value, (list, tuple)):
+        return [normalize(v) for v in value]
+    if isinstance(value, np.generic):
+        return np.asarray(value)
+    return value
+
+
 def run_case(case, executor: Executor | None = None) -> CaseOutcome:
     executor = executor or EngineExecutor()
     info = case_info(case)
@@ -98,8 +112,9 @@ def run_case(case, executor: Executor | None = None) -> CaseOutcome:
         except Exception as exc:  # a backend's failure is a finding, never a crash of the sweep
             return outcome(executor.classify(exc), _one_line(exc))
         for k, (inputs, expected) in enumerate(case.data_sets):
+            inputs, expected = normalize(list(inputs)), normalize(list(expected))
             try:
-                got = list(run(list(inputs)))
+                got = list(run(inputs))
             except Exception as exc:
                 return outcome(executor.classify(exc), _one_line(exc))
             if len(got) < len(expected):

@@ -47,9 +47,7 @@ def verifier_check(model, y: str, xs: Sequence[str], zs: Sequence[str], feeds: M
             rel_err = max(rel_err, r.max_rel_err or 0.0)
             s = {"pass": PASS, "fail": FAIL}.get(r.status, INCONCLUSIVE)
             if s != PASS and worse(s, status) != status:
-                status, reason = s, r.reason or r.status
-                where = list(r.worst_index) if r.worst_index is not None else f"direction {r.worst_direction}"
-                worst = f"{r.name}{where}: analytic {r.analytic}, numeric {r.numeric}"
+                status, reason = s, f"x {r.name!r}: {r.reason or r.status}"
         if report.first_failing_node:
             reason += f"; first failing node {report.first_failing_node}"
         for f in report.findings:

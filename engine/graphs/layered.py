@@ -126,7 +126,7 @@ def order_layers(layers, up, down, comp, sweeps: int = 4) -> None:
                 pos[item] = k
 
 
-def _isotonic_place(desired: list[float], widths: list[float], weights: list[float], sep: float) -> list[float]:
+def isotonic_place(desired: list[float], widths: list[float], weights: list[float], sep: float) -> list[float]:
     """Left edges closest (weighted least squares) to `desired` with left[i+1] >= left[i] + w[i] + sep."""
     offsets, acc = [], 0.0
     for w in widths:
@@ -175,7 +175,7 @@ def place_x(layers, up, down, width_of, sep: float = 2.0, passes: int = 6) -> di
                 desired.append(c - w / 2)
                 # Virtual items weigh more: long edges come out straight.
                 weights.append(4.0 if isinstance(item, tuple) else 1.0)
-            lefts = _isotonic_place(desired, widths, weights, sep)
+            lefts = isotonic_place(desired, widths, weights, sep)
             for item, left, w in zip(layer, lefts, widths):
                 centre[item] = left + w / 2
     return centre

@@ -21,7 +21,7 @@ from ..errors import OnnxGradError
 from ..selection import GradientSpec
 from .backward import graph_of
 from .dot import GraphvizMissingError
-from .layered import _isotonic_place, assign_ranks, build_layers, components, order_layers, place_x
+from .layered import assign_ranks, build_layers, components, isotonic_place, order_layers, place_x
 from .view import ViewGraph, build_view
 
 NODE_HEIGHT = 3
@@ -52,6 +52,7 @@ class LayoutEdge:
     points: tuple[tuple[int, int], ...]  # (x, y) cells; consecutive points share x or y
     label: str
     kind: str = "data"  # the ViewEdge kind: data, output, cut, grad, partial
+    stats_key: str | None = None  # backward edges: the key of their stats in GraphStats.edges
 
 
 @dataclass(frozen=True)
@@ -135,7 +136,7 @@ def _layout_edges(view: ViewGraph):
     """
     known = {n.id for n in view.nodes}
     labels: dict[tuple[str, str], list[str]] = {}
-    kinds: dict[tuple[str, str], str] = {}
+    kinds: dict[tuple[str, str], tuple[str, str | None]] = {}
     for e in view.edges:
         if (e.kind in ("needs", "gradient_input") or e.source not in known or e.target not in known
                 or e.source == e.target):
@@ -145,7 +146,7 @@ def _layout_edges(view: ViewGraph):
         text = e.tensor or ""
         if text and text not in names:
             names.append(text)
-        kinds.setdefault(pair, e.kind)
+        kinds.setdefault(pair, (e.kind, e.stats_key))
     edges = list(labels)
     return edges, [", ".join(labels[p]) for p in edges], [kinds[p] for p in edges]
 
@@ -227,7 +228,7 @@ def _dot_placement(view: ViewGraph, ids, widths, edges):
     for layer in layers:  # Graphviz spaced them already; this only repairs rounding to cells
         layer.sort(key=centre.__getitem__)
         ws = [1 if isinstance(i, tuple) else widths[i] for i in layer]
-        lefts = _isotonic_place([centre[i] - w / 2 for i, w in zip(layer, ws)], ws, [1.0] * len(ws), 1.0)
+        lefts = isotonic_place([centre[i] - w / 2 for i, w in zip(layer, ws)], ws, [1.0] * len(ws), 1.0)
         for item, left, w in zip(layer, lefts, ws):
             centre[item] = left + w / 2
     return rank, layers, centre, chains
@@ -308,7 +309,7 @@ def _assemble(view, widths, edges, labels, kinds, rank, layers, centre, chains, 
         else:  # flat or upward: never produced by a DAG, routed plainly all the same
             run = rs * pitch + NODE_HEIGHT
             points += [(px, run), (qx, run), (qx, ty + NODE_HEIGHT - 1)]
-        routed.append(LayoutEdge(s, t, _simplify(points), labels[k], kinds[k]))
+        routed.append(LayoutEdge(s, t, _simplify(points), labels[k], *kinds[k]))
     nodes = tuple(
         LayoutNode(n.id, n.label, boxes[n.id][0], boxes[n.id][1], widths[n.id], NODE_HEIGHT, n.role, n.op_type,
                    n.node_index)

@@ -17,7 +17,7 @@ import torch
 from ..dtypes import parse_device, parse_float_dtype, to_numpy
 from ..errors import ExecutionError, FeedError, OnnxGradError, SelectionError
 from ..gradient import GradientResult
-from .backward import SEED_ID, BackwardEdge, BackwardGraph, build_backward_graph
+from .backward import BackwardEdge, BackwardGraph, build_backward_graph
 
 
 @dataclass(frozen=True)
@@ -72,14 +72,18 @@ class GraphStats:
 def gradient_with_stats(model, y: str, xs, zs=(), feeds: Mapping[str, object] | None = None, dy=None,
                         device="cpu", dtype=None, *, seed: int = 0,
                         keep_gradients: bool = False) -> tuple[GradientResult, GraphStats]:
-    """`Model.gradient` plus the stats of every backward edge and node (same arguments and result)."""
+    """`Model.gradient` plus the stats of every backward edge and node (same arguments and result).
+
+    The gradients equal Model.gradient's up to rounding: the per-consumer aliases can change the
+    order in which autograd sums contributions at a fan-out (an ulp in float64).
+    """
     spec = model.selection(y, xs, zs)
     backward = build_backward_graph(model, spec)
     dev, fdt = parse_device(device), parse_float_dtype(dtype)
     feeds = dict(feeds or {})
-    model._check_feed_names(feeds)
+    model.check_feed_names(feeds)
     values = model.selection_values(spec, feeds, seed=seed)
-    extras = model._gradient_extras(spec, feeds)
+    extras = model.gradient_extras(spec, feeds)
     plan = model.prepare_gradient(spec.y, spec.xs, spec.zs, device=dev, dtype=fdt, extra_inputs=extras).plan
     inputs = [model.to_tensor(n, values[n], dev, fdt) for n in spec.inputs]
     inputs += [model.to_tensor(n, feeds[n], dev, fdt) for n in extras]
@@ -220,14 +224,14 @@ def _run(model, plan, inputs, recorder: _Recorder, device, float_dtype) -> torch
                 args.append(None if k is None else aliases[k])
             out = step.fn(*args, **step.kwargs)
             outs = [out[0] if isinstance(out, tuple) else out] if len(step.out_slots) == 1 else list(out)
+            if step.node_index in recorder.active_nodes:
+                recorder.functions[step.node_index] = _autograd_functions(outs, args)
             # An op may hand back its input object (Identity); a view keeps the two tensors' hooks apart.
             outs = [o.view_as(o) if isinstance(o, torch.Tensor) and any(o is a for a in args) else o for o in outs]
             for k, v in zip(step.out_slots, outs):
                 if k is not None:
                     env[k] = v
                     recorder.hook_tensor(plan.names[k], v)
-            if step.node_index in recorder.active_nodes:
-                recorder.functions[step.node_index] = _autograd_functions(outs, args)
     except OnnxGradError as exc:
         if step is None or str(exc).startswith("node "):
             raise

@@ -77,7 +77,7 @@ def build(model: Model, y: str, xs, zs, feeds: Mapping | None, dy, seed: int, de
         if not model.graph.has_tensor(n):
             raise FeedError(f"feed {n!r} names no tensor in this model")
     values = model.selection_values(spec, feeds, seed=seed)
-    extras = model._gradient_extras(spec, feeds)  # fed initializers the cut graph reads
+    extras = model.gradient_extras(spec, feeds)  # fed initializers the cut graph reads
     sources = tuple(spec.inputs) + tuple(extras)
     tensors64 = [model.to_tensor(n, values[n] if n in values else feeds[n], dev, F64) for n in sources]
     plan64 = model.prepare(sources, [spec.y], device=dev, dtype=F64)

@@ -23,8 +23,11 @@ import torch
 from .batching import BatchEvaluator
 
 STEP = 1e-6  # relative step, times max(1, |x|): float64 central differences
-ROUNDOFF = 64.0  # forward rounding error of L, in units of eps * sum |dy * y|
+ROUNDOFF = 16.0  # forward rounding error of L, in units of eps * sum |dy * y|
 EPS64 = float(np.finfo(np.float64).eps)
+PROBES = 4  # vectors whose quotient at a tiny step measures the roundoff
+PROBE_SCALE = 1e-3
+PROBE_SAFETY = 8.0
 
 
 @dataclass(frozen=True)
@@ -97,11 +100,17 @@ class Measurement:
     fminus2: np.ndarray
     refined: np.ndarray  # bool
     evaluated: np.ndarray  # bool: False where a stop or budget came first
+    scale: float = 1.0  # the step used, as a multiple of the perturbation set's step
 
     @classmethod
-    def empty(cls, n: int) -> "Measurement":
+    def empty(cls, n: int, scale: float = 1.0) -> "Measurement":
         nan = lambda: np.full(n, np.nan)  # noqa: E731
-        return cls(nan(), nan(), nan(), nan(), nan(), nan(), nan(), np.zeros(n, bool), np.zeros(n, bool))
+        return cls(nan(), nan(), nan(), nan(), nan(), nan(), nan(), np.zeros(n, bool), np.zeros(n, bool), scale)
+
+    def take(self, other: "Measurement", items: np.ndarray) -> None:
+        """Adopt `other`'s quotients (another step) for `items`."""
+        for name in ("d1", "fplus1", "fminus1", "noise", "d2", "fplus2", "fminus2", "refined", "evaluated"):
+            getattr(self, name)[items] = getattr(other, name)[items]
 
 
 class Control:
@@ -166,27 +175,28 @@ def run_pairs(objective: Objective, x: torch.Tensor, pert: Perturbations, ids: t
 
 
 def measure(objective: Objective, x: torch.Tensor, pert: Perturbations, order: torch.Tensor, chunk: int,
-            control: Control, stage: str = "finite differences") -> Measurement:
-    """First pass at step h over the vectors in `order` (a permutation, so a budget cut is a random sample)."""
-    m = Measurement.empty(pert.items)
-    plus, minus, done = run_pairs(objective, x, pert, order, 1.0, chunk, control, stage)
+            control: Control, stage: str = "finite differences", scale: float = 1.0,
+            budget_applies: bool = True, noise_l: np.ndarray | None = None) -> Measurement:
+    """First pass at step scale*h over the vectors in `order` (a permutation, so a cut is a random sample)."""
+    m = Measurement.empty(pert.items, scale)
+    plus, minus, done = run_pairs(objective, x, pert, order, scale, chunk, control, stage, budget_applies)
     ids = order[:done].numpy()
-    items = _items(ids, pert.rows)
-    h = pert.step.cpu().numpy().astype(np.float64)[ids].reshape(-1)
-    l0 = np.tile(objective.base.cpu().numpy(), len(ids))
-    lp, lm = plus[:done].numpy().reshape(-1), minus[:done].numpy().reshape(-1)
-    m.d1[items] = (lp - lm) / (2 * h)
-    m.fplus1[items] = (lp - l0) / h
-    m.fminus1[items] = (l0 - lm) / h
-    s = np.tile(objective.scale.cpu().numpy(), len(ids))
-    m.noise[items] = ROUNDOFF * EPS64 * (s + np.abs(l0)) / h
-    m.evaluated[items] = True
+    it, h, l0, lp, lm = _quotient_inputs(objective, pert, ids, plus[:done], minus[:done], scale)
+    m.d1[it] = (lp - lm) / (2 * h)
+    m.fplus1[it] = (lp - l0) / h
+    m.fminus1[it] = (l0 - lm) / h
+    if noise_l is not None and np.isfinite(noise_l).all():
+        m.noise[it] = np.tile(noise_l, len(ids)) / h
+    else:
+        s = np.tile(objective.scale.cpu().numpy(), len(ids))
+        m.noise[it] = ROUNDOFF * EPS64 * (s + np.abs(l0)) / h
+    m.evaluated[it] = True
     return m
 
 
 def refine(objective: Objective, x: torch.Tensor, pert: Perturbations, m: Measurement, items: np.ndarray,
            chunk: int, control: Control, stage: str = "refining") -> None:
-    """Richardson's second step (h/2) for the vectors holding `items`; fills m.d2 / fplus2 / fminus2."""
+    """Richardson's second step (half the measurement's step) for the vectors holding `items`."""
     vectors = np.unique(np.asarray(items, dtype=np.int64) // pert.rows)
     vectors = vectors[~np.isin(vectors, np.unique(np.nonzero(m.refined)[0] // pert.rows))]
     if len(vectors) == 0:
@@ -194,16 +204,49 @@ def refine(objective: Objective, x: torch.Tensor, pert: Perturbations, m: Measur
     ids = torch.as_tensor(vectors)
     control.plan(2 * len(ids))
     # Refinement is few evaluations and decides verdicts already paid for: the budget does not cut it.
-    plus, minus, done = run_pairs(objective, x, pert, ids, 0.5, chunk, control, stage, budget_applies=False)
-    ids_np = vectors[:done]
-    it = _items(ids_np, pert.rows)
-    h = pert.step.cpu().numpy().astype(np.float64)[ids_np].reshape(-1) * 0.5
-    l0 = np.tile(objective.base.cpu().numpy(), len(ids_np))
-    lp, lm = plus[:done].numpy().reshape(-1), minus[:done].numpy().reshape(-1)
+    plus, minus, done = run_pairs(objective, x, pert, ids, 0.5 * m.scale, chunk, control, stage,
+                                  budget_applies=False)
+    it, h, l0, lp, lm = _quotient_inputs(objective, pert, vectors[:done], plus[:done], minus[:done], 0.5 * m.scale)
     m.d2[it] = (lp - lm) / (2 * h)
     m.fplus2[it] = (lp - l0) / h
     m.fminus2[it] = (l0 - lm) / h
     m.refined[it] = True
+
+
+def measure_roundoff(objective: Objective, x: torch.Tensor, pert: Perturbations, m: Measurement,
+                     order: torch.Tensor, chunk: int, control: Control) -> np.ndarray:
+    """Measure the roundoff in L and set every quotient's noise from it (per row).
+
+    At a step 1000 times smaller the quotient's error is the roundoff over that step, so
+    |D(h/1000) - D(h)| * h/1000 measures the noise in L itself, correlations between the two
+    forwards included; the eps*S formula is often hundreds of times too pessimistic. The noise
+    used is PROBE_SAFETY times the largest of the probes, and never below eps * (S + |L0|).
+    """
+    done = np.nonzero(m.evaluated.reshape(pert.count, pert.rows).all(1))[0]
+    if len(done) == 0:
+        return np.full(pert.rows, np.nan)
+    picks = np.asarray(order.numpy())
+    picks = picks[np.isin(picks, done)][:max(1, min(PROBES, pert.count // 4))]
+    ids = torch.as_tensor(picks)
+    control.plan(2 * len(ids))
+    plus, minus, n = run_pairs(objective, x, pert, ids, PROBE_SCALE, chunk, control, "measuring roundoff",
+                               budget_applies=False)
+    it, h, l0, lp, lm = _quotient_inputs(objective, pert, picks[:n], plus[:n], minus[:n], PROBE_SCALE)
+    tiny = (lp - lm) / (2 * h)
+    noise_l = (np.abs(tiny - m.d1[it]) * h).reshape(-1, pert.rows).max(0)
+    floor = EPS64 * (objective.scale.cpu().numpy() + np.abs(objective.base.cpu().numpy()))
+    noise_l = np.maximum(PROBE_SAFETY * np.nan_to_num(noise_l, nan=np.inf), floor)
+    steps = pert.step.cpu().numpy().astype(np.float64).reshape(-1) * m.scale
+    rows = np.tile(noise_l, pert.count)
+    m.noise[m.evaluated] = (rows / steps)[m.evaluated]
+    return noise_l
+
+
+def _quotient_inputs(objective: Objective, pert: Perturbations, ids: np.ndarray, plus, minus, scale: float):
+    it = _items(ids, pert.rows)
+    h = pert.step.cpu().numpy().astype(np.float64)[ids].reshape(-1) * scale
+    l0 = np.tile(objective.base.cpu().numpy(), len(ids))
+    return it, h, l0, plus.numpy().reshape(-1), minus.numpy().reshape(-1)
 
 
 def _items(vectors: np.ndarray, rows: int) -> np.ndarray:

@@ -40,7 +40,11 @@ def first_nonfinite_value(plan: Plan, values: dict[str, torch.Tensor], label: st
 
 def first_nonfinite_gradient(plan: Plan, leaves: Sequence[torch.Tensor], dy: torch.Tensor,
                              n_xs: int, label: str) -> Finding | None:
-    """The first node, walking backwards from y, whose VJP turns finite output gradients into NaN/Inf."""
+    """The first node, walking backwards from y, whose own VJP turns finite gradients into NaN/Inf.
+
+    Gradients reaching a tensor are sums over its consumers, so each node is replayed alone on
+    its recorded inputs and its VJP of the (total) output gradients is judged by itself.
+    """
     with torch.enable_grad():
         env = plan.run_all(list(leaves))
         y = env[plan.targets[0]]
@@ -50,14 +54,26 @@ def first_nonfinite_gradient(plan: Plan, leaves: Sequence[torch.Tensor], dy: tor
         grads = torch.autograd.grad(y, [env[n] for n in names], dy.to(y.dtype), allow_unused=True)
     grad_of = dict(zip(names, grads))
     for step in reversed(plan.steps):
-        outs = [plan.names[s] for s in step.out_slots if s is not None]
-        ins = [plan.names[s] for s in step.in_slots if s is not None]
-        if any(_nonfinite(grad_of.get(o)) for o in outs):
+        outs = [(k, plan.names[s]) for k, s in enumerate(step.out_slots) if s is not None]
+        seeds = [(k, grad_of.get(n)) for k, n in outs if grad_of.get(n) is not None]
+        if not seeds or any(_nonfinite(g) for _, g in seeds):
             continue
-        bad = [i for i in ins if _nonfinite(grad_of.get(i))]
+        ins = [plan.names[s] if s is not None else None for s in step.in_slots]
+        args = [None if n is None else env[n].detach() for n in ins]
+        wanted = [k for k, a in enumerate(args) if _float_tensor(a)]
+        args = [a.clone().requires_grad_() if k in wanted else a for k, a in enumerate(args)]
+        with torch.enable_grad():
+            out = step.fn(*args, **step.kwargs)
+            out = out if isinstance(out, (tuple, list)) else (out,)
+            pairs = [(out[k], g) for k, g in seeds if out[k].requires_grad]
+            if not pairs:
+                continue
+            local = torch.autograd.grad([o for o, _ in pairs], [args[k] for k in wanted],
+                                        [g for _, g in pairs], allow_unused=True)
+        bad = [ins[k] for k, g in zip(wanted, local) if _nonfinite(g)]
         if bad:
             return Finding("nonfinite-gradient",
                            f"NaN/Inf first appears in the {label} backward pass in the VJP of node {step.name!r} "
-                           f"({step.op_type}), in the gradient of its input {bad[0]!r}",
+                           f"({step.op_type}), in the gradient it sends to {bad[0]!r}",
                            tensor=bad[0], node=step.name)
     return None

@@ -20,10 +20,14 @@ from .report import FAIL, INCONCLUSIVE, PASS
 RTOL = 1e-4  # float64 analytic vs float64 finite differences
 ATOL_REL = 1e-6  # default atol, relative to the gradient's scale (so the check is scale-free)
 KINK_REL = 1e-3  # a one-sided gap below this fraction of the scale cannot change a verdict
+RESOLUTION_REL = 1e-3  # default atol may rise to the finite differences' roundoff, up to this fraction of the scale
 # Tolerances for the native-dtype gradient against the float64 one (reported, not a verdict).
 NATIVE_TOLERANCE = {"float64": (1e-9, 1e-12), "float32": (1e-3, 1e-6), "float16": (1e-2, 1e-3),
                     "bfloat16": (5e-2, 1e-2)}
 UNCHECKED = "unchecked"
+MAX_REFINED_FAILS = 256
+# Why an item is inconclusive, for deciding whether another step size could settle it.
+KINK, INACCURATE, UNREFINED, UNDEFINED = "kink", "inaccurate", "unrefined", "undefined"
 
 
 @dataclass(frozen=True)
@@ -41,10 +45,17 @@ def element_scale(analytic: np.ndarray, numeric: np.ndarray) -> float:
     return float(np.max(np.minimum(np.abs(analytic[ok]), np.abs(numeric[ok]))))
 
 
-def tolerance(n: int, rtol: float | None, atol: float | None, scale: np.ndarray | float) -> Tolerance:
+def tolerance(n: int, rtol: float | None, atol: float | None, scale: np.ndarray | float,
+              noise: np.ndarray | None = None) -> Tolerance:
+    """The default atol is ATOL_REL times the gradient's scale, raised to the finite differences'
+    own resolution (their roundoff) as long as that stays below RESOLUTION_REL of the scale: an
+    element far smaller than the rest of its gradient cannot be resolved and cannot matter."""
     scale_arr = np.broadcast_to(np.asarray(scale, dtype=np.float64), (n,))
     if atol is None:
         atol_arr = ATOL_REL * scale_arr
+        if noise is not None:
+            resolvable = np.minimum(np.nan_to_num(noise, nan=0.0, posinf=0.0), RESOLUTION_REL * scale_arr)
+            atol_arr = np.maximum(atol_arr, resolvable)
     else:
         atol_arr = np.full(n, float(atol))
     return Tolerance(RTOL if rtol is None else float(rtol), atol_arr.copy(), float(np.max(scale_arr, initial=0.0)))
@@ -75,8 +86,7 @@ def one_sided_gaps(a: np.ndarray, m: Measurement, tol: Tolerance) -> np.ndarray:
     with np.errstate(invalid="ignore"):
         thr = _threshold(a, m.d1, tol)
         gap = np.abs(m.fplus1 - m.fminus1)
-        floor = np.maximum.reduce([thr, 4 * m.noise, KINK_REL * np.maximum(tol.atol / ATOL_REL, tol.scale)])
-        return m.evaluated & (gap > floor)
+        return m.evaluated & (gap > np.maximum(thr, 4 * m.noise))
 
 
 def to_refine(a: np.ndarray, m: Measurement, tol: Tolerance, worst_too: bool = True) -> np.ndarray:
@@ -85,6 +95,12 @@ def to_refine(a: np.ndarray, m: Measurement, tol: Tolerance, worst_too: bool = T
     ev = m.evaluated & np.isfinite(a) & np.isfinite(m.d1)
     thr, diff, clear_pass, clear_fail = _first_pass(a, m, tol)
     picks = set(np.nonzero(ev & ~clear_pass & ~clear_fail)[0].tolist())
+    # Clear fails are refined too, worst first and up to a cap: kinks crossed on both sides of the
+    # point can cancel in the one-sided quotients, and only the h/2 step exposes them.
+    fails = np.nonzero(ev & clear_fail)[0]
+    if len(fails):
+        worst_first = fails[np.argsort(-(diff[fails] / np.maximum(thr[fails], 1e-300)))]
+        picks.update(worst_first[:MAX_REFINED_FAILS].tolist())
     if ev.any():
         ratio = np.where(ev, diff / np.maximum(thr, 1e-300), -1.0)
         worst = int(np.argmax(ratio))
@@ -103,6 +119,7 @@ class Verdicts:
     ratio: np.ndarray  # abs_err / threshold: > 1 is out of tolerance
     atol: np.ndarray
     reasons: dict  # item -> reason, for non-pass items
+    causes: dict  # item -> KINK / INACCURATE / UNREFINED / UNDEFINED, for inconclusive items
 
 
 def classify(a: np.ndarray, m: Measurement, tol: Tolerance) -> Verdicts:
@@ -112,6 +129,7 @@ def classify(a: np.ndarray, m: Measurement, tol: Tolerance) -> Verdicts:
     fd_err = m.noise.copy()
     kink = np.zeros(n_items, bool)
     reasons: dict[int, str] = {}
+    causes: dict[int, str] = {}
     r = m.refined
     noise2 = 2 * m.noise
     d1, d2 = m.d1, m.d2
@@ -119,8 +137,9 @@ def classify(a: np.ndarray, m: Measurement, tol: Tolerance) -> Verdicts:
         thr1 = _threshold(a, d1, tol)
         g1 = m.fplus1 - m.fminus1
         g2 = m.fplus2 - m.fminus2
-        gap_floor = np.maximum(4 * noise2, KINK_REL * tol.scale)
-        one_sided = r & (np.abs(g2) > np.maximum(thr1, gap_floor)) & (np.abs(g2) > 0.75 * np.abs(g1))
+        # A gap that could move a verdict (beyond tolerance and noise) and that does not halve with
+        # the step: smooth curvature halves it, a kink at x keeps it.
+        one_sided = r & (np.abs(g2) > np.maximum(thr1, 4 * noise2)) & (np.abs(g2) > 0.75 * np.abs(g1))
         steps = r & (np.abs(d1 - d2) > np.maximum(thr1, 4 * noise2))
         kink = one_sided | steps
         smooth = r & ~kink
@@ -141,12 +160,14 @@ def classify(a: np.ndarray, m: Measurement, tol: Tolerance) -> Verdicts:
             if kink[i]:
                 status[i] = INCONCLUSIVE
                 reasons[i] = _kink_reason(one_sided[i], m, i)
+                causes[i] = KINK
             elif diff[i] <= thr[i]:
                 status[i] = PASS
             elif diff[i] <= fd_err[i]:
                 status[i] = INCONCLUSIVE
                 reasons[i] = (f"finite differences are not accurate enough here: their error estimate "
                               f"{fd_err[i]:.3g} exceeds the discrepancy {diff[i]:.3g}")
+                causes[i] = INACCURATE
             else:
                 status[i] = FAIL
         elif clear_pass[i]:
@@ -156,13 +177,15 @@ def classify(a: np.ndarray, m: Measurement, tol: Tolerance) -> Verdicts:
         else:
             status[i] = INCONCLUSIVE
             reasons[i] = "needed a refinement step that was not run (stopped early)"
+            causes[i] = UNREFINED
     for i in np.nonzero(nonfinite_fd)[0]:
         status[i] = INCONCLUSIVE
         reasons[i] = "the model's value is NaN or Inf near this point, so finite differences are undefined"
+        causes[i] = UNDEFINED
     for i in np.nonzero(nonfinite_a)[0]:
         status[i] = FAIL
         reasons[i] = f"the analytic gradient is {a[i]} where finite differences give {numeric[i]:.6g}"
-    return Verdicts(status, numeric, fd_err, diff, rel, ratio, tol.atol, reasons)
+    return Verdicts(status, numeric, fd_err, diff, rel, ratio, tol.atol, reasons, causes)
 
 
 def _kink_reason(one_sided: bool, m: Measurement, i: int) -> str:

@@ -41,7 +41,7 @@ class VerifyScreen(ModalScreen):
             yield Label("[b]Verify gradients[/b] against float64 finite differences")
             with RadioSet(id="verify-mode"):
                 for m in CHECK_MODES:
-                    yield RadioButton(m, value=m == o.mode)
+                    yield RadioButton(m, value=m == o.mode, id=f"mode-{m}")
             yield Label(MODE_HELP[o.mode], id="verify-mode-help")
             with Horizontal():
                 yield Input("" if o.rtol is None else f"{o.rtol:g}", placeholder="rtol (default per dtype)",

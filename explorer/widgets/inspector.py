@@ -130,6 +130,9 @@ class Inspector(VerticalScroll):
         t.append(", ".join(x or "∅" for x in node.input) + "\n")
         t.append("out ", style="bold")
         t.append(", ".join(x for x in node.output if x) + "\n")
+        functions = getattr(s.gradient_stats, "torch_functions", {}).get(i) if s.gradient_stats else None
+        if functions:
+            t.append(f"autograd: {', '.join(functions)[:80]}\n", style="dim")
         status = _check_status(s, g.node_names[i])
         if status:
             t.append(f"check: {status}\n", style="bold red" if status == "fail" else "bold")
@@ -137,7 +140,8 @@ class Inspector(VerticalScroll):
             t.append("local rule:\n", style="bold")
             for (sym, rule), name in zip(rule_lines(node, g.opset(node.domain)), node.input):
                 if name:
-                    t.append(f"  {rule or f'd{sym}: none'}  [{sym} = {name}]\n", style="dim")
+                    where = "" if sym == name else f"  [{sym} = {name}]"
+                    t.append(f"  {rule or f'd{sym}: no gradient'}{where}\n", style="dim")
         return t
 
     def _tensor_text(self, s, name: str) -> Text:
@@ -175,6 +179,10 @@ class Inspector(VerticalScroll):
             t.append("\n")
         elif value is None:
             t.append("  value: not computed yet (r runs)\n", style="dim")
+        flowing = getattr(s.gradient_stats, "tensors", {}).get(name) if s.gradient_stats else None
+        if flowing is not None and (s.gradient is None or name not in s.gradient.grads):
+            t.append(f"d{s.gradient.spec.y}/d{name} ", style="bold")
+            t.append(f"{flowing.describe()}\n")
         if s.gradient is not None and name in s.gradient.grads:
             grad = s.gradient.grads[name]
             t.append_text(stats_text(grad, f"d{s.gradient.spec.y}/d{name}"))

@@ -1,0 +1,71 @@
+"""SVG snapshots (pytest-textual-snapshot) of the main screen, the backward view, the verify table
+and step mode. Deterministic: float64, fixed seeds, 120x40, no timings or paths on screen.
+
+Update after an intended change with `pytest tests/explorer --snapshot-update` and review the SVGs.
+"""
+from __future__ import annotations
+
+from engine.verify import CheckReport, XCheck
+from explorer.messages import CheckReady
+
+from .conftest import SIZE, settle, spec_app, started
+
+
+def _app():
+    return spec_app(dtype="float64")
+
+
+async def _ready(pilot) -> None:
+    await started(pilot.app, pilot)
+
+
+async def _ran(pilot) -> None:
+    await started(pilot.app, pilot)
+    await pilot.press("r")
+    await settle(pilot.app, pilot)
+
+
+def test_main_screen(snap_compare):
+    assert snap_compare(_app(), press=["down"], terminal_size=SIZE, run_before=_ran)
+
+
+def test_backward_view(snap_compare):
+    async def backward(pilot):
+        await _ran(pilot)
+        await pilot.press("g")
+        await settle(pilot.app, pilot)
+
+    assert snap_compare(_app(), terminal_size=SIZE, run_before=backward)
+
+
+def _fixed_report() -> CheckReport:
+    """A report with fixed numbers: the table's look, not the machine's rounding, is under test."""
+    def x(name, status, err, index, a, n):
+        return XCheck(name=name, status=status, max_abs_err=err, max_rel_err=err * 10, worst_index=index,
+                      analytic=a, numeric=n, fd_error=1e-12, checked=18, failed=int(status == "fail"),
+                      inconclusive=0)
+
+    return CheckReport(ok=False, verdict="fail", mode="full", seed=0, order=1,
+                       results=(x("W", "fail", 0.25, (1, 0, 2, 2), 1.5, 1.25), x("Z", "pass", 2e-9, (3, 1), 0.07, 0.07)),
+                       first_failing_node="conv", y="Y", xs=("W", "Z"), zs=("X",))
+
+
+def test_verify_table(snap_compare):
+    async def verified(pilot):
+        await _ready(pilot)
+        app = pilot.app
+        app.session.accept_check(app.session.generation, _fixed_report())
+        app.post_message(CheckReady(app.session.generation, app.session.check))
+        await settle(app, pilot)
+
+    assert snap_compare(_app(), terminal_size=SIZE, run_before=verified)
+
+
+def test_step_mode(snap_compare):
+    async def stepping(pilot):
+        await _ready(pilot)
+        await pilot.press("s")
+        await settle(pilot.app, pilot)
+        await pilot.press("n", "n", "n")
+
+    assert snap_compare(_app(), terminal_size=SIZE, run_before=stepping)
