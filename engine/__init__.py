@@ -20,6 +20,7 @@ from .verify import (CheckReport, ClaimedCheck, Finding, NodeCheck, XCheck, chec
                      unregister_op)
 from .graphs import (BackwardGraph, Canvas, GraphLayout, GraphStats, LayoutEdge, LayoutNode, TensorStats,
                      build_backward_graph, gradient_with_stats, layout_graph, render, to_dot)
+from .backend import OnnxGradBackend, OnnxGradRep
 
 __all__ = [
     "load", "Model", "GradientResult", "GradientOutput", "PreparedGradient", "GradientSpec",
@@ -28,4 +29,5 @@ __all__ = [
     "check", "CheckReport", "XCheck", "NodeCheck", "ClaimedCheck", "Finding", "register_op_with_vjp", "unregister_op",
     "BackwardGraph", "build_backward_graph", "gradient_with_stats", "GraphStats", "TensorStats", "to_dot", "render",
     "layout_graph", "GraphLayout", "LayoutNode", "LayoutEdge", "Canvas",
+    "OnnxGradBackend", "OnnxGradRep",
 ]

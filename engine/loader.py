@@ -82,12 +82,45 @@ def _display_names(nodes: list[NodeProto]) -> list[str]:
     return names
 
 
+def implicit_inputs(node: NodeProto) -> tuple[str, ...]:
+    """Names the node's subgraphs (If, Loop, Scan bodies) read from the enclosing graph, first use first."""
+    graphs = [a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH]
+    graphs += [g for a in node.attribute if a.type == onnx.AttributeProto.GRAPHS for g in a.graphs]
+    seen: dict[str, None] = {}
+    for g in graphs:
+        for name in graph_free_names(g):
+            seen[name] = None
+    return tuple(seen)
+
+
+def graph_free_names(g: onnx.GraphProto) -> tuple[str, ...]:
+    """Names a (sub)graph reads but neither declares nor computes: they come from an enclosing scope."""
+    defined = {i.name for i in g.input} | {t.name for t in g.initializer}
+    defined |= {t for n in g.node for t in n.output if t}
+    free: dict[str, None] = {}
+    for n in g.node:
+        for t in node_inputs(n):
+            if t and t not in defined:
+                free[t] = None
+    for o in g.output:
+        if o.name not in defined:
+            free[o.name] = None
+    return tuple(free)
+
+
+def node_inputs(node: NodeProto) -> list[str]:
+    """The node's inputs, then the names its subgraphs read from the enclosing graph."""
+    if not any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
+        return list(node.input)
+    return list(node.input) + [t for t in implicit_inputs(node) if t not in node.input]
+
+
 def _toposort(nodes: list[NodeProto], available: set[str]) -> list[NodeProto]:
     producer = {t: i for i, n in enumerate(nodes) for t in n.output if t}
     indegree = [0] * len(nodes)
     users: list[list[int]] = [[] for _ in nodes]
     for i, node in enumerate(nodes):
-        for t in set(node.input):
+        for t in set(node_inputs(node)):
             if t and t in producer and t not in available:
                 indegree[i] += 1
                 users[producer[t]].append(i)
@@ -178,12 +211,12 @@ def index(model: ModelProto, path: str | None = None) -> GraphIndex:
             if t in producer or t in available:
                 raise ModelLoadError(f"tensor {t!r} is produced more than once (node {node.name or node.op_type!r})")
             producer[t] = i
-        for t in node.input:
+        for t in node_inputs(node):
             if t:
                 consumers.setdefault(t, []).append(i)
     known = available | set(producer)
     for i, node in enumerate(nodes):
-        for t in node.input:
+        for t in node_inputs(node):
             if t and t not in known:
                 raise ModelLoadError(
                     f"node {node.name or node.op_type!r} reads {t!r}, which no node, input or initializer provides"

@@ -164,7 +164,7 @@ class Model:
             interior.update(t for t in self.graph.nodes[i].output if t)
         read = set()
         for i in _cut_nodes(self.graph, members, spec.y):
-            read.update(t for t in self.graph.nodes[i].input if t)
+            read.update(t for t in loader.node_inputs(self.graph.nodes[i]) if t)
         bad = sorted(n for n in feeds if n in interior and n not in members)
         if bad:
             raise SelectionError(

@@ -5,6 +5,7 @@ on the device at build time, attributes become keyword arguments, and each call 
 """
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -12,7 +13,7 @@ import torch
 
 from . import attributes
 from .errors import ExecutionError, FeedError, OnnxGradError, UnsupportedOpError
-from .loader import TRAINING_DOMAIN, GraphIndex
+from .loader import TRAINING_DOMAIN, GraphIndex, implicit_inputs, node_inputs
 from .registry import require
 
 
@@ -45,7 +46,7 @@ def needed_nodes(graph: GraphIndex, sources: set[str], targets: Sequence[str]) -
             i = graph.producer[t]
             if i not in needed:
                 needed.add(i)
-                stack.extend(graph.nodes[i].input)
+                stack.extend(node_inputs(graph.nodes[i]))
         elif t not in graph.initializers:
             missing.append(t)
     return sorted(needed), missing
@@ -98,6 +99,14 @@ class Plan:
                 fn, kwargs = gradient_step(node), {}
             else:
                 fn, kwargs = bind(node, graph.opset(node.domain), graph.node_names[i], device, float_dtype)
+                if "scope" in inspect.signature(fn).parameters:  # control flow: If, Loop, Scan
+                    outer = implicit_inputs(node)
+                    n_explicit = len(in_slots)
+                    for t in outer:
+                        if t not in src and t not in graph.producer:
+                            template[slot_of(t)] = constants[t]
+                        in_slots.append(slot_of(t))
+                    fn = _scoped(fn, n_explicit, outer, _SubgraphCompiler(graph.opsets, device, float_dtype))
             steps.append([i, graph.node_names[i], node.op_type, fn, tuple(in_slots), out_slots, kwargs])
         self.slot = slot
         self.names = [None] * len(slot)
@@ -181,3 +190,61 @@ def bind(node, opset: int, name: str, device: torch.device, float_dtype):
     for ctx in impl.context:
         kwargs[ctx] = context[ctx]
     return impl.fn, kwargs
+
+
+class Scope:
+    """What a control-flow op receives as `scope=`: the enclosing graph's values that its
+    subgraphs read by name, and `run(subgraph, inputs)`, which executes one (compiled once)."""
+
+    def __init__(self, outer: dict, compiler: "_SubgraphCompiler"):
+        self.outer = outer
+        self._compiler = compiler
+
+    def run(self, subgraph, inputs: Sequence) -> list:
+        plan, n_inputs = self._compiler.plan(subgraph)
+        if len(inputs) != n_inputs:
+            raise OnnxGradError(f"subgraph {subgraph.name!r} takes {n_inputs} inputs, got {len(inputs)}")
+        return plan.run(list(inputs) + [self.outer[n] for n in plan.sources[n_inputs:]])
+
+
+def _scoped(fn: Callable, n_explicit: int, outer: tuple[str, ...], compiler: "_SubgraphCompiler") -> Callable:
+    def step(*values, **kwargs):
+        scope = Scope(dict(zip(outer, values[n_explicit:])), compiler)
+        return fn(*values[:n_explicit], scope=scope, **kwargs)
+
+    return step
+
+
+class _SubgraphCompiler:
+    """Plans for a node's subgraphs: their own inputs first, then the outer names they read."""
+
+    def __init__(self, opsets: dict[str, int], device: torch.device, float_dtype):
+        self.opsets, self.device, self.float_dtype = opsets, device, float_dtype
+        self._plans: dict[int, tuple] = {}
+
+    def plan(self, g) -> tuple["Plan", int]:
+        entry = self._plans.get(id(g))
+        if entry is None:
+            entry = self._plans[id(g)] = (*self._compile(g), g)  # holding g keeps its id unique
+        return entry[0], entry[1]
+
+    def _compile(self, g) -> tuple["Plan", int]:
+        from onnx import ModelProto
+
+        from .attributes import tensor_from_proto
+        from .loader import graph_free_names, index
+
+        free = graph_free_names(g)
+        model = ModelProto()
+        model.graph.CopyFrom(g)
+        for name in free:  # declared as inputs, so the index accepts reads from the enclosing scope
+            model.graph.input.add().name = name
+        for domain, version in self.opsets.items():
+            imp = model.opset_import.add()
+            imp.domain, imp.version = domain, version
+        sub = index(model)
+        constants = {n: tensor_from_proto(t, self.device, self.float_dtype) for n, t in sub.initializers.items()}
+        inputs = [i.name for i in g.input]
+        plan = Plan(sub, inputs + list(free), [o.name for o in g.output], device=self.device,
+                    float_dtype=self.float_dtype, constants=constants)
+        return plan, len(inputs)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from .errors import SelectionError
-from .loader import GraphIndex
+from .loader import GraphIndex, node_inputs
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ def upstream(graph: GraphIndex, start: Iterable[str], stop: set[str]) -> tuple[s
         if t in stop:
             reached.add(t)
         elif t in graph.producer:
-            stack.extend(i for i in graph.nodes[graph.producer[t]].input if i)
+            stack.extend(i for i in node_inputs(graph.nodes[graph.producer[t]]) if i)
         elif t not in graph.initializers:
             free.add(t)
     return reached, free
@@ -98,7 +98,7 @@ def validate(graph: GraphIndex, y: str, xs, zs=()) -> GradientSpec:
         if n not in graph.producer:
             continue
         others = member_set - {n}
-        reached, free = upstream(graph, graph.nodes[graph.producer[n]].input, others)
+        reached, free = upstream(graph, node_inputs(graph.nodes[graph.producer[n]]), others)
         if reached and not free:
             role = "xs" if n in xs else "zs"
             raise SelectionError(

@@ -11,6 +11,7 @@ from engine.errors import OnnxGradError
 
 from . import messages as m
 from .commands import ExplorerCommands
+from .guard import guarded
 from .marks import graph_marks
 from .screens.export import ExportScreen
 from .screens.feed import CLEAR, FeedScreen
@@ -18,7 +19,7 @@ from .screens.help import HelpScreen
 from .screens.prompt import PromptScreen
 from .screens.step import StepScreen
 from .screens.verify import VerifyScreen
-from .state import Session, available_devices
+from .state import CheckOptions, Session, available_devices
 from .widgets.graph_view import GraphView
 from .widgets.inspector import Inspector
 from .widgets.node_list import NodeList
@@ -26,7 +27,8 @@ from .widgets.results import Results
 from .widgets.selection_bar import SelectionBar
 from .widgets.status import StatusLine
 from .work import CANCELLABLE, Workers, one_line
-from .guard import guarded
+
+FULL_CHECK_ELEMENTS = 20_000  # beyond this many x elements the verify dialog proposes fast mode
 
 
 @guarded
@@ -132,10 +134,7 @@ class ExplorerApp(Workers, App):
             tensor = _first_output(self.session.graph, node_index)
         self.cursor = (node_index, tensor)
         if origin != "graph":
-            graph = self.query_one(GraphView)
-            ids = graph.ids_for(node_index=node_index) or graph.ids_for(tensor=tensor)
-            if ids:
-                graph.select(ids[0])
+            self._show_in_graph(node_index, tensor)
         if origin != "list":
             self.query_one(NodeList).highlight(node_index, tensor)
         self.query_one(Inspector).show(self.session, node_index, tensor)
@@ -144,6 +143,14 @@ class ExplorerApp(Workers, App):
         self.refresh_footer()
         if announce:
             self.post_message(m.CursorMoved(node_index, tensor))
+
+    def _show_in_graph(self, node_index: int | None, tensor: str | None) -> None:
+        """Select the box of the node, else of the tensor, else of the node producing the tensor."""
+        graph = self.query_one(GraphView)
+        producer = self.session.graph.producer.get(tensor) if tensor else None
+        ids = graph.ids_for(node_index=node_index) or graph.ids_for(tensor=tensor) or graph.ids_for(node_index=producer)
+        if ids:
+            graph.select(ids[0])
 
     def on_graph_view_node_chosen(self, event: GraphView.NodeChosen) -> None:
         self.move_cursor(event.node_index, event.tensor, origin="graph")
@@ -304,7 +311,11 @@ class ExplorerApp(Workers, App):
                 return
             self.run_check(job)
 
-        self.push_screen(VerifyScreen(self.session.check_options), done)
+        options = self.session.check_options
+        elements = self.session.x_elements()
+        if options == CheckOptions() and elements > FULL_CHECK_ELEMENTS:
+            options = CheckOptions(mode="fast")  # full mode would take minutes: offer the quick one
+        self.push_screen(VerifyScreen(options, elements), done)
 
     def action_step(self) -> None:
         s = self.session
@@ -373,20 +384,5 @@ def make_app(model_path: str | None = None, *, model: engine.Model | None = None
         session = Session(model, label or (os.path.basename(model_path) if model_path else model.name),
                           seed=seed, device=device, dtype=dtype)
         if select_from_gradient_node:
-            preselect_from_gradient_node(session)
+            session.select_from_gradient_node()
     return ExplorerApp(session, load_error)
-
-
-def preselect_from_gradient_node(session: Session) -> None:
-    """A model with a Gradient node opens with that node's (y, xs, zs) selected: the spec example does."""
-    from onnx import helper
-
-    for node in session.graph.nodes:
-        if node.op_type == "Gradient":
-            attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-            try:
-                session.select(attrs["y"].decode(), [v.decode() for v in attrs.get("xs", [])],
-                               [v.decode() for v in attrs.get("zs", [])])
-            except (KeyError, AttributeError):
-                continue
-            return

@@ -61,7 +61,7 @@ class Canvas:
                 self.h_segments.setdefault(y2, []).append((min(x1, x2), max(x1, x2), k))
                 last = RIGHT if x2 > x1 else LEFT
         if len(pts) >= 2:
-            (px, py), (x, y) = pts[-2], pts[-1]
+            (_, py), (x, y) = pts[-2], pts[-1]
             if last == DOWN and y - 1 > py:  # the route ends on the target's top border: arrow above it
                 y -= 1
             self.arrows.setdefault(y, []).append((x, ARROWS[last], k))

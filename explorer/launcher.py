@@ -12,8 +12,20 @@ import sys
 USAGE = "usage: onnxgrad explore MODEL [--seed N] [--dtype float32|float64]"
 
 
+EXPLORER_HELP = """
+the explorer (a terminal app):
+  onnxgrad                  open the bundled example (the Gradient spec's Conv -> Gemm model)
+  onnxgrad explore MODEL    open MODEL  [--seed N] [--dtype float32|float64]"""
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv in (["-h"], ["--help"]):
+        from engine.cli import build_parser
+
+        build_parser().print_help()
+        print(EXPLORER_HELP)
+        return 0
     if argv and argv[0] != "explore":
         from engine.cli import main as cli_main
 

@@ -1,8 +1,9 @@
-"""Frame timing for the benchmark and the latency test: when did the screen actually change?
+"""Frame timing for the benchmark and the latency test: when did the screen show a key's effect?
 
 Pilot's own waits (idle detection sleeps) would dominate a wall-clock measure of a key press, so
 this records when each frame is handed to the terminal driver (`App._display`, which runs in
-headless mode too) and reports key -> last frame of that key's work.
+headless mode too) and when the app finished handling the key (`move_cursor` returned), and
+reports key -> the first frame after the handling: the frame that shows it.
 """
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ from statistics import median
 @dataclass
 class FrameClock:
     frames: list[float] = field(default_factory=list)
+    handled: list[float] = field(default_factory=list)
 
-    def install(self, app) -> None:
+    def install(self, app, handler: str = "move_cursor") -> None:
+        """Record frames, and when `app.<handler>` (what a key ends in) returns."""
         original = app._display
 
         def display(screen, renderable):
@@ -24,6 +27,15 @@ class FrameClock:
             return original(screen, renderable)
 
         app._display = display
+        handle = getattr(app, handler)
+
+        def handled(*args, **kwargs):
+            try:
+                return handle(*args, **kwargs)
+            finally:
+                self.handled.append(time.perf_counter())
+
+        setattr(app, handler, handled)
 
     def first_after(self, t: float) -> float | None:
         return next((f for f in self.frames if f >= t), None)
@@ -53,15 +65,16 @@ async def time_start(app, pilot, clock: FrameClock, started: float, timeout: flo
 
 
 async def key_latencies(pilot, clock: FrameClock, keys) -> list[float]:
-    """Seconds from sending each key to the last frame its work produced."""
+    """Seconds from sending each key to the first frame drawn after the app handled it."""
     out = []
     for key in keys:
         t0 = time.perf_counter()
         await pilot.press(key)
         await pilot.pause()
         t1 = time.perf_counter()
-        last = clock.last_between(t0, t1)
-        out.append(round((last if last is not None else t1) - t0, 4))
+        handled = [h for h in clock.handled if t0 <= h <= t1]
+        shown = clock.first_after(handled[-1]) if handled else clock.last_between(t0, t1)
+        out.append(round((shown if shown is not None and shown <= t1 else t1) - t0, 4))
     return out
 
 

@@ -127,6 +127,7 @@ class Session:
     check: object | None = None  # engine CheckReport of the current generation
     spec: engine.GradientSpec | None = None
     selection_error: str | None = None
+    _slice: tuple | None = field(default=None, repr=False)
 
     @property
     def graph(self) -> engine.GraphIndex:
@@ -158,6 +159,19 @@ class Session:
     def clear_selection(self) -> None:
         self.select(None)
 
+    def select_from_gradient_node(self) -> bool:
+        """Take (y, xs, zs) from the model's first Gradient node, as the spec example has one."""
+        from onnx import helper
+
+        for node in self.graph.nodes:
+            if node.op_type == "Gradient":
+                attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+                if "y" in attrs and "xs" in attrs:
+                    self.select(attrs["y"].decode(), [v.decode() for v in attrs["xs"]],
+                                [v.decode() for v in attrs.get("zs", [])])
+                    return True
+        return False
+
     def role_of(self, tensor: str) -> str | None:
         if tensor == self.y:
             return "y"
@@ -176,11 +190,26 @@ class Session:
                 self.selection_error = str(exc)
         self._invalidate(values=False)
 
+    def x_elements(self) -> int:
+        """How many elements the members of xs hold (declared shapes; unknown dims count 1)."""
+        from engine.feeds import declared_shape
+
+        total = 0
+        for x in self.xs:
+            try:
+                total += int(np.prod(declared_shape(self.graph, x)))
+            except FeedError:
+                continue
+        return total
+
     def slice_nodes(self) -> frozenset[int]:
-        """Indices of nodes on some path from xs to y in the graph cut at xs ∪ zs."""
+        """Indices of nodes on some path from xs to y in the graph cut at xs ∪ zs (cached per spec)."""
         if self.spec is None:
             return frozenset()
-        return active_nodes(self.graph, self.spec.y, self.spec.xs, self.spec.zs)
+        cached = self._slice
+        if cached is None or cached[0] != self.spec:
+            cached = self._slice = (self.spec, active_nodes(self.graph, self.spec.y, self.spec.xs, self.spec.zs))
+        return cached[1]
 
     # --- feeds -------------------------------------------------------------------------------
     def default_source(self, name: str) -> FeedSource | None:

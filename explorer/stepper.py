@@ -48,19 +48,22 @@ class Outgoing:
     symbol: str
     tensor: str
     rule: str | None
-    contribution: TensorView | None  # None: no gradient flows to this input
+    contribution: torch.Tensor | None  # None: no gradient flows to this input
     note: str  # accumulation at fan-out, or why nothing flows
 
 
 @dataclass(frozen=True)
 class Frame:
+    """One step. Tensors are kept as they are; TensorView.of summarises them when shown, so
+    tracing a 1,700-node model does not pay for statistics nobody looks at."""
+
     phase: str  # "forward" or "reverse"
     node_index: int
     node_name: str
     op_type: str
-    inputs: tuple[TensorView, ...]
-    outputs: tuple[TensorView, ...]
-    incoming: tuple[TensorView, ...] = ()  # reverse: gradient arriving at each output that has one
+    inputs: tuple[str, ...]  # names, looked up in Trace.values
+    outputs: tuple[str, ...]
+    incoming: tuple[tuple[str, torch.Tensor], ...] = ()  # reverse: gradient arriving at each output
     outgoing: tuple[Outgoing, ...] = ()
 
 
@@ -69,15 +72,20 @@ class Trace:
     spec: engine.GradientSpec
     frames: tuple[Frame, ...]
     grads: dict[str, np.ndarray]  # the accumulated gradient of every x, after the last frame
+    values: dict[str, torch.Tensor]  # every forward value the frames name
 
     @property
     def forward_count(self) -> int:
         return sum(f.phase == "forward" for f in self.frames)
 
+    def view(self, name: str) -> TensorView:
+        return TensorView.of(name, self.values[name])
+
 
 def trace(model: engine.Model, spec: engine.GradientSpec, feeds: Mapping[str, np.ndarray], *,
           device: str = "cpu", dtype: str | None = None, seed: int = 0,
-          should_stop: Callable[[], bool] | None = None) -> Trace:
+          should_stop: Callable[[], bool] | None = None,
+          progress: Callable[[int, int], None] | None = None) -> Trace:
     graph = model.graph
     values_np = model.selection_values(spec, feeds, seed=seed)
     plan = model.prepare(list(spec.inputs), [spec.y], device=device, dtype=dtype, keep_all=True)
@@ -92,15 +100,18 @@ def trace(model: engine.Model, spec: engine.GradientSpec, feeds: Mapping[str, np
         if any(t in live for t in node.input):
             live.update(t for t in node.output if t)
         frames.append(Frame("forward", step.node_index, step.name, step.op_type,
-                            tuple(TensorView.of(t, values[t]) for t in node.input if t in values),
-                            tuple(TensorView.of(t, values[t]) for t in node.output if t in values)))
-    fan_in = {t: sum(1 for s in plan.steps if t in graph.nodes[s.node_index].input) for t in live}
-    y = values[spec.y]
-    grads: dict[str, torch.Tensor] = {spec.y: torch.ones_like(y)}
+                            tuple(t for t in node.input if t in values),
+                            tuple(t for t in node.output if t in values)))
+    in_plan = {s.node_index for s in plan.steps}
+    fan_in = {t: len({i for i in graph.consumers.get(t, ()) if i in in_plan}) for t in live}
+    grads: dict[str, torch.Tensor] = {spec.y: torch.ones_like(values[spec.y])}
     received: dict[str, int] = {}
-    for step in reversed(plan.steps):
+    total = len(plan.steps)
+    for done, step in enumerate(reversed(plan.steps)):
         if should_stop is not None and should_stop():
             break
+        if progress is not None and done % 25 == 0:
+            progress(done, total)
         node = graph.nodes[step.node_index]
         arriving = [(t, grads[t]) for t in node.output if t in grads]
         if not arriving or not any(t in live for t in node.input):
@@ -128,16 +139,15 @@ def trace(model: engine.Model, spec: engine.GradientSpec, feeds: Mapping[str, np
                 grads[t] = g
                 if fan_in.get(t, 1) > 1:
                     note = f"fan-out: contribution 1 of {fan_in[t]}; the others add to it"
-            outgoing.append(Outgoing(sym, t, rule, TensorView.of("d" + t, g), note))
+            outgoing.append(Outgoing(sym, t, rule, g, note))
         frames.append(Frame("reverse", step.node_index, step.name, step.op_type,
-                            tuple(TensorView.of(t, values[t]) for t in node.input if t in values),
-                            tuple(TensorView.of(t, values[t]) for t in node.output if t in values),
-                            tuple(TensorView.of("d" + t, g) for t, g in arriving), tuple(outgoing)))
+                            tuple(t for t in node.input if t in values),
+                            tuple(t for t in node.output if t in values), tuple(arriving), tuple(outgoing)))
     out = {}
     for x in spec.xs:
         g = grads.get(x)
         out[x] = (g if g is not None else torch.zeros_like(values[x])).detach().cpu().numpy()
-    return Trace(spec, tuple(frames), out)
+    return Trace(spec, tuple(frames), out, values)
 
 
 def _vjp(step, node, values, live, arriving: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -17,9 +17,9 @@ import engine
 from engine.errors import OnnxGradError
 
 from . import messages as m
+from .guard import guarded, one_line
 from .layout import layout_for
 from .state import CheckJob, GradientJob
-from .guard import guarded, one_line
 
 LABELS = {"gradient": "computing gradients", "check": "verifying", "step": "tracing step mode",
           "export": "exporting", "open": "opening model", "layout": "laying out", "values": "computing values"}
@@ -66,8 +66,6 @@ class Workers:
             self._values_timer = self.set_timer(0.3, lambda: self._start_values(list(names)))
 
     def _start_values(self, names) -> None:
-        if len(self.session.graph.nodes) > SMALL_MODEL and self.session.gradient is None:
-            return  # big model: values come with a run (r), not on every cursor move
         try:
             job = self.session.values_job(names)
         except OnnxGradError as exc:
@@ -109,7 +107,8 @@ class Workers:
         worker = get_current_worker()
         self.post_message(m.WorkStarted("step", LABELS["step"]))
         result = trace(model, spec, with_member_values(model, spec, feeds), device=device, dtype=dtype,
-                       should_stop=lambda: worker.is_cancelled)
+                       should_stop=lambda: worker.is_cancelled,
+                       progress=lambda done, total: self.post_message(m.WorkProgress("step", done, total, "reverse")))
         if not worker.is_cancelled:
             self.post_message(m.TraceReady(generation, result))
 
@@ -193,19 +192,21 @@ class Workers:
         ok = self.session.accept_gradient(message.generation, message.result, message.stats)
         if ok:
             self.results_changed()
+            self.query_one("#results").show_tab("gradients")
         self._finish("gradient", ok, "gradients computed")
 
     def on_check_ready(self, message: m.CheckReady) -> None:
         ok = self.session.accept_check(message.generation, message.report)
         if ok:
             self.results_changed()
+            self.query_one("#results").show_tab("verify")
             first = getattr(message.report, "first_failing_node", None)
             name = getattr(first, "node_name", first)
             names = self.session.graph.node_names
             if name in names:
                 self.move_cursor(names.index(name), None)
-        verdict = getattr(message.report.verdict, "value", message.report.verdict)
-        self._finish("check", ok, f"check: {verdict}")
+        verdict = str(getattr(message.report.verdict, "value", message.report.verdict))
+        self._finish("check", ok, "check cancelled: partial results" if verdict == "cancelled" else f"check: {verdict}")
 
     def on_values_ready(self, message: m.ValuesReady) -> None:
         if self.session.accept_values(message.generation, message.values):
@@ -228,10 +229,7 @@ class Workers:
         graph = self.query_one("#graph")
         graph.set_layout(layout)
         graph.set_marks(graph_marks(self.session, layout))
-        node, tensor = self.cursor
-        ids = graph.ids_for(node_index=node) or graph.ids_for(tensor=tensor)
-        if ids:
-            graph.select(ids[0])
+        self._show_in_graph(*self.cursor)
 
     def on_export_done(self, message: m.ExportDone) -> None:
         self.query_one("#status").idle(f"exported {message.what}")

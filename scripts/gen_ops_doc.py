@@ -1,7 +1,8 @@
 """Regenerate docs/ops.md: op, registered opsets, ONNX node cases passed / total, gradient status.
 
-    python scripts/gen_ops_doc.py           # write docs/ops.md
-    python scripts/gen_ops_doc.py --check   # exit 1 when docs/ops.md is not current
+    python scripts/gen_ops_doc.py                # write docs/ops.md
+    python scripts/gen_ops_doc.py --check        # exit 1 when docs/ops.md is not current
+    python scripts/gen_ops_doc.py --raise-floor  # also record the pass counts in tests/conformance_floor.json
 
 The forward columns come from every collected case; the gradient column from the seeded sample
 that CI also runs (`engine.conformance.suite.DOC_GRADIENT_SAMPLE` cases per op).
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import json
 import sys
 from pathlib import Path
 
@@ -17,16 +19,43 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 DOC = ROOT / "docs" / "ops.md"
+FLOOR = ROOT / "tests" / "conformance_floor.json"
+
+
+def floor_from(run, previous: dict | None) -> dict:
+    """The floor after `run`; refuses to lower it (a case that passed must keep passing)."""
+    from engine.conformance.gradients import FAIL, ERROR
+
+    passing = sorted(o.name for o in run.outcomes if o.status == "pass")
+    bad = sum(o.status in ("mismatch", "error") for o in run.outcomes)
+    grad_pass = sum(g.status == "pass" for g in run.gradients)
+    if previous:
+        lost = sorted(set(previous.get("passing", [])) - set(passing))
+        if lost:
+            raise SystemExit(f"not raising the floor: {len(lost)} recorded cases no longer pass, e.g. {lost[:5]}")
+        bad = min(bad, previous.get("forward_mismatch_or_error_max", bad))
+        grad_pass = max(grad_pass, previous.get("gradient_sample_pass", 0))
+    undocumented = sum(g.status in (FAIL, ERROR) and not g.documented for g in run.gradients)
+    return {
+        "onnx": __import__("onnx").__version__,
+        "forward_pass": len(passing),
+        "forward_mismatch_or_error_max": bad,
+        "gradient_sample_pass": grad_pass,
+        "gradient_sample_undocumented_fail_max": undocumented,
+        "passing": passing,
+    }
 
 
 def main(argv=None) -> int:
-    from engine.conformance.suite import render_ops_doc
+    from engine.conformance.suite import doc_run, render_ops_doc
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--check", action="store_true", help="compare with docs/ops.md instead of writing it")
+    p.add_argument("--raise-floor", action="store_true", help=f"also update {FLOOR.relative_to(ROOT)}")
     p.add_argument("--out", type=Path, default=DOC)
     args = p.parse_args(argv)
-    text = render_ops_doc()
+    run = doc_run()
+    text = render_ops_doc(run)
     if args.check:
         current = args.out.read_text() if args.out.exists() else ""
         if current == text:
@@ -39,6 +68,11 @@ def main(argv=None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)
     print(f"wrote {args.out}")
+    if args.raise_floor:
+        previous = json.loads(FLOOR.read_text()) if FLOOR.exists() else None
+        floor = floor_from(run, previous)
+        FLOOR.write_text(json.dumps(floor, indent=1) + "\n")
+        print(f"wrote {FLOOR}: forward_pass {floor['forward_pass']}, gradient_sample_pass {floor['gradient_sample_pass']}")
     return 0
 
 

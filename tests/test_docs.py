@@ -8,7 +8,9 @@ Conventions for doc writers (also in docs/cli.md):
 - A command expected to fail ends with a shell comment `# exit N`.
 - Commands run from a scratch folder that mirrors the repository root, one folder per doc file,
   in order: a file written by one command can be read by the next.
-- `onnxgrad` commands run in-process; `python` commands in a subprocess; anything else
+- `onnxgrad` commands run in-process, through the console script's function; commands that
+  would open the explorer go in ```bash blocks instead (only a failing `explore` may be shown);
+  `python` commands in a subprocess; anything else
   (pip, pytest, git) is shown to the reader but not run here.
 - Every ```python block is executed (fresh namespace, same scratch folder); put `assert`s in it
   for what the text claims.
@@ -26,7 +28,6 @@ from dataclasses import dataclass
 
 import pytest
 
-from engine.cli import main as cli_main
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DOC_FILES = sorted([ROOT / "README.md", ROOT / "sample_models" / "README.md", *(ROOT / "docs").glob("*.md")])
@@ -122,13 +123,28 @@ def _mirror_repository(folder: pathlib.Path) -> None:
             (folder / entry.name).symlink_to(entry)
 
 
+def console_script():
+    """The function the `onnxgrad` console script calls, as pyproject.toml declares it."""
+    import importlib
+    import tomllib
+
+    target = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]["onnxgrad"]
+    module, _, function = target.partition(":")
+    return getattr(importlib.import_module(module), function)
+
+
+def _opens_the_app(argv: list[str], exit_code: int) -> bool:
+    return (len(argv) == 1 or argv[1] in INTERACTIVE) and exit_code == 0 and "--help" not in argv
+
+
 def _run(command: DocCommand, capsys) -> tuple[int, str] | None:
     argv = shlex.split(command.text, comments=True)
     if argv[0] == "onnxgrad":
-        assert not (set(argv[1:2]) & INTERACTIVE), f"line {command.line}: interactive commands go in ```bash blocks"
+        assert not _opens_the_app(argv, command.exit_code), \
+            f"line {command.line}: a command that opens the explorer goes in a ```bash block"
         capsys.readouterr()
         try:
-            code = cli_main(argv[1:])
+            code = console_script()(argv[1:])
         except SystemExit as exc:  # --help and argparse errors
             code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
         out = capsys.readouterr()
@@ -208,6 +224,28 @@ def test_cli_md_documents_every_command_and_flag():
                 if flag not in ("-h", "--help") and f"`{flag}" not in sections[name]:
                     undocumented.append(f"{name} {flag}")
     assert not undocumented, f"docs/cli.md lacks: {undocumented}"
+
+
+def test_explorer_md_documents_every_key():
+    import importlib
+    import inspect
+    import pkgutil
+
+    from textual.binding import Binding
+
+    text = (ROOT / "docs" / "explorer.md").read_text()
+    modules = ["explorer.app"]
+    for package in ("explorer.screens", "explorer.widgets"):
+        modules += [f"{package}.{m.name}" for m in pkgutil.iter_modules(importlib.import_module(package).__path__)]
+    ids = set()
+    for name in modules:
+        module = importlib.import_module(name)
+        for _, cls in inspect.getmembers(module, inspect.isclass):
+            if cls.__module__ == name:
+                ids |= {b.id for b in cls.__dict__.get("BINDINGS", []) if isinstance(b, Binding) and b.id}
+    assert ids, "no explorer bindings found"
+    missing = sorted(i for i in ids if f"`{i}`" not in text)
+    assert not missing, f"docs/explorer.md lacks the bindings {missing}"
 
 
 # --- quoted messages that no console block can show -----------------------------------------------

@@ -66,18 +66,24 @@ def opset_of(model: ModelProto, domain: str) -> int:
 
 @lru_cache(maxsize=None)
 def _info(name: str) -> CaseInfo:
-    case = case_named(name)
-    expanded = bool(_EXPANDED.search(name))
-    source = case_named(_EXPANDED.sub("", name)) if expanded else case
+    return _describe(case_named(name))
+
+
+def _describe(case) -> CaseInfo:
+    expanded = bool(_EXPANDED.search(case.name)) and _EXPANDED.sub("", case.name) in _by_name()
+    source = case_named(_EXPANDED.sub("", case.name)) if expanded else case
     node = source.model.graph.node[0]
     domain = node.domain or ""
     graph_ops = tuple(sorted({qualified(n.domain, n.op_type) for n in case.model.graph.node}))
-    return CaseInfo(name=name, op=qualified(domain, node.op_type), domain=domain,
+    return CaseInfo(name=case.name, op=qualified(domain, node.op_type), domain=domain,
                     opset=opset_of(source.model, domain), expanded=expanded, graph_ops=graph_ops)
 
 
 def case_info(case) -> CaseInfo:
-    return _info(case.name)
+    """What `case` tests; any object with .name, .model and .data_sets works (the first node is the op)."""
+    if _by_name().get(case.name) is case:
+        return _info(case.name)
+    return _describe(case)
 
 
 def cases_for(op_types, *, expanded: bool = True) -> list:

@@ -110,7 +110,7 @@ def selection_for(case) -> tuple[list[str], list[str], list[str], dict, bool] | 
     inputs, expected = (normalize(list(v)) for v in case.data_sets[0])
     names = [i.name for i in case.model.graph.input][: len(inputs)]
     feeds = dict(zip(names, inputs))
-    if any(isinstance(v, list) or v is None for v in feeds.values()):
+    if any(isinstance(v, list) or v is None for v in list(feeds.values()) + list(expected)):
         return f"{NOT_CHECKED}: sequence or optional values"
     if not any(isinstance(v, np.ndarray) and v.size for v in expected):
         return f"{NOT_CHECKED}: every output is empty"
@@ -124,6 +124,12 @@ def selection_for(case) -> tuple[list[str], list[str], list[str], dict, bool] | 
         untagged = untagged or c == D.Unknown
         xs.append(n)
     feeds = {n: (v.astype(np.float32) if v.dtype.name == "bfloat16" else v) for n, v in feeds.items()}
+    for n in names:  # edge-case data (inf, NaN) says nothing about a derivative: check at finite points
+        if _is_float_array(feeds[n]) and not np.isfinite(feeds[n]).all():
+            v = feeds[n].copy()
+            bad = ~np.isfinite(v)
+            v[bad] = np.random.default_rng(len(n)).uniform(-1, 1, int(bad.sum())).astype(v.dtype)
+            feeds[n] = v
     zs = [n for n in names if n not in xs]
     out_names = [o.name for o in case.model.graph.output]
     ys = [n for k, n in enumerate(out_names)
@@ -204,11 +210,22 @@ def op_gradient_status(outcomes: Iterable[GradientOutcome]) -> tuple[str, str]:
     accepted = [o for o in checked if o.documented]
     checked = [o for o in checked if not o.documented]
     if not checked and accepted:
-        return "documented", f"{len(accepted)} cases; {accepted[0].name}: {accepted[0].documented}"
+        return "documented", f"{_cases(len(accepted))}; {accepted[0].name}: {accepted[0].documented}"
     if not checked:
         if any(o.status == NOT_DIFFERENTIABLE for o in outcomes):
             return NOT_DIFFERENTIABLE, next(o.reason for o in outcomes if o.status == NOT_DIFFERENTIABLE)
         return NOT_CHECKED, outcomes[0].reason if outcomes else "no forward-passing case"
+    status, note = _checked_status(checked, accepted)
+    if all(o.expanded for o in checked):
+        note += " (function body only: the expanded cases)"
+    return status, note
+
+
+def _cases(n: int) -> str:
+    return f"{n} case" if n == 1 else f"{n} cases"
+
+
+def _checked_status(checked, accepted) -> tuple[str, str]:
     counts = {s: sum(o.status == s for o in checked) for s in (PASS, INCONCLUSIVE, FAIL, NONFINITE, ERROR)}
     for s in (FAIL, NONFINITE, ERROR):
         if counts[s]:
@@ -217,10 +234,10 @@ def op_gradient_status(outcomes: Iterable[GradientOutcome]) -> tuple[str, str]:
     if counts[INCONCLUSIVE]:
         kinds = sorted({inconclusive_kind(o.reason) for o in checked if o.status == INCONCLUSIVE})
         where = KINKS.get(checked[0].op.split("::")[-1])
-        notes = [f"at a kink ({where})" if k == "kink" and where else k for k in kinds]
+        notes = [(f"at a kink ({where})" if where else "undocumented kink") if k == "kink" else k for k in kinds]
         return INCONCLUSIVE, (f"{counts[INCONCLUSIVE]}/{len(checked)} cases {', '.join(notes)}; "
                               f"{counts[PASS]} pass") + _also(accepted)
-    return PASS, f"{counts[PASS]} cases" + _also(accepted)
+    return PASS, _cases(counts[PASS]) + _also(accepted)
 
 
 def inconclusive_kind(reason: str) -> str:

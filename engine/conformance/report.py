@@ -28,7 +28,7 @@ def registered_ranges() -> dict[str, str]:
     ranges: dict[str, list[str]] = collections.defaultdict(list)
     for impl in supported_ops():
         op = impl.op_type if not impl.domain else f"{impl.domain}::{impl.op_type}"
-        ranges[op].append(impl.opset_range)
+        ranges[op].append(str(impl.since) if impl.until == impl.since else impl.opset_range)
     return {op: ", ".join(r) for op, r in ranges.items()}
 
 
@@ -122,6 +122,13 @@ def failures_markdown(outcomes: Sequence[CaseOutcome], peer: Sequence[CaseOutcom
     if peer is not None:
         pc = counts(peer)
         lines.append(f"onnxruntime on the same runner: {pc[PASS]} / {len(peer)} pass.")
+        gaps = collections.Counter()
+        for o in outcomes:
+            if o.status != PASS and peer_status.get(o.name) == PASS:
+                gaps[short_reason(o.message) if o.status == UNSUPPORTED_OP else f"{o.op}: {o.status}"] += 1
+        if gaps:
+            lines.extend(["", "Biggest gaps (cases onnxruntime passes and we do not, by first reason):", ""])
+            lines.extend(f"- {n} × {reason[:120]}" for reason, n in gaps.most_common(25))
     ort = lambda name: f" (onnxruntime: {peer_status[name]})" if name in peer_status else ""  # noqa: E731
 
     def section(status: str, heading: str, full: bool) -> None:

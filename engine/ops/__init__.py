@@ -1,3 +1,3 @@
 """Op families. Importing this package fills the registry."""
-from . import (activation, conv, elementwise, generators, indexing, nn, pool, reduce, resize, rnn,  # noqa: F401
+from . import (activation, control, conv, elementwise, generators, indexing, nn, pool, reduce, resize, rnn,  # noqa: F401
                sequence, shape, strings)

@@ -157,7 +157,9 @@ def _resize(x, scales, sizes, roi, axes, *, mode, ctm, nearest_mode, cubic_a=-0.
         if len(scales) != len(axes):
             raise OnnxGradError(f"Resize: scales {scales} do not match {len(axes)} resized axes")
         factors = list(scales)
-        outs = [int(s * i) for s, i in zip(scales, in_sizes)]
+        # NOTE: scales are float32, and onnxruntime takes floor(scale * length) in float32 too:
+        # 5/3 on 3 gives 5 there (and in torch, whose exporter wrote that scale), 4 in float64.
+        outs = [int(np.float32(s) * np.float32(i)) for s, i in zip(scales, in_sizes)]
     else:
         raise OnnxGradError("Resize: one of scales or sizes must be given")
     if roi is not None and len(roi) not in (0, 2 * len(axes), 2 * rank):

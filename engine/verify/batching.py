@@ -4,7 +4,7 @@ Three strategies, tried in order and verified once against plain single calls:
 - native: pass the stacked batch straight in. Many graphs (MatMul chains, elementwise math) are
   polymorphic in a new leading axis and this is the fastest, but an op with a positive axis
   attribute would silently mix entries, so the result must have shape (K, *y.shape) and its
-  first and last entries must equal single calls;
+  last entry must equal a single call (checked once per batch size);
 - vmap: torch.func.vmap over the leading axis (every op that vmaps);
 - loop: one call per entry (anything).
 """
@@ -27,14 +27,16 @@ class BatchEvaluator:
         self.strategy: str | None = None
         self._verified: set[int] = set()
 
-    def __call__(self, xb: torch.Tensor) -> torch.Tensor:
+    def __call__(self, xb: torch.Tensor, verify: bool = True) -> torch.Tensor:
+        """`verify=False` skips the check against a single call, for callers that compare the
+        entries with known values themselves (a mixing strategy then shows up as a mismatch)."""
         k = xb.shape[0]
         while True:
             strategy = self.strategy or self._candidates[0]
             if strategy == "loop":
                 self.strategy = "loop"
                 return torch.stack([self.fn(xb[i]) for i in range(k)])
-            out = self._try(strategy, xb)
+            out = self._try(strategy, xb, verify)
             if out is not None:
                 self.strategy = strategy
                 return out
@@ -42,7 +44,7 @@ class BatchEvaluator:
             self.strategy = None
             self._verified.clear()
 
-    def _try(self, strategy: str, xb: torch.Tensor) -> torch.Tensor | None:
+    def _try(self, strategy: str, xb: torch.Tensor, verify: bool = True) -> torch.Tensor | None:
         k = xb.shape[0]
         try:
             with warnings.catch_warnings():
@@ -52,12 +54,14 @@ class BatchEvaluator:
             return None
         if not isinstance(out, torch.Tensor) or out.shape[:1] != (k,):
             return None
-        if k in self._verified:
+        # vmap is exact by construction: one check per strategy suffices; native batching is only
+        # right by luck of the graph, so it is checked at every batch size.
+        if k in self._verified or not verify or (strategy == "vmap" and self._verified):
             return out
-        singles = [self.fn(xb[0])] + ([self.fn(xb[k - 1])] if k > 1 else [])
-        for got, want in zip((out[0], out[k - 1]), singles):
-            if got.shape != want.shape or not _same(got, want):
-                return None
+        # One entry per new batch size: a mixing op changes every entry, so one is enough to see it.
+        want = self.fn(xb[k - 1])
+        if out[k - 1].shape != want.shape or not _same(out[k - 1], want):
+            return None
         self._verified.add(k)
         return out
 

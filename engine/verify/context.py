@@ -77,7 +77,8 @@ def build(model: Model, y: str, xs, zs, feeds: Mapping | None, dy, seed: int, de
         if not model.graph.has_tensor(n):
             raise FeedError(f"feed {n!r} names no tensor in this model")
     values = model.selection_values(spec, feeds, seed=seed)
-    extras = model.gradient_extras(spec, feeds)  # fed initializers the cut graph reads
+    # Fed initializers the cut graph reads (and a refusal of feeds inside it); none without other feeds.
+    extras = model.gradient_extras(spec, feeds) if set(feeds) - set(spec.inputs) else ()
     sources = tuple(spec.inputs) + tuple(extras)
     tensors64 = [model.to_tensor(n, values[n] if n in values else feeds[n], dev, F64) for n in sources]
     plan64 = model.prepare(sources, [spec.y], device=dev, dtype=F64)
@@ -110,5 +111,6 @@ def _seed(y0: torch.Tensor, dy, seed: int, ones: bool, y_name: str) -> tuple[tor
         return torch.ones_like(y0), "scalar"
     if ones:
         return torch.ones_like(y0), "ones"
-    gen = torch.Generator(device="cpu").manual_seed(seed)
-    return torch.randn(y0.shape, generator=gen, dtype=F64).to(y0.device), f"random:{seed}"
+    from .fd import normal
+
+    return normal(y0.shape, seed, y0), f"random:{seed}"

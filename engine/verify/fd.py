@@ -25,9 +25,16 @@ from .batching import BatchEvaluator
 STEP = 1e-6  # relative step, times max(1, |x|): float64 central differences
 ROUNDOFF = 16.0  # forward rounding error of L, in units of eps * sum |dy * y|
 EPS64 = float(np.finfo(np.float64).eps)
-PROBES = 4  # vectors whose quotient at a tiny step measures the roundoff
+PROBES = 2  # vectors whose quotient at a tiny step measures the roundoff
 PROBE_SCALE = 1e-3
 PROBE_SAFETY = 8.0
+
+
+def normal(shape, seed, like: torch.Tensor) -> torch.Tensor:
+    """Seeded standard normals shaped `shape`, as float64 on `like`'s device (numpy's PCG64: a fresh
+    torch.Generator costs a millisecond to seed, which adds up over many small checks)."""
+    rng = np.random.default_rng(seed)
+    return torch.from_numpy(rng.standard_normal(tuple(shape))).to(device=like.device)
 
 
 @dataclass(frozen=True)
@@ -38,7 +45,7 @@ class Perturbations:
     count: int
     rows: int
     step: torch.Tensor  # [G, R]: the step h of each item
-    build: Callable[[torch.Tensor, float], torch.Tensor]  # (vector ids, scale) -> [K, *x.shape] deltas
+    build: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (vector ids, step scales) -> [K, *x.shape]
     elements: torch.Tensor | None = None  # [G, R] flat element index of each item (elements kind)
 
     @property
@@ -51,9 +58,9 @@ def element_perturbations(x: torch.Tensor, groups: torch.Tensor, step: float = S
     flat = x.detach().reshape(-1)
     h = step * torch.clamp(flat.abs(), min=1.0)[groups]
 
-    def build(ids: torch.Tensor, scale: float) -> torch.Tensor:
+    def build(ids: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
         deltas = torch.zeros((len(ids), flat.numel()), dtype=x.dtype, device=x.device)
-        deltas.scatter_(1, groups[ids], scale * h[ids])
+        deltas.scatter_(1, groups[ids], scale.to(h).unsqueeze(1) * h[ids])
         return deltas.reshape((len(ids),) + tuple(x.shape))
 
     return Perturbations("elements", groups.shape[0], groups.shape[1], h, build, groups)
@@ -65,8 +72,9 @@ def direction_perturbations(x: torch.Tensor, directions: torch.Tensor, step: flo
     t = step * max(1.0, rms)
     h = torch.full((directions.shape[0], 1), t, dtype=x.dtype, device=x.device)
 
-    def build(ids: torch.Tensor, scale: float) -> torch.Tensor:
-        return (scale * t) * directions[ids]
+    def build(ids: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        shape = (len(ids),) + (1,) * x.dim()
+        return (t * scale.to(directions)).reshape(shape) * directions[ids]
 
     return Perturbations("directions", directions.shape[0], 1, h, build)
 
@@ -101,6 +109,7 @@ class Measurement:
     refined: np.ndarray  # bool
     evaluated: np.ndarray  # bool: False where a stop or budget came first
     scale: float = 1.0  # the step used, as a multiple of the perturbation set's step
+    noise_l: np.ndarray | None = None  # measured roundoff in L per row, when probes were run
 
     @classmethod
     def empty(cls, n: int, scale: float = 1.0) -> "Measurement":
@@ -150,10 +159,13 @@ class Control:
         return False
 
 
-def run_pairs(objective: Objective, x: torch.Tensor, pert: Perturbations, ids: torch.Tensor, scale: float,
+def run_pairs(objective: Objective, x: torch.Tensor, pert: Perturbations, ids: torch.Tensor, scale,
               chunk: int, control: Control, stage: str, budget_applies: bool = True):
-    """L(x + scale*delta) and L(x - scale*delta) for the vectors `ids`: ([n, R], [n, R], n evaluated)."""
+    """L(x + s*delta) and L(x - s*delta) for the vectors `ids` (s: one scale, or one per vector):
+    ([n, R], [n, R], how many were evaluated before a stop)."""
     n = len(ids)
+    scales = torch.as_tensor(scale, dtype=torch.float64).expand(n) if np.ndim(scale) == 0 else \
+        torch.as_tensor(scale, dtype=torch.float64)
     plus = torch.full((n, pert.rows), float("nan"), dtype=torch.float64)
     minus = plus.clone()
     k = max(1, chunk // 2)
@@ -162,36 +174,66 @@ def run_pairs(objective: Objective, x: torch.Tensor, pert: Perturbations, ids: t
     while done < n:
         if control.halted(budget_applies):
             break
-        sel = ids[done:done + k]
-        deltas = pert.build(sel, scale)
+        sel = slice(done, done + k)
+        deltas = pert.build(ids[sel], scales[sel])
         batch = torch.cat([base + deltas, base - deltas])
         with torch.no_grad():
             values = objective(batch).to(torch.float64).cpu()
-        plus[done:done + len(sel)] = values[:len(sel)]
-        minus[done:done + len(sel)] = values[len(sel):]
-        done += len(sel)
-        control.tick(2 * len(sel), stage)
+        m = len(deltas)
+        plus[done:done + m] = values[:m]
+        minus[done:done + m] = values[m:]
+        done += m
+        control.tick(2 * m, stage)
     return plus, minus, done
 
 
 def measure(objective: Objective, x: torch.Tensor, pert: Perturbations, order: torch.Tensor, chunk: int,
             control: Control, stage: str = "finite differences", scale: float = 1.0,
-            budget_applies: bool = True, noise_l: np.ndarray | None = None) -> Measurement:
-    """First pass at step scale*h over the vectors in `order` (a permutation, so a cut is a random sample)."""
+            budget_applies: bool = True, noise_l: np.ndarray | None = None, probes: int = 0) -> Measurement:
+    """First pass at step scale*h over the vectors in `order` (a permutation, so a cut is a random sample).
+
+    With `probes`, that many vectors are also measured at a step PROBE_SCALE times smaller, in the
+    same batched calls, to measure the roundoff in L (see `_roundoff`); otherwise `noise_l` (or
+    the eps*S formula) sets the noise.
+    """
     m = Measurement.empty(pert.items, scale)
-    plus, minus, done = run_pairs(objective, x, pert, order, scale, chunk, control, stage, budget_applies)
-    ids = order[:done].numpy()
-    it, h, l0, lp, lm = _quotient_inputs(objective, pert, ids, plus[:done], minus[:done], scale)
+    k = min(probes, len(order))
+    ids = torch.cat([order[:k], order])
+    scales = torch.cat([torch.full((k,), scale * PROBE_SCALE), torch.full((len(order),), float(scale))])
+    plus, minus, done = run_pairs(objective, x, pert, ids, scales, chunk, control, stage, budget_applies)
+    done_main = max(0, done - k)
+    ids_np = order[:done_main].numpy()
+    it, h, l0, lp, lm = _quotient_inputs(objective, pert, ids_np, plus[k:k + done_main], minus[k:k + done_main], scale)
     m.d1[it] = (lp - lm) / (2 * h)
     m.fplus1[it] = (lp - l0) / h
     m.fminus1[it] = (l0 - lm) / h
-    if noise_l is not None and np.isfinite(noise_l).all():
-        m.noise[it] = np.tile(noise_l, len(ids)) / h
-    else:
-        s = np.tile(objective.scale.cpu().numpy(), len(ids))
-        m.noise[it] = ROUNDOFF * EPS64 * (s + np.abs(l0)) / h
     m.evaluated[it] = True
+    if k and done_main:
+        probe_ids = order[:min(k, done_main)].numpy()
+        noise_l = _roundoff(objective, pert, m, probe_ids, plus[:len(probe_ids)], minus[:len(probe_ids)], scale)
+        m.noise_l = noise_l
+    if noise_l is not None and np.isfinite(noise_l).all():
+        m.noise[it] = np.tile(noise_l, len(ids_np)) / h
+    else:
+        s = np.tile(objective.scale.cpu().numpy(), len(ids_np))
+        m.noise[it] = ROUNDOFF * EPS64 * (s + np.abs(l0)) / h
     return m
+
+
+def _roundoff(objective: Objective, pert: Perturbations, m: Measurement, probe_ids: np.ndarray, plus, minus,
+              scale: float) -> np.ndarray:
+    """The roundoff in L, per row, from quotients at a step PROBE_SCALE times smaller.
+
+    There the quotient's error is the roundoff over the step, so |D(tiny) - D(h)| * tiny measures
+    the noise in L itself, correlations between the two forwards included (the eps*S formula is
+    often hundreds of times too pessimistic). The noise used is PROBE_SAFETY times the largest
+    probe, and never below eps * (S + |L0|).
+    """
+    it, h, _, lp, lm = _quotient_inputs(objective, pert, probe_ids, plus, minus, scale * PROBE_SCALE)
+    tiny = (lp - lm) / (2 * h)
+    noise_l = (np.abs(tiny - m.d1[it]) * h).reshape(-1, pert.rows).max(0)
+    floor = EPS64 * (objective.scale.cpu().numpy() + np.abs(objective.base.cpu().numpy()))
+    return np.maximum(PROBE_SAFETY * np.nan_to_num(noise_l, nan=np.inf), floor)
 
 
 def refine(objective: Objective, x: torch.Tensor, pert: Perturbations, m: Measurement, items: np.ndarray,
@@ -211,35 +253,6 @@ def refine(objective: Objective, x: torch.Tensor, pert: Perturbations, m: Measur
     m.fplus2[it] = (lp - l0) / h
     m.fminus2[it] = (l0 - lm) / h
     m.refined[it] = True
-
-
-def measure_roundoff(objective: Objective, x: torch.Tensor, pert: Perturbations, m: Measurement,
-                     order: torch.Tensor, chunk: int, control: Control) -> np.ndarray:
-    """Measure the roundoff in L and set every quotient's noise from it (per row).
-
-    At a step 1000 times smaller the quotient's error is the roundoff over that step, so
-    |D(h/1000) - D(h)| * h/1000 measures the noise in L itself, correlations between the two
-    forwards included; the eps*S formula is often hundreds of times too pessimistic. The noise
-    used is PROBE_SAFETY times the largest of the probes, and never below eps * (S + |L0|).
-    """
-    done = np.nonzero(m.evaluated.reshape(pert.count, pert.rows).all(1))[0]
-    if len(done) == 0:
-        return np.full(pert.rows, np.nan)
-    picks = np.asarray(order.numpy())
-    picks = picks[np.isin(picks, done)][:max(1, min(PROBES, pert.count // 4))]
-    ids = torch.as_tensor(picks)
-    control.plan(2 * len(ids))
-    plus, minus, n = run_pairs(objective, x, pert, ids, PROBE_SCALE, chunk, control, "measuring roundoff",
-                               budget_applies=False)
-    it, h, l0, lp, lm = _quotient_inputs(objective, pert, picks[:n], plus[:n], minus[:n], PROBE_SCALE)
-    tiny = (lp - lm) / (2 * h)
-    noise_l = (np.abs(tiny - m.d1[it]) * h).reshape(-1, pert.rows).max(0)
-    floor = EPS64 * (objective.scale.cpu().numpy() + np.abs(objective.base.cpu().numpy()))
-    noise_l = np.maximum(PROBE_SAFETY * np.nan_to_num(noise_l, nan=np.inf), floor)
-    steps = pert.step.cpu().numpy().astype(np.float64).reshape(-1) * m.scale
-    rows = np.tile(noise_l, pert.count)
-    m.noise[m.evaluated] = (rows / steps)[m.evaluated]
-    return noise_l
 
 
 def _quotient_inputs(objective: Objective, pert: Perturbations, ids: np.ndarray, plus, minus, scale: float):

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from ..loader import TRAINING_DOMAIN
+from .fd import normal
 from .report import FAIL, INCONCLUSIVE, PASS, SKIPPED, NodeCheck
 from .xcheck import XProbe
 
@@ -78,8 +79,7 @@ def _check_node(ctx, step, ins, live, opts, control) -> NodeCheck:
     if not outs:
         return NodeCheck(status=SKIPPED, max_abs_err=None, max_rel_err=None, reason="no float output", **base)
     ranks = [values[name].dim() for _, name in outs]
-    gen = torch.Generator(device="cpu").manual_seed(opts.seed * 7919 + step.node_index)
-    dys = [torch.randn(values[name].shape, generator=gen, dtype=torch.float64).to(ctx.device) for _, name in outs]
+    dys = [normal(values[name].shape, [opts.seed, step.node_index, k], values[name]) for k, name in outs]
     dy_flat = torch.cat([d.reshape(-1) for d in dys])
 
     def forward(args):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from .fd import normal
 from .report import INCONCLUSIVE
 from .xcheck import XProbe, skipped
 
@@ -29,8 +30,7 @@ def check_second_order(ctx, opts, control) -> tuple:
         if control.halted():
             results.append(skipped(name, x.shape, f"not checked ({control.stopped})", INCONCLUSIVE))
             continue
-        gen = torch.Generator(device="cpu").manual_seed(opts.seed * 104729 + k)
-        w = torch.randn(x.shape, generator=gen, dtype=torch.float64).to(x.device)
+        w = normal(x.shape, [opts.seed, 104729, k], x)
         leaves = [t.detach().clone().requires_grad_() if j < len(spec.xs) else t
                   for j, t in enumerate(ctx.tensors64)]
         with torch.enable_grad():

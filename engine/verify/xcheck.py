@@ -41,8 +41,10 @@ class XProbe:
         self.rows = rows
         self.objective = fd.Objective(self.evaluator, y0, dy, rows)
         self.pert, self.order = self._perturbations(salt)
-        self.m = fd.measure(self.objective, x, self.pert, self.order, opts.chunk, control, stage)
-        self.noise_l = fd.measure_roundoff(self.objective, x, self.pert, self.m, self.order, opts.chunk, control)
+        probes = max(1, min(fd.PROBES, self.pert.count // 4))
+        control.plan(2 * probes)
+        self.m = fd.measure(self.objective, x, self.pert, self.order, opts.chunk, control, stage, probes=probes)
+        self.noise_l = self.m.noise_l
         self.forwards = 2 * int(self.m.evaluated.sum() // max(rows, 1))
 
     def _perturbations(self, salt: int):
@@ -50,9 +52,8 @@ class XProbe:
         n = x.numel()
         rng = np.random.default_rng([opts.seed, salt])
         if opts.mode == "fast":
-            gen = torch.Generator(device="cpu").manual_seed(int(rng.integers(2**62)))
-            signs = torch.randint(0, 2, (opts.directions,) + tuple(x.shape), generator=gen)
-            self.directions = (2.0 * signs - 1.0).to(dtype=x.dtype, device=x.device)  # Rademacher
+            signs = rng.integers(0, 2, size=(opts.directions,) + tuple(x.shape))
+            self.directions = torch.from_numpy(2.0 * signs - 1.0).to(dtype=x.dtype, device=x.device)  # Rademacher
             pert = fd.direction_perturbations(x, self.directions)
             return pert, torch.arange(pert.count)
         if opts.mode == "sample" and opts.samples < n:
@@ -81,8 +82,9 @@ class XProbe:
         if scale is None:
             scale = verdict.element_scale(a[self.m.evaluated], self.m.d1[self.m.evaluated])
         tol = verdict.tolerance(len(a), self.opts.rtol, self.opts.atol, scale, self.m.noise)
-        # Refining a clear pass only buys its error estimate: worth it unless vectors are few and costly.
-        picks = verdict.to_refine(a, self.m, tol, worst_too=self.pert.count >= 8)
+        # Refining a clear pass only buys its Richardson error estimate (else: the measured roundoff):
+        # worth a batched call when it is a small part of the whole.
+        picks = verdict.to_refine(a, self.m, tol, worst_too=self.pert.count >= 64)
         fd.refine(self.objective, self.x, self.pert, self.m, picks, self.opts.chunk, self.control)
         self.forwards = 2 * int(self.m.evaluated.sum() // self.rows) + 2 * int(self.m.refined.sum() // self.rows)
         self.analytic = a
@@ -124,9 +126,9 @@ class XProbe:
         fails = np.nonzero(v.status == FAIL)[0]
         if len(fails) == 0 or self.control.stopped == "cancelled":
             return
-        gen = torch.Generator(device="cpu").manual_seed(self.opts.seed * 7 + 11)
         base = self.directions[torch.as_tensor(fails)].repeat_interleave(2, dim=0)
-        scale = 0.5 + torch.rand(base.shape, generator=gen, dtype=torch.float64).to(base)
+        rng = np.random.default_rng([self.opts.seed, 11])
+        scale = torch.from_numpy(0.5 + rng.random(tuple(base.shape))).to(base)
         dirs = base * scale
         pert = fd.direction_perturbations(self.x, dirs)
         self.control.plan(2 * pert.count)

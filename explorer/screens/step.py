@@ -9,9 +9,9 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
+from ..guard import guarded
 from ..stepper import Frame, TensorView, Trace
 from ..widgets.graph_view import GraphView
-from ..guard import guarded
 
 
 def _tensor_line(v: TensorView, label: str = "") -> Text:
@@ -34,15 +34,15 @@ def describe(frame: Frame, k: int, trace: Trace) -> Group:
     parts = [head]
     if frame.phase == "forward":
         parts.append(Text("inputs", style="bold underline"))
-        parts += [_tensor_line(v) for v in frame.inputs]
+        parts += [_tensor_line(trace.view(t)) for t in frame.inputs]
         parts.append(Text("outputs", style="bold underline"))
-        parts += [_tensor_line(v) for v in frame.outputs]
+        parts += [_tensor_line(trace.view(t)) for t in frame.outputs]
         if k == n_fwd - 1:
             parts.append(Text(f"\ny = {trace.spec.y} computed. Next: the reverse pass starts with "
                               f"d{trace.spec.y} = ones (the seed).", style="italic"))
         return Group(*parts)
     parts.append(Text("incoming gradient", style="bold underline"))
-    parts += [_tensor_line(v) for v in frame.incoming]
+    parts += [_tensor_line(TensorView.of("d" + t, g)) for t, g in frame.incoming]
     parts.append(Text("local rule (one line per input)", style="bold underline"))
     for o in frame.outgoing:
         rule = o.rule or f"d{o.symbol}: no gradient for this input"
@@ -52,7 +52,7 @@ def describe(frame: Frame, k: int, trace: Trace) -> Group:
         if o.contribution is None:
             parts.append(Text(f"  d{o.tensor}: {o.note}", style="dim"))
             continue
-        parts.append(_tensor_line(o.contribution))
+        parts.append(_tensor_line(TensorView.of("d" + o.tensor, o.contribution)))
         if o.note:
             parts.append(Text(f"    ↳ {o.note}", style="magenta"))
     if k == len(trace.frames) - 1:

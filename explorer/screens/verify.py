@@ -7,8 +7,8 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Checkbox, Input, Label, RadioButton, RadioSet
 
-from ..state import CHECK_MODES, CheckOptions
 from ..guard import guarded
+from ..state import CHECK_MODES, CheckOptions
 
 MODE_HELP = {"full": "every element of every x (exact, slowest)",
              "sample": "a seeded random sample of elements per x",
@@ -27,13 +27,14 @@ class VerifyScreen(ModalScreen):
     VerifyScreen Horizontal { height: auto; }
     VerifyScreen Input { width: 1fr; }
     VerifyScreen #verify-error { color: $error; text-style: bold; }
-    VerifyScreen #verify-mode-help { color: $text-muted; }
+    VerifyScreen #verify-mode-help, VerifyScreen .verify-caption, VerifyScreen #verify-cost { color: $text-muted; }
     VerifyScreen Button { margin-right: 2; margin-top: 1; }
     """
 
-    def __init__(self, options: CheckOptions):
+    def __init__(self, options: CheckOptions, elements: int = 0):
         super().__init__()
         self.options = options
+        self.elements = elements  # elements in xs: full mode perturbs each one twice
 
     def compose(self) -> ComposeResult:
         o = self.options
@@ -43,11 +44,13 @@ class VerifyScreen(ModalScreen):
                 for m in CHECK_MODES:
                     yield RadioButton(m, value=m == o.mode, id=f"mode-{m}")
             yield Label(MODE_HELP[o.mode], id="verify-mode-help")
+            if self.elements:
+                yield Label(f"xs hold {self.elements:,} elements: full mode = {2 * self.elements:,} perturbed forwards",
+                            id="verify-cost")
+            yield Label("rtol / atol (empty: defaults for the dtype) and seed", classes="verify-caption")
             with Horizontal():
-                yield Input("" if o.rtol is None else f"{o.rtol:g}", placeholder="rtol (default per dtype)",
-                            id="verify-rtol")
-                yield Input("" if o.atol is None else f"{o.atol:g}", placeholder="atol (default per dtype)",
-                            id="verify-atol")
+                yield Input("" if o.rtol is None else f"{o.rtol:g}", placeholder="rtol", id="verify-rtol")
+                yield Input("" if o.atol is None else f"{o.atol:g}", placeholder="atol", id="verify-atol")
                 yield Input(str(o.seed), placeholder="seed", id="verify-seed")
             with Horizontal():
                 yield Checkbox("second order", o.order == 2, id="verify-order")
@@ -56,6 +59,7 @@ class VerifyScreen(ModalScreen):
             with Horizontal():
                 yield Button("Run check", variant="primary", id="verify-run")
                 yield Button("Cancel", id="verify-cancel")
+            yield Label("tab / shift+tab move between fields; enter runs; esc cancels", classes="verify-caption")
 
     def on_mount(self) -> None:
         self.query_one("#verify-run", Button).focus()

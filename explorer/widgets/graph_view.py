@@ -13,8 +13,8 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from ..canvas import Canvas
-from ..marks import box_tensor
 from ..guard import guarded
+from ..marks import box_tensor
 
 MARKS = ("current", "fail", "inconclusive", "pass", "y", "x", "z", "slice", "dim")
 

@@ -9,9 +9,9 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Input, Static
 
+from ..guard import guarded
 from ..rules import rule_lines
 from .visuals import heatmap, histogram, parse_slice, stats_text
-from ..guard import guarded
 
 ROLE_NAMES = {"x": "in xs", "z": "in zs", "y": "is y"}
 
@@ -178,7 +178,7 @@ class Inspector(VerticalScroll):
             t.append_text(histogram(value))
             t.append("\n")
         elif value is None:
-            t.append("  value: not computed yet (r runs)\n", style="dim")
+            t.append("  value: computing…\n", style="dim")
         flowing = getattr(s.gradient_stats, "tensors", {}).get(name) if s.gradient_stats else None
         if flowing is not None and (s.gradient is None or name not in s.gradient.grads):
             t.append(f"d{s.gradient.spec.y}/d{name} ", style="bold")

@@ -118,7 +118,13 @@ class EntryList(ScrollView, can_focus=True):
         self.highlighted = index
         if index is not None:
             self.scroll_to_region(Region(0, index, 1, 1), animate=False, immediate=True)
+            # Right after set_entries the new virtual size is not laid out yet: scroll again after it.
+            self.call_after_refresh(self._scroll_to_highlight)
         self.refresh()
+
+    def _scroll_to_highlight(self) -> None:
+        if self.highlighted is not None:
+            self.scroll_to_region(Region(0, self.highlighted, 1, 1), animate=False, immediate=True)
 
     def action_move(self, delta: int) -> None:
         if not self.entries:
@@ -160,7 +166,12 @@ class EntryList(ScrollView, can_focus=True):
 
 
 class NodeList(Vertical):
-    BINDINGS = [Binding("escape", "close_search", "Close search", show=False, id="list.close_search")]
+    BINDINGS = [
+        Binding("escape", "close_search", "Close search", show=False, id="list.close_search"),
+        # While typing in the search box, up/down walk the hits (the list has no focus then).
+        Binding("down", "hits(1)", "Next hit", show=False, id="list.next_hit"),
+        Binding("up", "hits(-1)", "Previous hit", show=False, id="list.previous_hit"),
+    ]
     DEFAULT_CSS = """
     NodeList { width: 28; border-right: solid $panel; }
     NodeList > Input { height: 1; margin-bottom: 1; }
@@ -202,6 +213,9 @@ class NodeList(Vertical):
     def action_close_search(self) -> None:
         self.close_search()
         self.query_one(EntryList).focus()
+
+    def action_hits(self, delta: int) -> None:
+        self.query_one(EntryList).action_move(delta)
 
     def close_search(self) -> None:
         """Hide the search box and show every entry again (the cursor stays where it is)."""

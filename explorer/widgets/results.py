@@ -9,8 +9,8 @@ from textual.containers import Vertical
 from textual.message import Message
 from textual.widgets import DataTable, Static, TabbedContent, TabPane
 
-from ..state import array_stats
 from ..guard import guarded
+from ..state import array_stats
 
 STATUS_STYLE = {"pass": "bold green", "fail": "bold red", "inconclusive": "bold yellow"}
 
@@ -84,15 +84,22 @@ class Results(Vertical):
             name = getattr(first, "node_name", first)
             op = getattr(first, "op_type", "")
             text.append(f"  first failing node: {name} {f'({op})' if op else ''}", style="bold red")
-        text.append("   enter: go to the worst element", style="dim")
+        doubtful = next((r for r in report.results if str(r.status) != "pass" and getattr(r, "reason", "")), None)
+        if doubtful is not None:
+            text.append(f"\n{doubtful.name}: {doubtful.reason}", style="yellow")
+        else:
+            text.append("   enter: go to the worst element", style="dim")
         summary.update(text)
         for r in report.results:
             worst = getattr(r, "worst_index", None)
             table.add_row(r.name, _status(r.status), _num(getattr(r, "max_abs_err", None)),
                           _num(getattr(r, "max_rel_err", None)), "" if worst is None else str(tuple(worst)),
                           _num(getattr(r, "analytic", None)), _num(getattr(r, "numeric", None)), key=r.name)
-        self.query_one(TabbedContent).active = "tab-verify"
         self._worst = {r.name: getattr(r, "worst_index", None) for r in report.results}
+
+    def show_tab(self, which: str) -> None:
+        """Bring "gradients" or "verify" to the front (when its results arrive)."""
+        self.query_one(TabbedContent).active = f"tab-{which}"
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         event.stop()

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from onnx import TensorProto, helper
 
 import engine
-from engine.errors import FeedError, SelectionError
+from engine.errors import FeedError
 from explorer.canvas import Canvas
 from explorer.feeding import FeedSource, evaluate_expression, materialize, referenced_names, source_from
 from explorer.rules import GENERIC, RULES, rule_lines
@@ -264,3 +264,17 @@ def test_heatmap_windows_around_the_focus_and_slices_are_parsed():
     text = heatmap(a, (1, 2), focus=(30, 5)).plain
     assert "rows 22–37 of 40" in text and "◆" in text
     assert "all 4 values" in histogram(np.ones(4)).plain
+
+
+@pytest.mark.cuda
+def test_cuda_is_offered_and_computes_the_same_gradients(spec_model):
+    s = session(spec_model, dtype="float64")
+    s.select("Y", ["W", "Z"], ["X"])
+    cpu, _ = s.gradient_job().run()
+    assert s.cycle_device() == "cuda"
+    gpu, _ = s.gradient_job().run()
+    assert gpu.device.startswith("cuda")
+    for x in ("W", "Z"):
+        np.testing.assert_allclose(gpu.grads[x], cpu.grads[x], rtol=1e-10)
+    t = trace(spec_model, s.spec, s.feed_values(), device="cuda", dtype="float64")
+    np.testing.assert_allclose(t.grads["W"], cpu.grads["W"], rtol=1e-10)

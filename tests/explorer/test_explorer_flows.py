@@ -32,6 +32,7 @@ async def test_start_opens_the_spec_example_with_its_gradient_selection(recorded
         graph = app.query_one("#graph")
         assert {n.id for n in graph.canvas.layout.nodes} >= {"t:X", "t:W", "t:Z", "n0"}
         assert graph.marks["t:W"] == "x" and graph.marks["t:X"] == "z" and graph.marks["t:Y"] == "y"
+        assert graph.marks["n0"] == "slice" and graph.marks["n1"] == "dim"  # conv on it, Gradient off it
         assert app.query_one("#inspector").has_heatmap  # X's value was computed and drawn
 
 
@@ -151,7 +152,7 @@ def _wrong_vjp_model():
 
 
 async def test_verify_focuses_the_first_failing_node(recorded):
-    handle = engine.register_op_with_vjp("Twice", lambda t: 2 * t, lambda grads, inputs, outputs: (3 * grads[0],),
+    engine.register_op_with_vjp("Twice", lambda t: 2 * t, lambda grads, inputs, outputs: (3 * grads[0],),
                                          domain="test.explorer")
     try:
         seen, hook = recorded
@@ -334,6 +335,9 @@ def test_launcher_delegates_subcommands_and_starts_the_app(monkeypatch, capsys):
     from explorer.app import ExplorerApp
 
     assert launcher.main(["ops"]) == 0 and "Gemm" in capsys.readouterr().out
+    assert launcher.main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert "usage: onnxgrad" in out and "onnxgrad explore MODEL" in out
     started_with = []
     monkeypatch.setattr(ExplorerApp, "run", lambda self: started_with.append(self.session.label))
     assert launcher.main([]) == 0

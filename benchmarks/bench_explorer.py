@@ -1,0 +1,131 @@
+"""The explorer on light_densenet121 (1,746 nodes): first paint and key-press latency, medians.
+
+Budgets: first paint <= 2 s, a key press answered (its last frame drawn) in <= 100 ms.
+Times come from the frames handed to the terminal driver (explorer.measure.FrameClock), so
+Pilot's own idle waits are not counted. The peer, timed in the same process, is a bare Textual
+app (a Static and a Footer): its first paint and key press are what Textual itself costs here.
+
+    python benchmarks/bench_explorer.py [--runs 5] [--json benchmarks/results/explorer.json]
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+import onnx
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from explorer.measure import FrameClock, key_latencies, summary, time_start  # noqa: E402
+
+FIRST_PAINT_BUDGET_S = 2.0
+KEY_BUDGET_S = 0.100
+SIZE = (120, 40)
+DEFAULT_MODEL = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light",
+                             "light_densenet121.onnx")
+GRAPH_KEYS = ["down"] * 12 + ["right", "left"] * 4 + ["up"] * 6
+LIST_KEYS = ["down"] * 10 + ["pagedown", "pageup"] * 2
+
+
+async def one_run(model_path: str) -> dict:
+    from explorer.app import make_app
+
+    clock = FrameClock()
+    t0 = time.perf_counter()
+    app = make_app(model_path)
+    clock.install(app)
+    async with app.run_test(size=SIZE) as pilot:
+        start = await time_start(app, pilot, clock, t0)
+        await pilot.pause(0.3)
+        c0 = time.process_time()
+        graph = await key_latencies(pilot, clock, GRAPH_KEYS)
+        app.query_one("#node-options").focus()
+        listing = await key_latencies(pilot, clock, LIST_KEYS)
+        cpu_per_key = (time.process_time() - c0) / (len(GRAPH_KEYS) + len(LIST_KEYS))
+    return {"first_paint_s": start.first_paint_s, "graph_paint_s": start.graph_paint_s,
+            "graph_keys": graph, "list_keys": listing, "cpu_per_key_s": round(cpu_per_key, 4)}
+
+
+async def peer_run() -> dict:
+    from textual.app import App
+    from textual.binding import Binding
+    from textual.widgets import Footer, Static
+
+    class Bare(App):
+        BINDINGS = [Binding("down", "bump", "Bump", id="bare.bump")]
+
+        def compose(self):
+            yield Static("0", id="counter")
+            yield Footer()
+
+        def action_bump(self):
+            counter = self.query_one("#counter", Static)
+            counter.update(str(int(str(counter.content)) + 1))
+
+    clock = FrameClock()
+    t0 = time.perf_counter()
+    app = Bare()
+    clock.install(app, handler="action_bump")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        first = (clock.first_after(t0) or time.perf_counter()) - t0
+        keys = await key_latencies(pilot, clock, ["down"] * 20)
+    return {"first_paint_s": round(first, 4), "keys": keys}
+
+
+def import_time() -> float:
+    """Seconds to import the app in a fresh interpreter (torch dominates; not part of first paint)."""
+    t = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "import explorer.app"], check=True,
+                   cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return round(time.perf_counter() - t, 3)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--runs", type=int, default=5)
+    p.add_argument("--model", default=DEFAULT_MODEL)
+    p.add_argument("--json", default=os.path.join(os.path.dirname(__file__), "results", "explorer.json"))
+    args = p.parse_args(argv)
+    runs = [asyncio.run(one_run(args.model)) for _ in range(args.runs)]
+    peers = [asyncio.run(peer_run()) for _ in range(args.runs)]
+    med = statistics.median
+    graph_keys = [k for r in runs for k in r["graph_keys"]]
+    list_keys = [k for r in runs for k in r["list_keys"]]
+    peer_keys = [k for r in peers for k in r["keys"]]
+    first = med(r["first_paint_s"] for r in runs)
+    key_median = med(graph_keys + list_keys)
+    result = {
+        "model": os.path.basename(args.model), "nodes": 1746, "runs": args.runs, "terminal": list(SIZE),
+        "first_paint_s": {"median": first, "all": [r["first_paint_s"] for r in runs]},
+        "graph_paint_s": {"median": med(r["graph_paint_s"] for r in runs),
+                          "all": [r["graph_paint_s"] for r in runs]},
+        "key_s": {"graph": summary(graph_keys), "list": summary(list_keys), "all_median": key_median},
+        "cpu_per_key_s": med(r["cpu_per_key_s"] for r in runs),
+        "peer_bare_textual": {"first_paint_s": med(r["first_paint_s"] for r in peers), "key_s": summary(peer_keys)},
+        "import_s": import_time(),
+        "budgets": {"first_paint_s": FIRST_PAINT_BUDGET_S, "key_s": KEY_BUDGET_S},
+        "within_budget": {"first_paint": first <= FIRST_PAINT_BUDGET_S, "key": key_median <= KEY_BUDGET_S},
+        "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
+                    "load_avg_1m": round(os.getloadavg()[0], 2)},
+    }
+    result["ratios_to_peer"] = {
+        "first_paint": round(first / max(result["peer_bare_textual"]["first_paint_s"], 1e-9), 2),
+        "key": round(key_median / max(result["peer_bare_textual"]["key_s"]["median_s"], 1e-9), 2),
+    }
+    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+    with open(args.json, "w") as fh:
+        json.dump(result, fh, indent=2)
+    print(json.dumps({k: result[k] for k in ("first_paint_s", "graph_paint_s", "key_s", "cpu_per_key_s",
+                                             "peer_bare_textual", "within_budget", "ratios_to_peer")}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

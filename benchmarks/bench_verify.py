@@ -1,0 +1,241 @@
+"""The verifier against torch.autograd.gradcheck, side by side in one process, float64.
+
+    python benchmarks/bench_verify.py            # speed table + false alarms on the sample models
+    python benchmarks/bench_verify.py --light    # also the onnx package's light/ models (slow)
+
+Each comparison runs the same function (the engine's float64 plan for y), the same elements (all
+of x), and reports medians of several runs. `floor` is the time of the 2N perturbed forwards
+alone, batched the way the verifier batches them (vmap or native, chunked); the verifier can go
+below it because rows of x that never mix share perturbed forwards (engine/verify/structure.py).
+Results go to benchmarks/results/verify.json.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+
+import numpy as np
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+import engine  # noqa: E402
+from engine.verify import structure  # noqa: E402
+from engine.verify.batching import BatchEvaluator  # noqa: E402
+from tests import verify_models as vm  # noqa: E402
+
+
+def median_time(fn, runs: int) -> float:
+    """Median CPU seconds of this process per call (see `interleaved`)."""
+    return interleaved({"f": fn}, runs)["f"]
+
+
+def interleaved(fns: dict, runs: int) -> dict:
+    """Median CPU time per call of each function, the functions taking turns run by run.
+
+    The machine is shared, so wall time swings with other people's jobs; with one torch thread
+    the process's CPU time is the work itself, and taking turns exposes both sides to the same
+    conditions. Wall times are kept too (WALL) for the record.
+    """
+    for fn in fns.values():
+        fn()  # warm up: plans, imports, kernels
+    cpu = {k: [] for k in fns}
+    wall = {k: [] for k in fns}
+    for _ in range(runs):
+        for k, fn in fns.items():
+            c, t = time.process_time(), time.perf_counter()
+            fn()
+            cpu[k].append(time.process_time() - c)
+            wall[k].append(time.perf_counter() - t)
+    for k in fns:
+        WALL[k] = statistics.median(wall[k])
+    return {k: statistics.median(v) for k, v in cpu.items()}
+
+
+WALL: dict[str, float] = {}
+
+
+def engine_function(model: engine.Model, x_name: str = "x"):
+    plan = model.prepare([x_name], ["y"], dtype="float64")
+    return lambda x: plan.run([x])[0]
+
+
+def floor_time(fn, x: torch.Tensor, chunk: int, runs: int) -> float:
+    """2N perturbed forwards, batched and chunked as the verifier does, nothing else."""
+    n = x.numel()
+    ev = BatchEvaluator(fn)
+    h = 1e-6
+
+    def go():
+        for start in range(0, n, chunk // 2):
+            ids = torch.arange(start, min(n, start + chunk // 2))
+            deltas = torch.zeros((len(ids), n), dtype=x.dtype)
+            deltas[torch.arange(len(ids)), ids] = h
+            deltas = deltas.reshape((len(ids),) + tuple(x.shape))
+            with torch.no_grad():
+                ev(torch.cat([x + deltas, x - deltas]))
+
+    return median_time(go, runs)
+
+
+def without_rows(fn):
+    saved = structure.MAX_ROWS
+    structure.MAX_ROWS = 1
+    try:
+        return fn()
+    finally:
+        structure.MAX_ROWS = saved
+
+
+def compare(name: str, proto, x_shape, runs: int, gc_runs: int) -> dict:
+    model = engine.load(proto)
+    x = torch.randn(x_shape, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    feeds = {"x": x.numpy()}
+    f = engine_function(model)
+    report = engine.check(model, "y", ["x"], feeds=feeds)
+    assert report.verdict == "pass", report.summary()
+    (r,) = report.results
+    xg = x.clone().requires_grad_()
+    t = interleaved({
+        "ours": lambda: engine.check(model, "y", ["x"], feeds=feeds),
+        "gradcheck": lambda: torch.autograd.gradcheck(f, (xg,), fast_mode=False),
+    }, gc_runs)
+    ours, gc = t["ours"], t["gradcheck"]
+    t = interleaved({
+        "fast": lambda: engine.check(model, "y", ["x"], feeds=feeds, mode="fast"),
+        "fast1": lambda: engine.check(model, "y", ["x"], feeds=feeds, mode="fast", directions=1),
+        "gc_fast": lambda: torch.autograd.gradcheck(f, (xg,), fast_mode=True),
+    }, runs)
+    fast, fast1, gc_fast = t["fast"], t["fast1"], t["gc_fast"]
+    ours_plain = without_rows(lambda: median_time(lambda: engine.check(model, "y", ["x"], feeds=feeds), runs))
+    from engine.verify.check import MEMORY_BUDGET, MAX_CHUNK
+    per_forward = sum(v.numel() * 8 for v in model.prepare(["x"], ["y"], dtype="float64", keep_all=True)
+                      .run_all([x]).values())
+    chunk = int(max(2, min(MAX_CHUNK, MEMORY_BUDGET // per_forward)))
+    floor = floor_time(f, x, chunk, runs)
+    return {
+        "case": name, "elements": x.numel(), "strategy": r.strategy, "rows": r.rows, "forwards": r.forwards,
+        "ours_full_s": ours, "ours_full_no_rows_s": ours_plain, "gradcheck_full_s": gc,
+        "speedup_full": gc / ours, "speedup_full_no_rows": gc / ours_plain,
+        "floor_s": floor, "ours_over_floor": ours / floor, "ours_no_rows_over_floor": ours_plain / floor,
+        "ours_fast_s": fast, "ours_fast_1dir_s": fast1, "gradcheck_fast_s": gc_fast,
+        "wall_s": dict(WALL), "timing": "median CPU seconds of the process, one torch thread, runs interleaved",
+        "speedup_fast": gc_fast / fast, "speedup_fast_1dir": gc_fast / fast1,
+    }
+
+
+SAMPLE_CASES = [
+    ("spec_conv_gemm", "Y", "W,Z", "X", {"X": np.random.default_rng(1).standard_normal((1, 1, 4, 4)).astype(np.float32)}),
+    ("spec_grad_wrt_h", "Y", "H,Z", "", None), ("spec_second_order", "O", "X,W", "L", None),
+    ("mlp", "loss", "W1,b1,W2,b2", "X,T", None), ("small_cnn", "logits", "X,conv1_W,bn_scale,bn_B,fc_W", "", None),
+    ("transformer_block", "loss", "X,Wq,Wk,Wv,Wo,ln1_scale,W1,W2", "", None),
+    ("lstm_step", "loss", "X,W,R,B,initial_h,initial_c", "", None), ("residual_fanout", "loss", "X,W", "", None),
+    ("handwritten_backward", "y", "W,X", "", None),
+]
+
+
+def false_alarms_samples(seeds: int) -> dict:
+    counts = {"checks": 0, "fail": 0, "inconclusive": 0, "pass": 0}
+    for name, y, xs, zs, feeds in SAMPLE_CASES:
+        path = os.path.join(vm.SAMPLES, f"{name}.onnx")
+        if not os.path.exists(path):
+            continue
+        import onnx
+
+        for double in (False, True):
+            proto = onnx.load(path)
+            proto = vm.to_float64(proto) if double else proto
+            model = engine.load(proto)
+            for seed in range(seeds):
+                for mode in ("full", "sample", "fast"):
+                    r = engine.check(model, y, xs, zs, feeds=feeds, mode=mode, seed=seed)
+                    counts["checks"] += 1
+                    counts[r.verdict] += 1
+                    if r.verdict != "pass":
+                        print(f"  {name} {'f64' if double else 'f32'} seed {seed} {mode}: {r.verdict}", flush=True)
+    return counts
+
+
+def false_alarms_light(stems, time_cap: float) -> dict:
+    counts = {"checks": 0, "fail": 0, "inconclusive": 0, "pass": 0, "models": []}
+    for path in vm.light_models():
+        stem = os.path.basename(path)[6:-5]
+        if stems and stem not in stems:
+            continue
+        model = engine.load(path)
+        feeds, made = vm.light_feeds(model)
+        data = model.inputs[0]
+        picks = [([data], "fast"), ([made[len(made) // 2]], "sample"), ([made[-1]], "fast")]
+        for double in (False, True):
+            f = feeds if not double else {k: v.astype(np.float64) for k, v in feeds.items()}
+            m = model if not double else engine.load(vm.to_float64(model.graph.model))
+            for xs, mode in picks:
+                y, zs = vm.light_selection(m, xs)
+                t = time.perf_counter()
+                r = engine.check(m, y, xs, zs, feeds=f, mode=mode, samples=16, time_budget=time_cap)
+                counts["checks"] += 1
+                counts[r.verdict] += 1
+                line = (f"  {stem} {'f64' if double else 'f32'} {xs[0]} {mode}: {r.verdict} "
+                        f"({time.perf_counter() - t:.1f}s)")
+                counts["models"].append(line.strip())
+                print(line, flush=True)
+    return counts
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=7)
+    ap.add_argument("--gc-runs", type=int, default=3, help="runs of the slow full gradcheck on the CNN")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (1: steadier on a shared machine)")
+    ap.add_argument("--light", nargs="*", default=None, help="also light/ models (all, or the stems given)")
+    ap.add_argument("--seeds", type=int, default=2, help="seeds per sample model for the false-alarm count")
+    ap.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results", "verify.json"))
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    rows = [
+        compare("deep chain 12 x (MatMul 32x32 -> Tanh), x 4x32", vm.deep_chain(elem=vm.F64), (4, 32),
+                args.runs, 3 * args.runs),
+        compare("small CNN, x 8x3x16x16", vm.small_cnn(elem=vm.F64), (8, 3, 16, 16), args.runs, args.gc_runs),
+    ]
+    print(f"\n{'case':48} {'ours':>8} {'gradcheck':>10} {'speedup':>8} {'no-rows':>8} {'floor':>8} "
+          f"{'/floor':>7} {'fast':>8} {'gc fast':>8} {'speedup':>8}")
+    for r in rows:
+        print(f"{r['case']:48} {r['ours_full_s']:8.4f} {r['gradcheck_full_s']:10.4f} {r['speedup_full']:7.1f}x "
+              f"{r['speedup_full_no_rows']:7.1f}x {r['floor_s']:8.4f} {r['ours_no_rows_over_floor']:6.2f}x "
+              f"{r['ours_fast_s']:8.4f} {r['gradcheck_fast_s']:8.4f} {r['speedup_fast']:7.2f}x")
+    print("  no-rows: the verifier with row sharing off; /floor: no-rows time over the floor; "
+          "fast: 4 directions (1 direction: "
+          + ", ".join(f"{r['speedup_fast_1dir']:.2f}x" for r in rows) + " vs gradcheck fast)")
+    print("\nfalse alarms on the sample models (float32 and float64, seeds x modes):")
+    samples = false_alarms_samples(args.seeds)
+    print(f"  {samples}")
+    light = None
+    if args.light is not None:
+        print("\nfalse alarms on light/ models (fast on the image, sample on a middle weight, fast on the last):")
+        light = false_alarms_light(args.light, time_cap=120.0)
+        print(f"  { {k: v for k, v in light.items() if k != 'models'} }")
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    result = {"machine": {"python": platform.python_version(), "torch": torch.__version__,
+                          "threads": args.threads, "cpu": platform.processor() or platform.machine()},
+              "runs": args.runs, "speed": rows, "false_alarms_samples": samples}
+    if light is not None:
+        result["false_alarms_light"] = light
+    elif os.path.exists(args.out):  # keep the last light/ run rather than dropping it
+        with open(args.out) as fh:
+            old = json.load(fh)
+        if "false_alarms_light" in old:
+            result["false_alarms_light"] = old["false_alarms_light"]
+    with open(args.out, "w") as fh:
+        json.dump(result, fh, indent=1)
+    print(f"\nwrote {os.path.relpath(args.out, ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
