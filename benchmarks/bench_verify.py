@@ -12,6 +12,7 @@ Results go to benchmarks/results/verify.json.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import platform
@@ -49,10 +50,15 @@ def interleaved(fns: dict, runs: int) -> dict:
     wall = {k: [] for k in fns}
     for _ in range(runs):
         for k, fn in fns.items():
+            gc.collect()  # one side's garbage must not be collected on the other side's clock
+            gc.disable()
             c, t = time.process_time(), time.perf_counter()
-            fn()
-            cpu[k].append(time.process_time() - c)
-            wall[k].append(time.perf_counter() - t)
+            try:
+                fn()
+            finally:
+                cpu[k].append(time.process_time() - c)
+                wall[k].append(time.perf_counter() - t)
+                gc.enable()
     for k in fns:
         WALL[k] = statistics.median(wall[k])
     return {k: statistics.median(v) for k, v in cpu.items()}
@@ -195,9 +201,21 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1: steadier on a shared machine)")
     ap.add_argument("--light", nargs="*", default=None, help="also light/ models (all, or the stems given)")
     ap.add_argument("--seeds", type=int, default=2, help="seeds per sample model for the false-alarm count")
+    ap.add_argument("--only-light", action="store_true", help="only the light/ false-alarm sweep (merged into --out)")
     ap.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results", "verify.json"))
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    if args.only_light:
+        light = false_alarms_light(args.light or [], time_cap=120.0)
+        print(f"  { {k: v for k, v in light.items() if k != 'models'} }")
+        merged = {}
+        if os.path.exists(args.out):
+            with open(args.out) as fh:
+                merged = json.load(fh)
+        merged["false_alarms_light"] = light
+        with open(args.out, "w") as fh:
+            json.dump(merged, fh, indent=1)
+        return 0
     rows = [
         compare("deep chain 12 x (MatMul 32x32 -> Tanh), x 4x32", vm.deep_chain(elem=vm.F64), (4, 32),
                 args.runs, 3 * args.runs),

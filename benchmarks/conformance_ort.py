@@ -100,13 +100,13 @@ def main(argv=None) -> int:
     print(f"both pass {both}; only onnxgrad {len(only_eng)}; only onnxruntime {len(only_ort)}")
     reasons = collections.Counter(o.status for o in only_ort)
     print("onnxgrad's status where only onnxruntime passes:", dict(reasons))
-    print(f"slowest onnxgrad cases: " + ", ".join(
+    print("slowest onnxgrad cases: " + ", ".join(
         f"{o.name} {o.seconds * 1e3:.0f} ms" for o in sorted(eng, key=lambda o: -o.seconds)[: args.slowest]))
     grads = []
     if args.gradients:
         from engine.conformance import case_named
         from engine.conformance.gradients import gradient_sweep
-        from engine.conformance.suite import default_checker
+        from engine.conformance.verifier import default_checker
 
         checker_name, checker = default_checker()
         start = time.perf_counter()
@@ -125,7 +125,11 @@ def main(argv=None) -> int:
             "gradients": [g.to_json() for g in grads],
         }, indent=1))
     if args.failures:
-        Path(args.failures).write_text(failures_markdown(eng, peer=ort, gradients=grads))
+        text = failures_markdown(eng, peer=ort, gradients=grads)
+        how = ("Regenerate with `python benchmarks/conformance_ort.py --gradients --failures FILE`; "
+               "`onnxgrad conformance --op OP --gradients` reruns one op.")
+        title, _, rest = text.partition("\n")
+        Path(args.failures).write_text(f"{title}\n\n{how}\n{rest}")
     return 0
 
 

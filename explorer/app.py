@@ -46,7 +46,8 @@ class ExplorerApp(Workers, App):
         Binding("x", "toggle_x", "Add/remove in xs", id="selection.toggle_x", group=SELECT),
         Binding("z", "toggle_z", "Add/remove in zs", id="selection.toggle_z", group=SELECT),
         Binding("c", "clear_selection", "Clear the selection", id="selection.clear", group=SELECT),
-        Binding("o", "next_tensor", "Next", key_display="o", id="cursor.next_tensor"),
+        Binding("o", "next_tensor", "Next", id="cursor.next_tensor",
+                tooltip="Next tensor of this node (outputs, then inputs)"),
         Binding("f", "feed", "Feed", id="feed.open"),
         Binding("r", "run", "Run", id="work.run"),
         Binding("v", "verify", "Verify", id="work.verify"),
@@ -55,7 +56,8 @@ class ExplorerApp(Workers, App):
         Binding("g", "cycle_view", "View: forward/backward/combined", id="view.cycle", group=SETTINGS),
         Binding("d", "cycle_device", "Device: cpu/cuda", id="settings.device", group=SETTINGS),
         Binding("t", "toggle_dtype", "Dtype: float32/float64", id="settings.dtype", group=SETTINGS),
-        Binding("h", "heat_source", "Heat", id="inspector.heat_source"),
+        Binding("h", "heat_source", "Heat", id="inspector.heat_source",
+                tooltip="Heatmap shows the value / the gradient"),
         Binding("escape", "cancel", "Cancel", id="work.cancel"),
     ]
 
@@ -93,7 +95,8 @@ class ExplorerApp(Workers, App):
         state = tuple(self.check_action(b.action, ()) for b in self.BINDINGS)
         if state != self._footer_state:
             self._footer_state = state
-            self.refresh_bindings()
+            # The main screen's footer, even while a dialog that is closing is still on top.
+            self.screen_stack[0].refresh_bindings()
 
     def compose(self) -> ComposeResult:
         yield SelectionBar(id="selection-bar")

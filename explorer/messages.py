@@ -84,10 +84,8 @@ class ValuesReady(Message):
 
 @dataclass
 class LayoutReady(Message):
-    view: str
-    generation: int
-    layout: object | None
-    reason: str = ""
+    key: tuple  # (view, spec or None): layouts are cached under it
+    layout: object  # engine.GraphLayout
 
 
 @dataclass

@@ -52,7 +52,7 @@ class Workers:
     def run_layout(self, model, spec, view, key) -> None:
         layout = layout_for(model, spec, view)
         if not get_current_worker().is_cancelled:
-            self.post_message(m.LayoutReady(view, 0, (key, layout)))
+            self.post_message(m.LayoutReady(key, layout))
 
     def request_values(self, names) -> None:
         if self.session is None or not names:
@@ -213,7 +213,7 @@ class Workers:
             self.query_one("#inspector").refresh_content()
 
     def on_layout_ready(self, message: m.LayoutReady) -> None:
-        key, layout = message.layout
+        key, layout = message.key, message.layout
         self.layouts[key] = layout
         # The model and its layout live as long as the session: leave them out of the cyclic
         # garbage collector, whose full passes over ~250k objects were 300 ms pauses on densenet.

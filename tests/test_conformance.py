@@ -274,3 +274,24 @@ def test_loop_accumulates_and_differentiates():
     np.testing.assert_allclose(grads["s0"], a ** 4, rtol=1e-6)
     # ds/da for s4 = s0 a^4 + 0 a^3 + 1 a^2 + 2 a + 3
     np.testing.assert_allclose(grads["a"], 4 * s0 * a ** 3 + 2 * a + 2, rtol=1e-6)
+
+
+# --- onnxgrad conformance ------------------------------------------------------------------------
+
+def test_cli_conformance_json_and_exit_codes(tmp_path, capsys):
+    from engine.cli import main
+
+    out = tmp_path / "relu.json"
+    failures = tmp_path / "failures.md"
+    assert main(["conformance", "--op", "Relu", "--op", "abs", "--gradients", "--json", str(out),
+                 "--failures", str(failures)]) == 0
+    data = json.loads(out.read_text())
+    assert data["forward"]["pass"] == data["cases"] == 3
+    assert {g["name"] for g in data["gradients"]} == {"test_relu", "test_relu_expanded_ver18", "test_abs"}
+    assert all(g["status"] == "pass" for g in data["gradients"])
+    assert "3 / 3 pass" in failures.read_text()
+    capsys.readouterr()
+    assert main(["conformance", "--op", "Reluu"]) == 2
+    assert main(["conformance", "--per-op", "2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and all(line.startswith("onnxgrad: error:") for line in err)

@@ -248,6 +248,13 @@ def test_explorer_md_documents_every_key():
     assert not missing, f"docs/explorer.md lacks the bindings {missing}"
 
 
+def test_benchmarks_md_covers_every_benchmark():
+    text = (ROOT / "docs" / "benchmarks.md").read_text()
+    scripts = sorted(p.name for p in (ROOT / "benchmarks").glob("*.py") if not p.name.startswith("_"))
+    missing = [name for name in scripts if f"benchmarks/{name}" not in text]
+    assert not missing, f"docs/benchmarks.md does not say how to run {missing}"
+
+
 # --- quoted messages that no console block can show -----------------------------------------------
 def _gradient_node_errors() -> list[str]:
     """The load errors semantics.md quotes for malformed Gradient nodes, produced for real."""

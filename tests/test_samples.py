@@ -80,6 +80,14 @@ def test_readme_table_lists_every_sample():
     assert listed == set(NAMES)
 
 
+def test_readme_check_commands_are_the_catalogue_selections():
+    readme = (SAMPLES_DIR / "README.md").read_text()
+    for sample in SAMPLES.values():
+        claimed = [f"--claimed {x}={out}" for x, out in sample.claimed.items()]
+        command = " ".join(["onnxgrad check", f"sample_models/{sample.filename}", *sample.cli_args(), *claimed])
+        assert f"$ {command}" in readme, command
+
+
 # --- running --------------------------------------------------------------------------------------
 @pytest.mark.parametrize("name", NAMES)
 def test_sample_runs_with_documented_feeds_and_declared_shapes(name):

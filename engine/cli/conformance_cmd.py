@@ -41,7 +41,7 @@ def _progress():
 
 def run(args) -> int:
     from ..conformance import select_cases
-    from ..conformance.report import counts, failures_markdown
+    from ..conformance.report import localize, counts, failures_markdown
     from ..conformance.suite import conformance, sample_per_op
 
     if args.max_cases is not None and args.max_cases < 1:
@@ -60,6 +60,8 @@ def run(args) -> int:
     for o in result.outcomes:
         if args.show == "all" or (args.show == "failures" and o.status in ("mismatch", "error")):
             print(f"  {o.status:<16} {o.name}: {o.message}", file=out)
+            if o.status == "mismatch" and len(o.ops) > 1:
+                print(f"  {'':<16} {localize(o)}", file=out)
     bad_gradient = 0
     if args.gradients:
         g = {}

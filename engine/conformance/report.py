@@ -112,13 +112,23 @@ def short_reason(message: str) -> str:
     return message
 
 
+def localize(outcome: CaseOutcome) -> str:
+    from .cases import case_named
+    from .diagnose import first_divergence
+
+    try:
+        return first_divergence(case_named(outcome.name)) or "every intermediate matches the reference"
+    except Exception as exc:  # diagnosis is best effort; the failure itself is already listed
+        return f"(could not localize: {type(exc).__name__})"
+
+
 def failures_markdown(outcomes: Sequence[CaseOutcome], peer: Sequence[CaseOutcome] | None = None,
                       gradients: Sequence[GradientOutcome] = (), title: str = "Conformance failures") -> str:
     """Failing cases grouped by the op under test, with the reason, for the op owners."""
     peer_status = {o.name: o.status for o in peer or ()}
     c = counts(outcomes)
-    lines = [f"# {title}", "", f"Forward: {c[PASS]} / {len(outcomes)} pass; " + ", ".join(
-        f"{n} {s}" for s, n in c.items() if s != PASS and n) + "."]
+    others = ", ".join(f"{n} {s}" for s, n in c.items() if s != PASS and n)
+    lines = [f"# {title}", "", f"Forward: {c[PASS]} / {len(outcomes)} pass" + (f"; {others}." if others else ".")]
     if peer is not None:
         pc = counts(peer)
         lines.append(f"onnxruntime on the same runner: {pc[PASS]} / {len(peer)} pass.")
@@ -144,7 +154,7 @@ def failures_markdown(outcomes: Sequence[CaseOutcome], peer: Sequence[CaseOutcom
             if full:
                 lines.append(f"- **{op}** ({len(group)})")
                 for o in group:
-                    inside = f" [graph: {', '.join(o.ops)}]" if o.expanded else ""
+                    inside = f" — {localize(o)}" if len(o.ops) > 1 and status == MISMATCH else ""
                     lines.append(f"  - `{o.name}`{ort(o.name)}: {o.message}{inside}")
             else:
                 names = ", ".join(f"`{o.name}`" for o in group[:4]) + (" …" if len(group) > 4 else "")

@@ -11,6 +11,7 @@ from .cases import case_info, case_named
 from .gradients import Checker, GradientOutcome, gradient_sweep
 from .report import counts
 from .runner import PASS, CaseOutcome, Executor, run_suite
+from .verifier import default_checker
 
 
 @dataclass(frozen=True)
@@ -41,17 +42,6 @@ class ConformanceRun:
             "outcomes": [o.to_json() for o in self.outcomes],
             "gradients": [g.to_json() for g in self.gradients],
         }
-
-
-def default_checker() -> tuple[str, Checker]:
-    """The verifier when it is importable, else the sweep's own finite differences."""
-    from .verifier import available, verifier_check
-
-    if available():
-        return "engine.verify.check", verifier_check
-    from .fd import fd_check
-
-    return "engine.conformance.fd", fd_check
 
 
 def sample_per_op(cases: Sequence, per_op: int, seed: int = 0) -> list:

@@ -25,6 +25,15 @@ def available() -> bool:
     return True
 
 
+def default_checker():
+    """(name, checker): the verifier when it is importable, else the sweep's own finite differences."""
+    if available():
+        return "engine.verify.check", verifier_check
+    from .fd import fd_check
+
+    return "engine.conformance.fd", fd_check
+
+
 def verifier_check(model, y: str, xs: Sequence[str], zs: Sequence[str], feeds: Mapping[str, np.ndarray], *,
                    seed: int = 0, full_limit: int = FULL_LIMIT, samples: int = SAMPLES,
                    directions: int = DIRECTIONS) -> GradCheck:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..errors import UnsupportedOpError
+from ..errors import OnnxGradError, UnsupportedOpError
 from ..registry import register
 
 
@@ -112,6 +112,13 @@ def mish(x):
 @register("Swish", since=24)
 def swish(x, *, alpha=1.0):
     return x * torch.sigmoid(alpha * x)
+
+
+@register("SwiGLU", since=28)
+def swiglu(a, b, *, alpha=1.0):
+    if a.shape != b.shape:
+        raise OnnxGradError(f"SwiGLU needs equal shapes, got {list(a.shape)} and {list(b.shape)}")
+    return a * torch.sigmoid(alpha * a) * b
 
 
 @register("Clip", since=11)

@@ -27,6 +27,11 @@ def matmul_integer(a, b, a_zero_point=None, b_zero_point=None):
     return torch.matmul(a, b).to(torch.int32)
 
 
+@register("Det", since=11)
+def det(x):
+    return torch.linalg.det(x)
+
+
 @register("Gemm", since=1)
 def gemm(a, b, c=None, *, alpha=1.0, beta=1.0, transA=0, transB=0, broadcast=0):
     a = a.transpose(0, 1) if transA else a
@@ -116,6 +121,14 @@ def layer_norm(x, scale, b=None, *, axis=-1, epsilon=1e-5, stash_type=1, n_outpu
     if b is not None:
         y = y + b
     return y if n_outputs == 1 else (y, mean, inv_std)[:n_outputs]
+
+
+@register("RMSNormalization", since=23)
+def rms_norm(x, scale, *, axis=-1, epsilon=1e-5, stash_type=1):
+    axis = axis + x.dim() if axis < 0 else axis
+    xs = x.to(_stash(x, stash_type))
+    ms = xs.square().mean(dim=tuple(range(axis, x.dim())), keepdim=True)
+    return (xs * torch.rsqrt(ms + epsilon)).to(x.dtype) * scale
 
 
 def _group_norm(x, scale, bias, epsilon, num_groups, stash_type, per_group_params):

@@ -6,6 +6,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from ..errors import OnnxGradError
 from ..registry import register
 from .conv import resolve_pads, spatial_params, torch_pad_list
 
@@ -117,3 +118,24 @@ def global_max_pool(x):
 @register("GlobalLpPool", since=1)
 def global_lp_pool(x, *, p=2):
     return x.abs().pow(p).sum(dim=tuple(range(2, x.dim())), keepdim=True).pow(1.0 / p)
+
+
+@register("MaxUnpool", since=9)
+def max_unpool(x, indices, output_shape=None, *, kernel_shape=None, pads=None, strides=None):
+    nd = x.dim() - 2
+    kernel = list(kernel_shape or [])
+    if len(kernel) != nd:
+        raise OnnxGradError(f"MaxUnpool: kernel_shape {kernel} does not match {nd} spatial dims")
+    strides = list(strides) if strides else [1] * nd
+    pads = list(pads) if pads else [0] * (2 * nd)
+    inferred = list(x.shape[:2]) + [(n - 1) * s - (pads[i] + pads[nd + i]) + k
+                                    for i, (n, s, k) in enumerate(zip(x.shape[2:], strides, kernel))]
+    # Indices are flat positions in the unpadded, inferred output (as MaxPool's Indices are).
+    y = torch.zeros(math.prod(inferred), dtype=x.dtype, device=x.device)
+    y = y.scatter(0, indices.reshape(-1).to(torch.int64), x.reshape(-1)).reshape(inferred)
+    if output_shape is None:
+        return y
+    want = [int(v) for v in output_shape.reshape(-1).tolist()]
+    if len(want) != x.dim() or any(w < i for w, i in zip(want, inferred)):
+        raise OnnxGradError(f"MaxUnpool: output_shape {want} is smaller than the inferred shape {inferred}")
+    return F.pad(y, torch_pad_list([0] * x.dim(), [w - i for w, i in zip(want, inferred)]))

@@ -256,9 +256,18 @@ def _coerced_2d(fn, x, axis):
     return fn(x.reshape(rows, math.prod(x.shape[d:])), 1).reshape(x.shape)
 
 
+def stepwise_softmax(x, axis):
+    """torch.softmax, except that half types round after each step as ONNX's reference does."""
+    if x.dtype not in (torch.float16, torch.bfloat16):
+        return torch.softmax(x, axis)
+    # NOTE: softmax is invariant to the shift, so the detached max changes no derivative.
+    e = torch.exp(x - x.detach().amax(axis, keepdim=True))
+    return e / e.sum(axis, keepdim=True)
+
+
 @register("Softmax", since=13)
 def softmax(x, *, axis=-1):
-    return torch.softmax(x, axis)
+    return stepwise_softmax(x, axis)
 
 
 @register("Softmax", since=1, until=12)

@@ -96,24 +96,37 @@ class XProbe:
         return v
 
     def _retry(self, a: np.ndarray, tol: verdict.Tolerance, v: verdict.Verdicts) -> bool:
-        """Another step size for items it may settle: a kink crossed within h (not at x) is gone at
-        h/16; roundoff that swamps the discrepancy shrinks at 8h. Adopts the results that conclude."""
+        """Other step sizes for items they may settle; adopts the results that conclude.
+
+        A kink crossed at distance c from x (not at x) spoils every step above c: the ladder
+        h/4, h/32, h/256 walks under it while roundoff allows. Roundoff that swamps the
+        discrepancy shrinks at 8h instead.
+        """
         adopted = False
-        for cause, scale in ((verdict.KINK, 1 / 16), (verdict.INACCURATE, 8.0)):
-            items = np.array(sorted(i for i, c in v.causes.items() if c == cause), dtype=np.int64)
-            if len(items) == 0 or self.control.stopped == "cancelled":
-                continue
-            vectors = np.unique(items // self.rows)[:MAX_RETRIES]
-            self.control.plan(2 * len(vectors))
-            m = fd.measure(self.objective, self.x, self.pert, torch.as_tensor(vectors), self.opts.chunk, self.control,
-                           "retrying", scale=scale, budget_applies=False, noise_l=self.noise_l)
-            fd.refine(self.objective, self.x, self.pert, m, items, self.opts.chunk, self.control, "retrying")
-            again = verdict.classify(a, m, tol)
-            settled = [i for i in items if again.status[i] in (PASS, FAIL)]
-            if settled:
-                self.m.take(m, np.array(settled, dtype=np.int64))
-                adopted = True
-        return adopted
+        kinks = [i for i, c in v.causes.items() if c == verdict.KINK]
+        for scale in (1 / 4, 1 / 32, 1 / 256):
+            kinks, settled = self._retry_at(a, tol, kinks, scale, stop_if_inaccurate=True)
+            adopted |= settled
+        inaccurate = [i for i, c in v.causes.items() if c == verdict.INACCURATE]
+        _, settled = self._retry_at(a, tol, inaccurate, 8.0)
+        return adopted | settled
+
+    def _retry_at(self, a, tol, items, scale: float, stop_if_inaccurate: bool = False):
+        """(items still kinked, whether any item settled) after measuring `items` at scale * h."""
+        items = np.array(sorted(items), dtype=np.int64)
+        if len(items) == 0 or self.control.stopped == "cancelled":
+            return [], False
+        vectors = np.unique(items // self.rows)[:MAX_RETRIES]
+        self.control.plan(2 * len(vectors))
+        m = fd.measure(self.objective, self.x, self.pert, torch.as_tensor(vectors), self.opts.chunk, self.control,
+                       "retrying", scale=scale, budget_applies=False, noise_l=self.noise_l)
+        fd.refine(self.objective, self.x, self.pert, m, items, self.opts.chunk, self.control, "retrying")
+        again = verdict.classify(a, m, tol)
+        settled = [i for i in items if again.status[i] in (PASS, FAIL)]
+        if settled:
+            self.m.take(m, np.array(settled, dtype=np.int64))
+        still = [i for i in items if again.causes.get(i) == verdict.KINK and (i // self.rows) in set(vectors)]
+        return (still if stop_if_inaccurate else []), bool(settled)
 
     def _confirm_directions(self, grad: torch.Tensor, v: verdict.Verdicts) -> None:
         """A failing direction is re-measured along two nearby directions before it counts.

@@ -29,7 +29,7 @@ def binding_table(groups: list[tuple[str, list[Binding]]]) -> Table:
     for title, bindings in groups:
         table.add_row(Text(title, style="bold underline"), "", "")
         for b in bindings:
-            table.add_row(b.key_display or b.key, b.description, b.id or "")
+            table.add_row(b.key_display or b.key, b.tooltip or b.description, b.id or "")
     return table
 
 

@@ -57,7 +57,8 @@ def describe(frame: Frame, k: int, trace: Trace) -> Group:
             parts.append(Text(f"    ↳ {o.note}", style="magenta"))
     if k == len(trace.frames) - 1:
         done = ", ".join(f"d{trace.spec.y}/d{x}" for x in trace.spec.xs)
-        parts.append(Text(f"\nDone: {done} accumulated. They match the run's gradients.", style="italic green"))
+        parts.append(Text(f"\nDone: {done} accumulated: what r (run) gets from one autograd call.",
+                          style="italic green"))
     return Group(*parts)
 
 

@@ -138,6 +138,11 @@ async def test_verify_runs_the_check_and_fills_the_table(recorded):
         assert app.session.check is report and app.session.check_options.mode == "fast"
         assert app.query_one("#verify-table", DataTable).row_count == 2
         assert of_type(seen, m.WorkProgress), "the check reported progress"
+        from textual.widgets._footer import FooterKey
+
+        await pilot.pause(0.2)
+        keys = [k.key for k in app.query(FooterKey)]
+        assert "v" in keys and "escape" not in keys  # nothing left to cancel: the key left the footer
 
 
 def _wrong_vjp_model():
@@ -273,6 +278,10 @@ async def test_export_writes_gradients_report_and_graph(tmp_path, monkeypatch, r
         await started(app, pilot)
         await pilot.press("r")
         await settle(app, pilot)
+        await pilot.press("e", "enter")  # the dialog's defaults: gradients, named after the model
+        await settle(app, pilot)
+        with np.load(tmp_path / "spec_conv_gemm_grads.npz") as data:
+            assert sorted(data.files) == ["W", "Z"]
         for what in ("gradients", "report", "dot", "svg"):
             app.start_export(what, f"out.{what}")
             await settle(app, pilot)
@@ -282,7 +291,7 @@ async def test_export_writes_gradients_report_and_graph(tmp_path, monkeypatch, r
         assert report["y"] == "Y" and "W" in report["gradients"]
         assert (tmp_path / "out.dot").read_text().startswith("digraph")
         assert (tmp_path / "out.svg").read_text().lstrip().startswith("<?xml")
-        assert [d.what for d in of_type(seen, m.ExportDone)] == ["gradients", "report", "dot", "svg"]
+        assert [d.what for d in of_type(seen, m.ExportDone)] == ["gradients", "gradients", "report", "dot", "svg"]
         app.start_export("report", str(tmp_path / "no" / "such" / "dir.json"))
         await settle(app, pilot)
         assert "folder" in of_type(seen, m.WorkFinished)[-1].detail

@@ -1,0 +1,47 @@
+"""Losses at the end of a training graph: NegativeLogLikelihoodLoss and SoftmaxCrossEntropyLoss
+(what torch exports for F.nll_loss and F.cross_entropy), over (N, C) or (N, C, d1, ..., dk) scores."""
+from __future__ import annotations
+
+import torch
+
+from ..errors import OnnxGradError, UnsupportedOpError
+from ..registry import register
+
+REDUCTIONS = ("none", "sum", "mean")
+
+
+def _nll(log_prob, target, weight, reduction, ignore_index):
+    """-log_prob[n, target[n, d...], d...] weighted per class; the mean divides by the total weight."""
+    if reduction not in REDUCTIONS:
+        raise UnsupportedOpError(f"loss reduction {reduction!r} is not supported (use none, sum or mean)")
+    if log_prob.dim() < 2 or target.dim() != log_prob.dim() - 1:
+        raise OnnxGradError(f"loss: scores {list(log_prob.shape)} need shape (N, C, d...) and target (N, d...), "
+                            f"got target {list(target.shape)}")
+    target = target.to(torch.int64)
+    kept = None if ignore_index is None else target != ignore_index
+    safe = target if kept is None else torch.where(kept, target, torch.zeros_like(target))
+    picked = -torch.gather(log_prob, 1, safe.unsqueeze(1)).squeeze(1)
+    w = None if weight is None else weight[safe].to(log_prob.dtype)
+    if kept is not None:
+        mask = kept.to(log_prob.dtype)
+        w = mask if w is None else w * mask
+    loss = picked if w is None else picked * w
+    if reduction == "none":
+        return loss
+    if reduction == "sum":
+        return loss.sum()
+    # NOTE: with every target ignored the mean is 0/0 = nan, as in torch and the ONNX reference.
+    return loss.mean() if w is None else loss.sum() / w.sum()
+
+
+@register("NegativeLogLikelihoodLoss", since=12)
+def negative_log_likelihood_loss(x, target, weight=None, *, ignore_index=None, reduction="mean"):
+    return _nll(x, target, weight, reduction, ignore_index)
+
+
+@register("SoftmaxCrossEntropyLoss", since=12)
+def softmax_cross_entropy_loss(scores, labels, weights=None, *, ignore_index=None, reduction="mean",
+                               n_outputs=1):
+    log_prob = torch.log_softmax(scores, dim=1)
+    loss = _nll(log_prob, labels, weights, reduction, ignore_index)
+    return loss if n_outputs == 1 else (loss, log_prob)

@@ -1,0 +1,40 @@
+"""The onnx package's light/ models: real architectures, weights fed as intermediates, no false alarm."""
+import os
+
+import pytest
+
+import engine
+from tests.verify_models import light_feeds, light_path, light_selection
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def squeezenet():
+    path = light_path("squeezenet")
+    if not os.path.exists(path):
+        pytest.skip("onnx's light/ data is not installed")
+    model = engine.load(path)
+    feeds, made = light_feeds(model, seed=0)
+    return model, feeds, made
+
+
+def test_squeezenet_image_gradient_fast_mode_passes(squeezenet):
+    model, feeds, _ = squeezenet
+    xs = [model.inputs[0]]
+    y, zs = light_selection(model, xs)
+    report = engine.check(model, y, xs, zs, feeds=feeds, mode="fast", directions=2)
+    assert report.verdict == "pass", report.summary()
+    (r,) = report.results
+    assert r.kind == "directions" and r.checked == 2 and r.strategy in ("vmap", "loop")
+
+
+def test_squeezenet_late_weights_sampled_and_the_nodes_checked(squeezenet):
+    """Perturbing a late layer only re-runs the nodes after it; per-node checks see the real values."""
+    model, feeds, made = squeezenet
+    xs = [made[-1], made[-2]]
+    y, zs = light_selection(model, xs)
+    report = engine.check(model, y, xs, zs, feeds=feeds, mode="sample", samples=8, per_node=True)
+    assert report.verdict == "pass", report.summary()
+    assert all(r.checked == 8 for r in report.results)
+    assert report.nodes and not any(n.status == "fail" for n in report.nodes)
