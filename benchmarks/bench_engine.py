@@ -59,7 +59,7 @@ def export(module, x) -> bytes:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         # No constant folding: BatchNorm stays a node and every parameter keeps its name and its own slot.
-        torch.onnx.export(module, (x,), buf, input_names=["x"], output_names=["y"], opset_version=17, dynamo=False,
+        torch.onnx.export(module, (x,), buf, input_names=["x"], output_names=["y"], opset_version=20, dynamo=False,
                           do_constant_folding=False)
     return buf.getvalue()
 

@@ -70,6 +70,8 @@ def convert(attr: AttributeProto, device: torch.device, float_dtype: torch.dtype
         return attr.g
     if attr.type == A.GRAPHS:
         return list(attr.graphs)
+    if attr.type == A.TYPE_PROTO:
+        return attr.tp
     raise OnnxGradError(f"attribute {attr.name!r} has an unsupported type {AttributeProto.AttributeType.Name(attr.type)}")
 
 

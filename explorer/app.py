@@ -90,10 +90,14 @@ class ExplorerApp(Workers, App):
 
     _footer_state: tuple = ()
 
-    def refresh_footer(self) -> None:
-        """Recompose the footer only when a key appears or leaves: a recompose costs a frame."""
+    def refresh_footer(self, force: bool = False) -> None:
+        """Recompose the footer only when a key appears or leaves: a recompose costs a frame.
+
+        `force` when work starts or ends: Textual also refreshes bindings by itself (a dialog
+        closing), so the state cached here can be stale exactly then.
+        """
         state = tuple(self.check_action(b.action, ()) for b in self.BINDINGS)
-        if state != self._footer_state:
+        if force or state != self._footer_state:
             self._footer_state = state
             # The main screen's footer, even while a dialog that is closing is still on top.
             self.screen_stack[0].refresh_bindings()
@@ -333,6 +337,10 @@ class ExplorerApp(Workers, App):
         self.run_trace(s.model, s.spec, feeds, s.device, s.dtype, s.generation)
 
     def on_trace_ready(self, message: m.TraceReady) -> None:
+        self.query_one(StatusLine).idle("ready")
+        if message.generation != self.session.generation:
+            self.notify("the selection or feeds changed while tracing: press s again", severity="warning")
+            return
         layout = self.layouts.get(("forward", None))
 
         def done(node_index) -> None:

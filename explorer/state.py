@@ -13,7 +13,7 @@ from typing import Callable, Mapping
 import numpy as np
 
 import engine
-from engine.errors import FeedError, OnnxGradError, SelectionError
+from engine.errors import FeedError, SelectionError
 
 from .feeding import FeedSource, materialize
 
@@ -50,13 +50,11 @@ class GradientJob:
     generation: int
 
     def run(self):
-        """(GradientResult, stats or None); the stats come from the engine's backward graph when present."""
+        """(GradientResult, GraphStats): the stats are what flowed along each edge of the backward graph."""
         feeds = with_member_values(self.model, self.spec, self.feeds)
         spec = self.spec
-        if hasattr(engine, "gradient_with_stats"):
-            return engine.gradient_with_stats(self.model, spec.y, spec.xs, spec.zs, feeds, None,
-                                              device=self.device, dtype=self.dtype)
-        return self.model.gradient(spec.y, spec.xs, spec.zs, feeds, device=self.device, dtype=self.dtype), None
+        return engine.gradient_with_stats(self.model, spec.y, spec.xs, spec.zs, feeds, None,
+                                          device=self.device, dtype=self.dtype)
 
 
 @dataclass(frozen=True)
@@ -287,8 +285,6 @@ class Session:
                            self.generation)
 
     def check_job(self, options: CheckOptions | None = None) -> CheckJob:
-        if not hasattr(engine, "check"):
-            raise OnnxGradError("the verifier (engine.check) is not available in this build")
         if options is not None:
             self.check_options = options
         return CheckJob(self.model, self.require_spec(), self.feed_values(), self.device, self.check_options,

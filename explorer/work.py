@@ -118,9 +118,6 @@ class Workers:
         if what == "gradients" and s.gradient is None:
             self.notify("no gradients yet: press r to run first", title="nothing to export", severity="warning")
             return
-        if what in ("dot", "svg") and not hasattr(engine, "to_dot"):
-            self.notify("graph export needs engine.to_dot, which this build does not have", severity="error")
-            return
         payload = {"gradients": lambda: dict(s.gradient.grads), "report": s.report,
                    "dot": lambda: (s.model, s.spec, s.view, s.gradient_stats)}
         self.run_export(what, path, payload["dot" if what == "svg" else what]())
@@ -166,7 +163,7 @@ class Workers:
     # --- what work posts back ------------------------------------------------------------------------
     def on_work_started(self, message: m.WorkStarted) -> None:
         self.query_one("#status").busy(message.label)
-        self.refresh_footer()
+        self.refresh_footer(force=True)
 
     def on_work_progress(self, message: m.WorkProgress) -> None:
         self.query_one("#status").progress(LABELS.get(message.kind, message.kind), message.done, message.total,
@@ -174,7 +171,7 @@ class Workers:
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         worker = event.worker
-        self.refresh_footer()
+        self.refresh_footer(force=worker.group in CANCELLABLE)
         if event.state == WorkerState.ERROR:
             text = one_line(worker.error)
             self.notify(text, title=f"{LABELS.get(worker.group, worker.group)} failed", severity="error",

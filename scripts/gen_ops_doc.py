@@ -27,7 +27,7 @@ def floor_from(run, previous: dict | None) -> dict:
     from engine.conformance.gradients import FAIL, ERROR
 
     passing = sorted(o.name for o in run.outcomes if o.status == "pass")
-    bad = sum(o.status in ("mismatch", "error") for o in run.outcomes)
+    bad = sum(o.failed for o in run.outcomes)
     grad_pass = sum(g.status == "pass" for g in run.gradients)
     if previous:
         lost = sorted(set(previous.get("passing", [])) - set(passing))

@@ -51,7 +51,7 @@ def test_forward_pass_count_never_drops(run):
 
 @pytest.mark.slow
 def test_no_new_mismatch_or_error(run):
-    bad = [o for o in run.outcomes if o.status in (MISMATCH, "error")]
+    bad = [o for o in run.outcomes if o.failed]  # documented mismatches (runner.DOCUMENTED_MISMATCHES) aside
     assert len(bad) <= FLOOR["forward_mismatch_or_error_max"], "\n".join(f"{o.name}: {o.message}" for o in bad)
 
 
@@ -295,3 +295,20 @@ def test_cli_conformance_json_and_exit_codes(tmp_path, capsys):
     assert main(["conformance", "--per-op", "2"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and all(line.startswith("onnxgrad: error:") for line in err)
+
+
+def test_documented_dft_mismatch_is_ours_closer_to_exact():
+    """runner.DOCUMENTED_MISMATCHES says the DFT inverse case's expected values are the less exact ones."""
+    from engine.conformance.runner import normalize
+    from engine.registry import lookup
+
+    case = case_named("test_dft_inverse")
+    if lookup("", "DFT", 20) is None:
+        pytest.skip("DFT is not registered")
+    inputs = normalize(list(case.data_sets[0][0]))
+    expected = case.data_sets[0][1][0]
+    got = OnnxGradBackend.prepare(case.model).run(inputs)[0]
+    x = inputs[0][..., 0].astype(np.float64) + 1j * inputs[0][..., 1].astype(np.float64)
+    y = np.fft.ifft(x, axis=1)
+    exact = np.stack([y.real, y.imag], -1)
+    assert np.abs(got - exact).max() < np.abs(expected - exact).max()

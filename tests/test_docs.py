@@ -255,6 +255,30 @@ def test_benchmarks_md_covers_every_benchmark():
     assert not missing, f"docs/benchmarks.md does not say how to run {missing}"
 
 
+SNAPSHOTS = ROOT / "tests" / "explorer" / "__snapshots__" / "test_explorer_snapshots"
+
+
+def _screen_text(svg: pathlib.Path) -> str:
+    import html
+
+    texts = re.findall(r"<text[^>]*>(.*?)</text>", svg.read_text())
+    return re.sub(r"\s+", " ", html.unescape("".join(texts)).replace("\xa0", " "))
+
+
+@pytest.mark.parametrize("snapshot, shown", [
+    ("test_main_screen.svg", ["y Y", "xs W, Z", "zs X", "✓ valid: 3 nodes from xs to y"]),
+    ("test_step_mode.svg", ["REVERSE 1/3", "dA = dY · Bᵀ", "dB = Aᵀ · dY", "[1, 1, 1]", "0.5422, 0.5422, 0.5422"]),
+    ("test_backward_view.svg", ["∂Gemm", "∂Flatten", "∂Conv", "dY/dW", "dY/dZ"]),
+])
+def test_tutorial_describes_the_snapshots_it_shows(snapshot, shown):
+    """docs/tutorial.md describes what these screens show; if a snapshot changes, revisit the text."""
+    path = SNAPSHOTS / snapshot
+    if not path.exists():
+        pytest.skip(f"{snapshot} not generated")
+    text = _screen_text(path)
+    assert [s for s in shown if s not in text] == []
+
+
 # --- quoted messages that no console block can show -----------------------------------------------
 def _gradient_node_errors() -> list[str]:
     """The load errors semantics.md quotes for malformed Gradient nodes, produced for real."""

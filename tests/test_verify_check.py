@@ -15,7 +15,7 @@ import engine
 from engine import examples
 from engine.testing import GradientMismatch, assert_gradients_match
 from engine.verify import register_op_with_vjp
-from tests.verify_models import F64, SAMPLES, deep_chain, init, make, to_float64, vi
+from tests.verify_models import SAMPLES, deep_chain, init, make, to_float64, vi
 
 X_FEED = {"X": examples.default_feeds()["X"]}
 

@@ -41,10 +41,8 @@ REDUCE_CASES = [
          f"symbolic for aten::{name} at any opset")
       for name, f in [("l1_loss", F.l1_loss), ("smooth_l1_loss", F.smooth_l1_loss), ("huber_loss", F.huber_loss)]),
     fn("bce_with_logits", lambda x, y: F.binary_cross_entropy_with_logits(x, torch.sigmoid(y)), R, R),
-    fn("cross_entropy", lambda x, t: F.cross_entropy(x, t), (4, 3), ("int", 3, (4,)), ops="SoftmaxCrossEntropyLoss",
-       engine_gap="SoftmaxCrossEntropyLoss"),
-    fn("nll_loss", lambda x, t: F.nll_loss(x, t), (4, 3), ("int", 3, (4,)),
-       ops="NegativeLogLikelihoodLoss", engine_gap="NegativeLogLikelihoodLoss"),
+    fn("cross_entropy", lambda x, t: F.cross_entropy(x, t), (4, 3), ("int", 3, (4,)), ops="SoftmaxCrossEntropyLoss"),
+    fn("nll_loss", lambda x, t: F.nll_loss(x, t), (4, 3), ("int", 3, (4,)), ops="NegativeLogLikelihoodLoss"),
 ]
 
 
@@ -212,11 +210,9 @@ MORE_CASES = [
     fn("hstack", lambda x, y: torch.hstack([x, y]), (2, 3), (2, 2), ops="If"),
     case("embedding_bag", lambda: nn.EmbeddingBag(5, 3, mode="mean"), ("int", 5, (2, 3)), ops="Loop",
          params=("weight",)),
-    # Exported, but into ops our engine does not implement yet.
     fn("grid_sample", lambda x, g: F.grid_sample(x, g.tanh(), align_corners=False), X4, (1, 3, 3, 2),
-       ops="GridSample", opsets=(16,), engine_gap="GridSample"),
-    fn("fold_col2im", lambda x: F.fold(x, (3, 4), 2), (1, 8, 6), ops="Col2Im", opsets=(18,),
-       engine_gap="Col2Im"),
+       ops="GridSample", opsets=(16,)),
+    fn("fold_col2im", lambda x: F.fold(x, (3, 4), 2), (1, 8, 6), ops="Col2Im", opsets=(18,)),
 ]
 
 FUNCTIONAL_CASES = REDUCE_CASES + INDEXING_CASES + MORE_CASES

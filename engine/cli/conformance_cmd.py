@@ -59,7 +59,8 @@ def run(args) -> int:
           + ", ".join(f"{n} {s}" for s, n in c.items() if s != "pass") + f")  {result.forward_seconds:.1f}s", file=out)
     for o in result.outcomes:
         if args.show == "all" or (args.show == "failures" and o.status in ("mismatch", "error")):
-            print(f"  {o.status:<16} {o.name}: {o.message}", file=out)
+            accepted = f" (documented: {o.documented})" if o.documented else ""
+            print(f"  {o.status:<16} {o.name}: {o.message}{accepted}", file=out)
             if o.status == "mismatch" and len(o.ops) > 1:
                 print(f"  {'':<16} {localize(o)}", file=out)
     bad_gradient = 0
@@ -90,4 +91,4 @@ def run(args) -> int:
     if args.failures:
         with open(args.failures, "w") as fh:
             fh.write(failures_markdown(result.outcomes, gradients=result.gradients))
-    return 1 if (c["mismatch"] or c["error"] or bad_gradient) else 0
+    return 1 if (any(o.failed for o in result.outcomes) or bad_gradient) else 0

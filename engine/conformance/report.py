@@ -69,6 +69,11 @@ def _md(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+def _accepted(outcomes) -> str:
+    n = sum(bool(o.documented) for o in outcomes)
+    return f" ({n} documented, see engine/conformance/runner.py)" if n else ""
+
+
 def ops_markdown(rows: Sequence[OpCoverage], outcomes: Sequence[CaseOutcome],
                  gradients: Sequence[GradientOutcome], header: str) -> str:
     c = counts(outcomes)
@@ -79,7 +84,7 @@ def ops_markdown(rows: Sequence[OpCoverage], outcomes: Sequence[CaseOutcome],
         header,
         "",
         f"Forward: **{c[PASS]} of {len(outcomes)}** ONNX node test cases pass "
-        f"({c[MISMATCH]} mismatch, {c[ERROR]} error, {c[UNSUPPORTED_OP]} unsupported op, "
+        f"({c[MISMATCH]} mismatch{_accepted(outcomes)}, {c[ERROR]} error, {c[UNSUPPORTED_OP]} unsupported op, "
         f"{c[UNSUPPORTED_TYPE]} unsupported type).",
         "Gradients (forward-passing cases, float64 finite differences): "
         + ", ".join(f"{n} {s}" for s, n in sorted(g.items(), key=lambda kv: -kv[1])) + ".",
@@ -155,7 +160,8 @@ def failures_markdown(outcomes: Sequence[CaseOutcome], peer: Sequence[CaseOutcom
                 lines.append(f"- **{op}** ({len(group)})")
                 for o in group:
                     inside = f" — {localize(o)}" if len(o.ops) > 1 and status == MISMATCH else ""
-                    lines.append(f"  - `{o.name}`{ort(o.name)}: {o.message}{inside}")
+                    why = f" — accepted: {o.documented}" if o.documented else ""
+                    lines.append(f"  - `{o.name}`{ort(o.name)}: {o.message}{inside}{why}")
             else:
                 names = ", ".join(f"`{o.name}`" for o in group[:4]) + (" …" if len(group) > 4 else "")
                 peer_pass = sum(peer_status.get(o.name) == PASS for o in group)

@@ -8,6 +8,7 @@ a model and how to classify its exceptions, so the engine and a peer (onnxruntim
 from __future__ import annotations
 
 import difflib
+import re
 import time
 import warnings
 from dataclasses import dataclass
@@ -19,6 +20,19 @@ from onnx import TensorProto, numpy_helper
 from ..errors import OnnxGradError, UnsupportedOpError
 from .cases import case_info, node_cases, tolerances
 from .compare import compare
+
+# Random ops: the expected values come from numpy's generator, which no backend reproduces;
+# their cases are judged on shape and element type only.
+RANDOM_OPS = frozenset({"Bernoulli", "RandomUniform", "RandomUniformLike", "RandomNormal", "RandomNormalLike",
+                        "Multinomial"})
+
+# Mismatches understood and accepted (regex on the case name -> why); any other mismatch is a bug.
+DOCUMENTED_MISMATCHES = {
+    r"^test_dft_inverse(_opset19)?$":
+        "the expected output carries the reference's float32 rounding: it is up to 1.5e-6 from the exact "
+        "inverse of the given input (numpy, float64), ours up to 4.4e-7, and where the exact value is ~1e-15 "
+        "it holds 1.9e-7, above the case's atol of 1e-7; onnxruntime fails it the same way",
+}
 
 PASS, MISMATCH, UNSUPPORTED_OP, UNSUPPORTED_TYPE, ERROR = "pass", "mismatch", "unsupported op", "unsupported type", "error"
 STATUSES = (PASS, MISMATCH, UNSUPPORTED_OP, UNSUPPORTED_TYPE, ERROR)
@@ -33,10 +47,16 @@ class CaseOutcome:
     op: str = ""  # the op under test
     expanded: bool = False
     seconds: float = 0.0
+    documented: str = ""  # why a mismatch here is accepted (DOCUMENTED_MISMATCHES)
+
+    @property
+    def failed(self) -> bool:
+        """A mismatch or error nobody has explained: a bug."""
+        return self.status in (MISMATCH, ERROR) and not self.documented
 
     def to_json(self) -> dict:
         return {"name": self.name, "op": self.op, "expanded": self.expanded, "status": self.status,
-                "message": self.message, "seconds": round(self.seconds, 5)}
+                "message": self.message, "documented": self.documented, "seconds": round(self.seconds, 5)}
 
 
 class Executor(Protocol):
@@ -101,10 +121,13 @@ def run_case(case, executor: Executor | None = None) -> CaseOutcome:
     start = time.perf_counter()
 
     def outcome(status: str, message: str = "") -> CaseOutcome:
+        why = next((r for p, r in DOCUMENTED_MISMATCHES.items() if re.search(p, case.name)), "") \
+            if status == MISMATCH else ""
         return CaseOutcome(case.name, info.graph_ops, status, message, info.op, info.expanded,
-                           time.perf_counter() - start)
+                           time.perf_counter() - start, why)
 
     output_names = [o.name for o in case.model.graph.output]
+    random = bool(RANDOM_OPS & set(info.graph_ops))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
@@ -120,11 +143,11 @@ def run_case(case, executor: Executor | None = None) -> CaseOutcome:
             if len(got) < len(expected):
                 return outcome(MISMATCH, f"{len(got)} outputs, expected {len(expected)}")
             for name, g, w in zip(output_names, got, expected):
-                problem = compare(g, w, rtol, atol)
+                problem = compare(g, w, rtol, atol, values=not random)
                 if problem:
                     where = f" (data set {k})" if len(case.data_sets) > 1 else ""
                     return outcome(MISMATCH, f"{name}{where}: {problem}")
-    return outcome(PASS)
+    return outcome(PASS, "random op: shape and element type checked, not values" if random else "")
 
 
 def run_suite(cases: Iterable | None = None, executor: Executor | None = None,

@@ -56,9 +56,16 @@ def _attention_bias(attn_mask, q_len, kv_len, offset, nonpad, dtype, device, is_
     return bias
 
 
+def _softmax_dtype(softmax_precision, default, float_dtype):
+    """softmax_precision, except that a run promoting every float (say to float64) promotes it too."""
+    if float_dtype is not None:
+        return float_dtype
+    return onnx_to_torch(softmax_precision) if softmax_precision else default
+
+
 def _attention(q, k, v, attn_mask, past_key, past_value, nonpad, *, is_causal, kv_num_heads, q_num_heads,
                qk_matmul_output_mode, scale, softcap, softmax_precision, left_window_size, right_window_size,
-               n_outputs):
+               n_outputs, float_dtype=None):
     if (past_key is None) != (past_value is None):
         raise OnnxGradError("Attention: past_key and past_value must be given together")
     if nonpad is not None and past_key is not None:
@@ -98,7 +105,7 @@ def _attention(q, k, v, attn_mask, past_key, past_value, nonpad, *, is_causal, k
     # replaced before the softmax so that neither the values nor their derivatives see 0/0.
     dead = torch.isneginf(bias.amax(-1, keepdim=True))
     safe = torch.where(dead, torch.zeros_like(logits), logits)
-    work = onnx_to_torch(softmax_precision) if softmax_precision else safe.dtype
+    work = _softmax_dtype(softmax_precision, safe.dtype, float_dtype)
     probs = stepwise_softmax(safe.to(work), -1)
     probs = torch.where(dead, torch.zeros_like(probs), probs).to(q.dtype)
     y = torch.matmul(probs, values)
@@ -113,33 +120,35 @@ def _attention(q, k, v, attn_mask, past_key, past_value, nonpad, *, is_causal, k
 @register("Attention", since=23, until=23)
 def attention_23(q, k, v, attn_mask=None, past_key=None, past_value=None, *, is_causal=0, kv_num_heads=None,
                  q_num_heads=None, qk_matmul_output_mode=0, scale=None, softcap=0.0, softmax_precision=None,
-                 n_outputs=1):
+                 n_outputs=1, float_dtype=None):
     return _attention(q, k, v, attn_mask, past_key, past_value, None, is_causal=is_causal,
                       kv_num_heads=kv_num_heads, q_num_heads=q_num_heads, qk_matmul_output_mode=qk_matmul_output_mode,
                       scale=scale, softcap=softcap, softmax_precision=softmax_precision, left_window_size=-1,
-                      right_window_size=-1, n_outputs=n_outputs)
+                      right_window_size=-1, n_outputs=n_outputs, float_dtype=float_dtype)
 
 
 @register("Attention", since=24, until=24)
 def attention_24(q, k, v, attn_mask=None, past_key=None, past_value=None, nonpad_kv_seqlen=None, *, is_causal=0,
                  kv_num_heads=None, q_num_heads=None, qk_matmul_output_mode=0, scale=None, softcap=0.0,
-                 softmax_precision=None, n_outputs=1):
+                 softmax_precision=None, n_outputs=1, float_dtype=None):
     return _attention(q, k, v, attn_mask, past_key, past_value, nonpad_kv_seqlen, is_causal=is_causal,
                       kv_num_heads=kv_num_heads, q_num_heads=q_num_heads, qk_matmul_output_mode=qk_matmul_output_mode,
                       scale=scale, softcap=softcap, softmax_precision=softmax_precision, left_window_size=-1,
-                      right_window_size=-1, n_outputs=n_outputs)
+                      right_window_size=-1, n_outputs=n_outputs, float_dtype=float_dtype)
 
 
 @register("Attention", since=25)
 def attention(q, k, v, attn_mask=None, past_key=None, past_value=None, nonpad_kv_seqlen=None, *, is_causal=0,
               kv_num_heads=None, q_num_heads=None, qk_matmul_output_mode=0, scale=None, softcap=0.0,
-              softmax_precision=None, left_window_size=-1, right_window_size=-1, n_outputs=1):
+              softmax_precision=None, left_window_size=-1, right_window_size=-1, n_outputs=1,
+              float_dtype=None):
     if q.dim() == 4 and (q_num_heads or kv_num_heads):
         raise OnnxGradError("Attention: q_num_heads and kv_num_heads are only for 3-D inputs")
     return _attention(q, k, v, attn_mask, past_key, past_value, nonpad_kv_seqlen, is_causal=is_causal,
                       kv_num_heads=kv_num_heads, q_num_heads=q_num_heads, qk_matmul_output_mode=qk_matmul_output_mode,
                       scale=scale, softcap=softcap, softmax_precision=softmax_precision,
-                      left_window_size=left_window_size, right_window_size=right_window_size, n_outputs=n_outputs)
+                      left_window_size=left_window_size, right_window_size=right_window_size, n_outputs=n_outputs,
+                      float_dtype=float_dtype)
 
 
 @register("RotaryEmbedding", since=23)
@@ -248,3 +257,26 @@ def causal_conv_with_state(x, weight, bias=None, past_state=None, *, activation=
         y32 = y.to(torch.promote_types(y.dtype, torch.float32))
         y = (y32 * torch.sigmoid(y32)).to(x.dtype)
     return y if n_outputs == 1 else (y, padded[:, :, padded.shape[2] - (k - 1):])
+
+
+@register("FlexAttention", domain="ai.onnx.preview", since=1)
+def flex_attention(q, k, v, *, scale=None, score_mod=None, prob_mod=None, softmax_precision=None, scope,
+                   float_dtype=None):
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        raise OnnxGradError("FlexAttention needs rank-4 Q, K and V")
+    if q.shape[1] != k.shape[1]:
+        if q.shape[1] % k.shape[1]:
+            raise OnnxGradError(f"FlexAttention: {q.shape[1]} query heads are not a multiple of {k.shape[1]} kv heads")
+        reps = q.shape[1] // k.shape[1]
+        k, v = k.repeat_interleave(reps, 1), v.repeat_interleave(reps, 1)
+    s = torch.tensor(math.sqrt(1.0 / math.sqrt(q.shape[-1]) if scale is None else scale), dtype=torch.float32)
+    s = s.to(q.dtype)
+    # Scores, the modifiers and the softmax run in at least float32 unless softmax_precision says otherwise.
+    work = _softmax_dtype(softmax_precision, torch.promote_types(q.dtype, torch.float32), float_dtype)
+    scores = torch.matmul(q * s, (k * s).transpose(-1, -2)).to(work)
+    if score_mod is not None:
+        scores = scope.run(score_mod, [scores])[0].to(work)
+    probs = stepwise_softmax(scores, -1)
+    if prob_mod is not None:
+        probs = scope.run(prob_mod, [probs])[0].to(work)
+    return torch.matmul(probs, v.to(work)).to(v.dtype)

@@ -88,8 +88,10 @@ def max_roi_pool(x, rois, *, pooled_shape, spatial_scale=1.0):
     outs = []
     # ROI corners are rounded to pixels: the output is a max over fixed cells, with no gradient
     # to the ROI coordinates.
-    for b, x0, y0, x1, y1 in rois.detach().to(torch.float64).tolist():
-        x0, y0, x1, y1 = (int(round(v * spatial_scale)) for v in (x0, y0, x1, y1))
+    # Corners scale in the ROIs' own precision and round half away from zero, as onnxruntime does.
+    corners = rois.detach()[:, 1:] * spatial_scale
+    corners = (torch.sign(corners) * torch.floor(corners.abs() + 0.5)).to(torch.int64).tolist()
+    for b, (x0, y0, x1, y1) in zip(int_list(rois[:, 0].to(torch.int64)), corners):
         rh, rw = max(y1 - y0 + 1, 1), max(x1 - x0 + 1, 1)
         cells = []
         for i in range(ph):
@@ -98,7 +100,7 @@ def max_roi_pool(x, rois, *, pooled_shape, spatial_scale=1.0):
             for j in range(pw):
                 ws = min(max(math.floor(j * rw / pw) + x0, 0), w)
                 we = min(max(math.ceil((j + 1) * rw / pw) + x0, 0), w)
-                region = x[int(b), :, hs:he, ws:we]
+                region = x[b, :, hs:he, ws:we]
                 cells.append(region.amax((1, 2)) if he > hs and we > ws else x.new_zeros(x.shape[1]))
         outs.append(torch.stack(cells, -1).reshape(x.shape[1], ph, pw))
     return torch.stack(outs, 0) if outs else x.new_zeros((0, x.shape[1], ph, pw))

@@ -63,6 +63,19 @@ def _stash(x, stash_type=1):
     return x.dtype
 
 
+def _fused_batch_norm(x, scale, b, mean, var, epsilon):
+    """torch's one-kernel inference batch norm, or None when it would change the math.
+
+    NOTE: F.batch_norm treats running statistics as constants, so it is used only when no
+    gradient is wanted for mean and var; otherwise the formula below differentiates them too.
+    """
+    if x.dtype not in (torch.float32, torch.float64) or x.dim() < 2 or mean.requires_grad or var.requires_grad:
+        return None
+    if not all(t.dim() == 1 and t.dtype == x.dtype for t in (scale, b, mean, var)):
+        return None
+    return torch.nn.functional.batch_norm(x, mean, var, scale, b, False, 0.0, epsilon)
+
+
 def _moments(x, dims):
     mean = x.mean(dim=dims, keepdim=True)
     var = (x - mean).square().mean(dim=dims, keepdim=True)
@@ -77,6 +90,9 @@ def batch_norm_legacy(x, scale, b, mean, var, *, epsilon=1e-5, momentum=0.9, spa
     rank = x.dim()
     param = (lambda t: _channel(t, rank)) if spatial else (lambda t: t)
     if n_outputs == 1:
+        fused = _fused_batch_norm(x, scale, b, mean, var, epsilon) if spatial else None
+        if fused is not None:
+            return fused
         return param(scale) * (x - param(mean)) / torch.sqrt(param(var) + epsilon) + param(b)
     dims = tuple(d for d in range(rank) if d != 1) if spatial else (0,)
     bmean, bvar = _moments(x, dims)
@@ -93,6 +109,9 @@ def batch_norm(x, scale, b, input_mean, input_var, *, epsilon=1e-5, momentum=0.9
                n_outputs=1):
     rank = x.dim()
     if not training_mode:
+        y = _fused_batch_norm(x, scale, b, input_mean, input_var, epsilon) if n_outputs == 1 else None
+        if y is not None:
+            return y
         y = _channel(scale, rank) * (x - _channel(input_mean, rank)) / torch.sqrt(
             _channel(input_var, rank) + epsilon) + _channel(b, rank)
         return y if n_outputs == 1 else (y, input_mean, input_var)[:n_outputs]
@@ -114,6 +133,10 @@ def instance_norm(x, scale, b, *, epsilon=1e-5, consumed_inputs=None):
 def layer_norm(x, scale, b=None, *, axis=-1, epsilon=1e-5, stash_type=1, n_outputs=1):
     rank = x.dim()
     axis = axis + rank if axis < 0 else axis
+    normalized = tuple(x.shape[axis:])
+    if (n_outputs == 1 and x.dtype in (torch.float32, torch.float64) and tuple(scale.shape) == normalized
+            and (b is None or tuple(b.shape) == normalized)):
+        return torch.nn.functional.layer_norm(x, normalized, scale, b, epsilon)  # one fused kernel
     xs = x.to(_stash(x, stash_type))
     mean, var = _moments(xs, tuple(range(axis, rank)))
     inv_std = torch.rsqrt(var + epsilon)

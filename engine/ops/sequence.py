@@ -76,3 +76,23 @@ def split_to_sequence(input, split=None, *, axis=0, keepdims=1):  # noqa: A002 -
     if sum(sizes) != input.shape[a]:
         raise OnnxGradError(f"SplitToSequence sizes {sizes} do not add up to the dim {input.shape[a]}")
     return list(torch.split(input, sizes, dim=a))
+
+
+# An optional value is the value itself, or None when empty.
+@register("Optional", since=15)
+def optional(x=None, *, type=None):  # noqa: A002  (ONNX attribute name)
+    if x is None and type is None:
+        raise OnnxGradError("Optional needs an input or a type attribute")
+    return x
+
+
+@register("OptionalHasElement", since=15)
+def optional_has_element(x=None, *, device):
+    return torch.tensor(x is not None, device=device)
+
+
+@register("OptionalGetElement", since=15)
+def optional_get_element(x):
+    if x is None:
+        raise OnnxGradError("OptionalGetElement: the optional is empty")
+    return x

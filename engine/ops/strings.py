@@ -1,8 +1,10 @@
-"""String ops. torch has no string tensors, so these take and return numpy object arrays;
-the plan passes any value through its slots, and nothing here is differentiable."""
+"""String and text-feature ops. torch has no string tensors, so string ops take and return numpy
+object arrays; the plan passes any value through its slots, and nothing here is differentiable.
+TfIdfVectorizer counts n-grams of integer token ids."""
 from __future__ import annotations
 
 import numpy as np
+import torch
 
 from ..errors import OnnxGradError, UnsupportedOpError
 from ..registry import register
@@ -27,3 +29,43 @@ def string_normalizer(x, *, case_change_action="NONE", is_case_sensitive=0, loca
     # An input whose every word is a stopword yields one empty string, not an empty tensor.
     out = np.array([_CASE[case_change_action](w) for w in kept] or [""], dtype=object)
     return out.reshape(1, -1) if arr.ndim == 2 else out
+
+
+def _ngram_table(pool, ngram_counts, ngram_indexes, min_len, max_len):
+    """{n-gram tuple: output column}: pool segment k holds the (k+1)-grams, numbered in pool order."""
+    table, number = {}, 0
+    bounds = list(ngram_counts) + [len(pool)]
+    for size, (start, stop) in enumerate(zip(bounds, bounds[1:]), 1):
+        for at in range(start, stop - size + 1, size):
+            if min_len <= size <= max_len:
+                table[tuple(pool[at:at + size])] = ngram_indexes[number]
+            number += 1
+    return table
+
+
+@register("TfIdfVectorizer", since=9)
+def tfidf_vectorizer(x, *, max_gram_length, max_skip_count, min_gram_length, mode, ngram_counts, ngram_indexes,
+                     pool_int64s=None, pool_strings=None, weights=None):
+    if pool_strings or not pool_int64s:
+        raise UnsupportedOpError("TfIdfVectorizer: string pools are not supported (integer token ids are)")
+    if mode not in ("TF", "IDF", "TFIDF"):
+        raise UnsupportedOpError(f"TfIdfVectorizer: mode {mode!r} is not supported (use TF, IDF or TFIDF)")
+    table = _ngram_table(pool_int64s, ngram_counts, ngram_indexes, min_gram_length, max_gram_length)
+    width = max(ngram_indexes) + 1
+    rows = x.reshape(1, -1).tolist() if x.dim() == 1 else x.tolist()
+    counts = np.zeros((len(rows), width))
+    for r, row in enumerate(rows):
+        for skip in range(max_skip_count + 1):
+            step = skip + 1
+            # Unigrams do not depend on the skip distance: they are counted once, at distance 1.
+            for size in range(max(min_gram_length, 1 if skip == 0 else 2), max_gram_length + 1):
+                for start in range(len(row) - (size - 1) * step):
+                    column = table.get(tuple(row[start:start + (size - 1) * step + 1:step]))
+                    if column is not None:
+                        counts[r, column] += 1
+    if mode == "IDF":
+        counts = (counts > 0) * (np.asarray(weights) if weights else 1.0)
+    elif mode == "TFIDF" and weights:
+        counts = counts * np.asarray(weights)
+    out = torch.from_numpy(counts.astype(np.float32)).to(x.device)
+    return out.reshape(width) if x.dim() == 1 else out

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from xml.etree import ElementTree as ET
 
 SCHEMA_VERSION = 1
@@ -189,8 +189,8 @@ def junit_xml(report: CheckReport) -> str:
             ET.SubElement(case, "failure", message=message or "gradient mismatch").text = message
         elif status in (INCONCLUSIVE, SKIPPED, CANCELLED):
             ET.SubElement(case, "skipped", message=f"{status}: {message}".rstrip(": "))
-    for f in report.findings:
-        ET.SubElement(suite, "system-out").text = f"{f.kind}: {f.message}"
+    if report.findings:
+        ET.SubElement(suite, "system-out").text = "\n".join(f"{f.kind}: {f.message}" for f in report.findings)
     return ET.tostring(suite, encoding="unicode", xml_declaration=True)
 
 

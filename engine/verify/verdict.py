@@ -6,7 +6,8 @@ inconclusive, never failed:
 - one-sided derivatives disagree, and the gap does not shrink when the step halves (a kink at x:
   Relu or Abs at 0, a Max/Min tie, a Clip bound); a smooth function's gap halves with the step;
 - central differences at h and h/2 disagree (the 5-point fit breaks: a kink or jump within h).
-Refinement at h/2 is spent only on items that are neither a clear pass nor a clear fail.
+Refinement at h/2 is spent on the items that are not a clear pass: the doubtful ones, and the
+failures (worst first, capped), since kinks crossed on both sides can fake a clean failure.
 """
 from __future__ import annotations
 

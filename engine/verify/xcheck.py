@@ -39,6 +39,8 @@ class XProbe:
         if opts.mode == "full" and compress:
             rows = independent_rows(self.evaluator, x, y0, opts.seed + salt, max_batch=opts.chunk)
         self.rows = rows
+        if rows > 1:  # callers plan progress for one element per vector; shared rows need fewer
+            control.plan(-(2 * x.numel() - 2 * (x.numel() // rows)))
         self.objective = fd.Objective(self.evaluator, y0, dy, rows)
         self.pert, self.order = self._perturbations(salt)
         probes = max(1, min(fd.PROBES, self.pert.count // 4))
