@@ -61,10 +61,11 @@ class ExplorerApp(Workers, App):
         Binding("escape", "cancel", "Cancel", id="work.cancel"),
     ]
 
-    def __init__(self, session: Session | None, load_error: str | None = None):
+    def __init__(self, session: Session | None, load_error: str | None = None, placement: str = "auto"):
         super().__init__()
         self.session = session
         self.load_error = load_error
+        self.placement = placement  # graph layout: "auto", "dot" or "layered" (see layout.py)
         self.cursor: tuple[int | None, str | None] = (None, None)
         self.layouts: dict[tuple, object] = {}
 
@@ -369,11 +370,12 @@ def _first_output(graph, i: int) -> str | None:
 
 
 def make_app(model_path: str | None = None, *, model: engine.Model | None = None, label: str | None = None,
-             seed: int = 0, device: str = "cpu", dtype: str = "float32", select_from_gradient_node: bool = True
-             ) -> ExplorerApp:
+             seed: int = 0, device: str = "cpu", dtype: str = "float32", select_from_gradient_node: bool = True,
+             placement: str = "auto") -> ExplorerApp:
     """The explorer on a path, a loaded Model, or (neither) the bundled spec example.
 
     A model that fails to load still opens the app, which shows the one-line reason.
+    `placement="layered"` makes the drawing independent of the installed Graphviz (snapshots).
     """
     load_error = None
     if model is None:
@@ -396,4 +398,4 @@ def make_app(model_path: str | None = None, *, model: engine.Model | None = None
                           seed=seed, device=device, dtype=dtype)
         if select_from_gradient_node:
             session.select_from_gradient_node()
-    return ExplorerApp(session, load_error)
+    return ExplorerApp(session, load_error, placement)

@@ -50,7 +50,7 @@ class Workers:
 
     @work(thread=True, exclusive=True, group="layout", exit_on_error=False)
     def run_layout(self, model, spec, view, key) -> None:
-        layout = layout_for(model, spec, view)
+        layout = layout_for(model, spec, view, self.placement)
         if not get_current_worker().is_cancelled:
             self.post_message(m.LayoutReady(key, layout))
 

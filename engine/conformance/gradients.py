@@ -39,6 +39,8 @@ KINKS = {
     "TopK": "ties", "Sqrt": "x = 0", "Pow": "x = 0 with exponent < 1",
     "Resize": "pixel boundaries (nearest mode)", "GridSample": "pixel boundaries",
     "DynamicQuantizeLinear": "min/max ties and rounding steps",
+    "DeformConv": "integer sampling positions (bilinear)", "RoiAlign": "integer sampling positions, max-mode ties",
+    "Range": "an integer (limit - start) / delta, where the output's length jumps",
 }
 
 

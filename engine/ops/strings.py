@@ -3,6 +3,8 @@ object arrays; the plan passes any value through its slots, and nothing here is 
 TfIdfVectorizer counts n-grams of integer token ids."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import torch
 
@@ -29,6 +31,39 @@ def string_normalizer(x, *, case_change_action="NONE", is_case_sensitive=0, loca
     # An input whose every word is a stopword yields one empty string, not an empty tensor.
     out = np.array([_CASE[case_change_action](w) for w in kept] or [""], dtype=object)
     return out.reshape(1, -1) if arr.ndim == 2 else out
+
+
+def _texts(x):
+    return np.asarray(x, dtype=object)
+
+
+@register("StringConcat", since=20)
+def string_concat(x, y):
+    a, b = np.broadcast_arrays(_texts(x), _texts(y))
+    return np.array([str(u) + str(v) for u, v in zip(a.reshape(-1), b.reshape(-1))], dtype=object).reshape(a.shape)
+
+
+@register("RegexFullMatch", since=20)
+def regex_full_match(x, *, pattern="", device):
+    # NOTE: Python's re stands in for RE2; the two agree on the common syntax (no backreferences in RE2).
+    try:
+        regex = re.compile(pattern)
+    except re.error as exc:
+        raise OnnxGradError(f"RegexFullMatch: invalid pattern {pattern!r}: {exc}") from None
+    arr = _texts(x)
+    hits = np.array([regex.fullmatch(str(v)) is not None for v in arr.reshape(-1)], dtype=bool)
+    return torch.from_numpy(hits.reshape(arr.shape)).to(device)
+
+
+@register("StringSplit", since=20)
+def string_split(x, *, delimiter="", maxsplit=None, device):
+    arr = _texts(x)
+    sep = delimiter or None  # an empty delimiter splits on runs of whitespace
+    parts = [str(v).split(sep, -1 if maxsplit is None else maxsplit) for v in arr.reshape(-1)]
+    counts = np.array([len(p) for p in parts], dtype=np.int64).reshape(arr.shape)
+    width = max((len(p) for p in parts), default=0)
+    out = np.array([p + [""] * (width - len(p)) for p in parts], dtype=object).reshape(*arr.shape, width)
+    return out, torch.from_numpy(counts).to(device)
 
 
 def _ngram_table(pool, ngram_counts, ngram_indexes, min_len, max_len):

@@ -142,6 +142,8 @@ def _chunk_size(ctx: Context) -> int:
 
 def _deterministic(ctx: Context, findings: list[Finding]) -> bool:
     a, b = ctx.y_again, ctx.y0
+    if torch.equal(a, b):
+        return True
     scale = float(b[torch.isfinite(b)].abs().max()) if bool(torch.isfinite(b).any()) else 0.0
     same = bool(((a - b).abs() <= 1e-9 * b.abs() + 1e-12 * scale).logical_or(a == b).logical_or(
         a.isnan() & b.isnan()).all())

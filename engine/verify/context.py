@@ -1,6 +1,7 @@
 """Everything a check needs about one (model, y, xs, zs, values): plans, float64 values, dy, gradients."""
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
@@ -11,7 +12,7 @@ from ..dtypes import parse_device
 from ..errors import FeedError, SelectionError
 from ..model import Model
 from ..plan import Plan
-from ..selection import GradientSpec
+from ..selection import GradientSpec, names
 
 F64 = torch.float64
 
@@ -69,16 +70,38 @@ class Context:
         return self.values[name] if name in self.values else self.feeds[name]
 
 
+# Validated selections and their prepared gradients, per model: validating walks the graph, and a
+# small model's whole check costs a few milliseconds, so repeated checks reuse them.
+_PREPARED: "weakref.WeakKeyDictionary[Model, dict]" = weakref.WeakKeyDictionary()
+
+
+def _prepared(model: Model, y, xs, zs, dev, extras_of):
+    key = (y, names(xs), names(zs), str(dev))
+    cache = _PREPARED.setdefault(model, {})
+    if key not in cache:
+        spec = model.selection(y, xs, zs)
+        cache[key] = (spec, {})
+    spec, by_extras = cache[key]
+    extras = extras_of(spec)
+    if extras not in by_extras:
+        by_extras[extras] = model.prepare_gradient(spec.y, spec.xs, spec.zs, device=dev, dtype=F64,
+                                                   extra_inputs=extras)
+    return spec, extras, by_extras[extras]
+
+
 def build(model: Model, y: str, xs, zs, feeds: Mapping | None, dy, seed: int, device, ones_dy: bool) -> Context:
-    spec = model.selection(y, xs, zs)
     dev = parse_device(device)
     feeds = dict(feeds or {})
     for n in feeds:
         if not model.graph.has_tensor(n):
             raise FeedError(f"feed {n!r} names no tensor in this model")
+
+    def extras_of(spec):
+        # Fed initializers the cut graph reads (and a refusal of feeds inside it); none without other feeds.
+        return tuple(model.gradient_extras(spec, feeds)) if set(feeds) - set(spec.inputs) else ()
+
+    spec, extras, prepared = _prepared(model, y, xs, zs, dev, extras_of)
     values = model.selection_values(spec, feeds, seed=seed)
-    # Fed initializers the cut graph reads (and a refusal of feeds inside it); none without other feeds.
-    extras = model.gradient_extras(spec, feeds) if set(feeds) - set(spec.inputs) else ()
     sources = tuple(spec.inputs) + tuple(extras)
     tensors64 = [model.to_tensor(n, values[n] if n in values else feeds[n], dev, F64) for n in sources]
     plan64 = model.prepare(sources, [spec.y], device=dev, dtype=F64)
@@ -89,7 +112,6 @@ def build(model: Model, y: str, xs, zs, feeds: Mapping | None, dy, seed: int, de
     if not isinstance(y0, torch.Tensor) or not y0.is_floating_point():
         raise SelectionError(f"y {spec.y!r} is not a float tensor: gradients need a float y")
     dy_t, label = _seed(y0, dy, seed, ones_dy, spec.y)
-    prepared = model.prepare_gradient(spec.y, spec.xs, spec.zs, device=dev, dtype=F64, extra_inputs=extras)
     out = prepared(*tensors64, dy=dy_t)
     grads = {n: g.detach() for n, g in zip(spec.xs, out.grads)}
     return Context(model, spec, dev, sources, feeds, values, tensors64, plan64, y0.detach(), dy_t, label,
