@@ -19,14 +19,14 @@ from .screens.help import HelpScreen
 from .screens.prompt import PromptScreen
 from .screens.step import StepScreen
 from .screens.verify import VerifyScreen
-from .state import CheckOptions, Session, available_devices
+from .state import CheckOptions, Session, available_devices, open_session
 from .widgets.graph_view import GraphView
 from .widgets.inspector import Inspector
 from .widgets.node_list import NodeList
 from .widgets.results import Results
 from .widgets.selection_bar import SelectionBar
 from .widgets.status import StatusLine
-from .work import CANCELLABLE, Workers, one_line
+from .work import CANCELLABLE, Workers
 
 FULL_CHECK_ELEMENTS = 20_000  # beyond this many x elements the verify dialog proposes fast mode
 
@@ -377,25 +377,7 @@ def make_app(model_path: str | None = None, *, model: engine.Model | None = None
     A model that fails to load still opens the app, which shows the one-line reason.
     `placement="layered"` makes the drawing independent of the installed Graphviz (snapshots).
     """
-    load_error = None
-    if model is None:
-        try:
-            if model_path is None:
-                from engine import examples
-
-                model, label = engine.load(examples.spec_conv_gemm()), label or "spec_conv_gemm"
-            else:
-                model = engine.load(model_path)
-        except OnnxGradError as exc:
-            load_error = str(exc)
-        except Exception as exc:  # a corrupt file can fail below our loader too; still one line
-            load_error = one_line(exc)
-    session = None
-    if model is not None:
-        import os
-
-        session = Session(model, label or (os.path.basename(model_path) if model_path else model.name),
-                          seed=seed, device=device, dtype=dtype)
-        if select_from_gradient_node:
-            session.select_from_gradient_node()
+    session, load_error = open_session(model_path, model=model, label=label, seed=seed, device=device, dtype=dtype)
+    if session is not None and select_from_gradient_node:
+        session.select_from_gradient_node()
     return ExplorerApp(session, load_error, placement)

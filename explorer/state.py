@@ -336,6 +336,30 @@ class Session:
         return out
 
 
+def open_session(model_path: str | None = None, *, model: engine.Model | None = None, label: str | None = None,
+                 **settings) -> tuple[Session | None, str | None]:
+    """(session, None), or (None, the one-line reason the model cannot be loaded).
+
+    Neither a path nor a model: the bundled spec example (Conv -> Gemm with its Gradient node).
+    """
+    import os
+
+    from .guard import one_line
+
+    if model is None:
+        try:
+            if model_path is None:
+                from engine import examples
+
+                model, label = engine.load(examples.spec_conv_gemm()), label or "spec_conv_gemm"
+            else:
+                model = engine.load(model_path)
+        except Exception as exc:  # a corrupt file can fail below our loader too: still one line
+            return None, one_line(exc)
+    name = label or (os.path.basename(model_path) if model_path else model.name)
+    return Session(model, name, **settings), None
+
+
 def active_nodes(graph, y: str, xs, zs) -> frozenset[int]:
     """Nodes computing y from xs ∪ zs (cut there) that read something depending on xs."""
     members = set(xs) | set(zs)

@@ -1,5 +1,5 @@
 """Second round of ops (losses, sampling, attention, signal, quantization, detection, random,
-optional, training): ONNX's node cases, float64 gradcheck of every differentiable op, vmap, the
+optional, training, strings): ONNX's node cases, float64 gradcheck of every differentiable op, vmap, the
 losses against torch written directly (hypothesis), exported torch modules, and error paths."""
 from __future__ import annotations
 
@@ -51,6 +51,22 @@ def test_onnx_node_case(case):
         np.testing.assert_allclose(got, want, atol=5e-6)
         return
     assert outcome.status == PASS, outcome.message
+
+
+STRING_OPS = ("StringConcat", "RegexFullMatch", "StringSplit")
+STRING_CASES = [c for c in node_cases() if case_info(c).op in STRING_OPS]
+
+
+@pytest.mark.parametrize("case", STRING_CASES, ids=[c.name for c in STRING_CASES])
+def test_string_node_case_through_model_run(case):
+    """ONNX's backend interface (and so run_case) refuses string inputs; Model.run passes them through."""
+    model = engine.load(case.model)
+    names = [i.name for i in case.model.graph.input]
+    for inputs, expected in case.data_sets:
+        got = model.run(dict(zip(names, inputs)))
+        for out, want in zip(case.model.graph.output, expected):
+            assert got[out.name].shape == want.shape and got[out.name].dtype == want.dtype
+            assert (got[out.name] == want).all(), out.name
 
 
 # --- float64 gradcheck of every differentiable op ---------------------------------------------------
@@ -309,7 +325,8 @@ def _single(op, inputs, out_type, out_shape, opset=22, **attrs):
 def test_max_roi_pool_matches_onnxruntime():
     x = np.random.default_rng(3).standard_normal((2, 3, 8, 9)).astype(np.float32)
     rois = np.array([[0, 1, 1, 6, 5], [1, 0.4, 2.6, 8.2, 7.9], [0, 3, 3, 3, 3]], dtype=np.float32)
-    model, feeds = _single("MaxRoiPool", [x, rois], TensorProto.FLOAT, [3, 3, 2, 3], opset=13, pooled_shape=[2, 3], spatial_scale=0.9)
+    model, feeds = _single("MaxRoiPool", [x, rois], TensorProto.FLOAT, [3, 3, 2, 3], opset=13, pooled_shape=[2, 3],
+                           spatial_scale=0.9)
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
     np.testing.assert_allclose(engine.load(model).run(feeds)["y"], want, rtol=1e-6)
 

@@ -169,7 +169,8 @@ def rotary_embedding(x, cos_cache, sin_cache, position_ids=None, *, interleaved=
     if position_ids is not None:
         cos_cache, sin_cache = cos_cache[position_ids], sin_cache[position_ids]
     if cos_cache.shape[-1] != dim // 2 or sin_cache.shape[-1] != dim // 2:
-        raise OnnxGradError(f"RotaryEmbedding: caches end in {cos_cache.shape[-1]}, expected rotary dim / 2 = {dim // 2}")
+        raise OnnxGradError(f"RotaryEmbedding: caches end in {cos_cache.shape[-1]}, "
+                            f"expected rotary dim / 2 = {dim // 2}")
     cos, sin = cos_cache.unsqueeze(-2), sin_cache.unsqueeze(-2)  # (B or 1, S, 1, dim/2)
     x1, x2 = (rot[..., 0::2], rot[..., 1::2]) if interleaved else rot.chunk(2, -1)
     real, imag = cos * x1 - sin * x2, sin * x1 + cos * x2

@@ -1,4 +1,4 @@
-"""Matrix products, normalizations, Dropout and LRN."""
+"""Matrix products (and Det), normalizations, Dropout and LRN."""
 from __future__ import annotations
 
 import numpy as np

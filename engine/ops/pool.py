@@ -1,4 +1,5 @@
-"""Pooling: MaxPool, AveragePool, LpPool and their global forms, over any number of spatial dims."""
+"""Pooling: MaxPool, AveragePool, LpPool and their global forms, over any number of spatial dims;
+and MaxUnpool, which scatters pooled values back to where MaxPool found them."""
 from __future__ import annotations
 
 import math

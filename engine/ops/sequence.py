@@ -1,4 +1,5 @@
-"""Sequence ops. An ONNX sequence is a Python list of tensors; ops never mutate their input list."""
+"""Sequence ops. An ONNX sequence is a Python list of tensors; ops never mutate their input list.
+Also the Optional ops: an optional value is the value itself, or None when empty."""
 from __future__ import annotations
 
 import torch
@@ -78,7 +79,6 @@ def split_to_sequence(input, split=None, *, axis=0, keepdims=1):  # noqa: A002 -
     return list(torch.split(input, sizes, dim=a))
 
 
-# An optional value is the value itself, or None when empty.
 @register("Optional", since=15)
 def optional(x=None, *, type=None):  # noqa: A002  (ONNX attribute name)
     if x is None and type is None:

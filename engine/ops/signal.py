@@ -9,7 +9,7 @@ import torch
 from ..dtypes import onnx_to_torch
 from ..errors import OnnxGradError, UnsupportedOpError
 from ..registry import register
-from .shape import int_list, int_scalar
+from .shape import int_scalar
 
 
 def _complex(x):
