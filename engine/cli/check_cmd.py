@@ -82,12 +82,12 @@ class _progress_bar:
         if not sys.stderr.isatty():
             return None
         from rich.console import Console
-        from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-        self._bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+        self._bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                              TimeRemainingColumn(), console=Console(stderr=True), transient=True)
         self._bar.start()
-        self._task = self._bar.add_task("checking", total=None)
+        self._task = self._bar.add_task("preparing", total=None)
 
         def update(done: int, total: int, stage: str) -> None:
             self._bar.update(self._task, completed=done, total=total, description=stage)

@@ -57,6 +57,7 @@ def check(model, y: str, xs, zs=(), feeds: Mapping | None = None, dy=None, mode:
 
     connected = [x for x in ctx.spec.xs if x not in ctx.disconnected]
     control.plan(sum(_planned(ctx.grads64[x].numel(), opts) for x in connected))
+    control.tick(0, "finite differences", force=True)
     results, probes = [], {}
     for k, name in enumerate(ctx.spec.xs):
         shape = tuple(ctx.grads64[name].shape)
