@@ -9,8 +9,10 @@ R elements cost one pair of forwards. Each item (vector g, row r) yields
     f+, f- = one-sided differences from L(x)  free, since L(x) is known,
 
 and, for the few items whose verdict is in doubt, the same at h/2 (Richardson). Error model:
-truncation is O(h^2) and tiny at these steps; roundoff in L is bounded by ROUNDOFF * eps * S
-where S = sum |dy * y| over the row, so a difference quotient carries about that over h.
+truncation is O(h^2) and tiny at these steps; the roundoff in L is measured (`_roundoff`: a
+couple of vectors also differenced at a 1000 times smaller step, in the same batched call), and
+a quotient carries that over h. Without a measurement, ROUNDOFF * eps * S bounds it, where
+S = sum |dy * y| over the row.
 """
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ import torch
 from .batching import BatchEvaluator
 
 STEP = 1e-6  # relative step, times max(1, |x|): float64 central differences
-ROUNDOFF = 16.0  # forward rounding error of L, in units of eps * sum |dy * y|
+ROUNDOFF = 16.0  # rounding error of L when unmeasured, in units of eps * sum |dy * y|
 EPS64 = float(np.finfo(np.float64).eps)
 PROBES = 2  # vectors whose quotient at a tiny step measures the roundoff
 PROBE_SCALE = 1e-3
@@ -51,6 +53,14 @@ class Perturbations:
     @property
     def items(self) -> int:
         return self.count * self.rows
+
+    @property
+    def step_np(self) -> np.ndarray:
+        cached = self.__dict__.get("_step_np")
+        if cached is None:
+            cached = self.step.detach().cpu().numpy().astype(np.float64)
+            object.__setattr__(self, "_step_np", cached)
+        return cached
 
 
 def element_perturbations(x: torch.Tensor, groups: torch.Tensor, step: float = STEP) -> Perturbations:
@@ -87,8 +97,8 @@ class Objective:
         self.dy = dy
         self.rows = rows
         weighted = (dy * y0).reshape(rows, -1)
-        self.base = weighted.sum(-1)  # L(x) per row
-        self.scale = weighted.abs().sum(-1)  # S per row, for the roundoff bound
+        self.base = weighted.sum(-1).cpu().numpy()  # L(x) per row
+        self.scale = weighted.abs().sum(-1).cpu().numpy()  # S per row, for the roundoff bound
 
     def __call__(self, xb: torch.Tensor) -> torch.Tensor:
         yb = self.evaluator(xb)
@@ -164,10 +174,10 @@ def run_pairs(objective: Objective, x: torch.Tensor, pert: Perturbations, ids: t
     """L(x + s*delta) and L(x - s*delta) for the vectors `ids` (s: one scale, or one per vector):
     ([n, R], [n, R], how many were evaluated before a stop)."""
     n = len(ids)
-    scales = torch.as_tensor(scale, dtype=torch.float64).expand(n) if np.ndim(scale) == 0 else \
-        torch.as_tensor(scale, dtype=torch.float64)
-    plus = torch.full((n, pert.rows), float("nan"), dtype=torch.float64)
-    minus = plus.clone()
+    # Small bookkeeping stays in numpy: on tensors this size a torch call costs 10 us of dispatch.
+    scales = torch.from_numpy(np.broadcast_to(np.asarray(scale, dtype=np.float64), (n,)).copy())
+    plus = np.full((n, pert.rows), np.nan)
+    minus = plus.copy()
     k = max(1, chunk // 2)
     done = 0
     base = x.detach()
@@ -178,7 +188,7 @@ def run_pairs(objective: Objective, x: torch.Tensor, pert: Perturbations, ids: t
         deltas = pert.build(ids[sel], scales[sel])
         batch = torch.cat([base + deltas, base - deltas])
         with torch.no_grad():
-            values = objective(batch).to(torch.float64).cpu()
+            values = objective(batch).detach().to(torch.float64).cpu().numpy()
         m = len(deltas)
         plus[done:done + m] = values[:m]
         minus[done:done + m] = values[m:]
@@ -215,7 +225,7 @@ def measure(objective: Objective, x: torch.Tensor, pert: Perturbations, order: t
     if noise_l is not None and np.isfinite(noise_l).all():
         m.noise[it] = np.tile(noise_l, len(ids_np)) / h
     else:
-        s = np.tile(objective.scale.cpu().numpy(), len(ids_np))
+        s = np.tile(objective.scale, len(ids_np))
         m.noise[it] = ROUNDOFF * EPS64 * (s + np.abs(l0)) / h
     return m
 
@@ -232,7 +242,7 @@ def _roundoff(objective: Objective, pert: Perturbations, m: Measurement, probe_i
     it, h, _, lp, lm = _quotient_inputs(objective, pert, probe_ids, plus, minus, scale * PROBE_SCALE)
     tiny = (lp - lm) / (2 * h)
     noise_l = (np.abs(tiny - m.d1[it]) * h).reshape(-1, pert.rows).max(0)
-    floor = EPS64 * (objective.scale.cpu().numpy() + np.abs(objective.base.cpu().numpy()))
+    floor = EPS64 * (objective.scale + np.abs(objective.base))
     return np.maximum(PROBE_SAFETY * np.nan_to_num(noise_l, nan=np.inf), floor)
 
 
@@ -257,9 +267,9 @@ def refine(objective: Objective, x: torch.Tensor, pert: Perturbations, m: Measur
 
 def _quotient_inputs(objective: Objective, pert: Perturbations, ids: np.ndarray, plus, minus, scale: float):
     it = _items(ids, pert.rows)
-    h = pert.step.cpu().numpy().astype(np.float64)[ids].reshape(-1) * scale
-    l0 = np.tile(objective.base.cpu().numpy(), len(ids))
-    return it, h, l0, plus.numpy().reshape(-1), minus.numpy().reshape(-1)
+    h = pert.step_np[ids].reshape(-1) * scale
+    l0 = np.tile(objective.base, len(ids))
+    return it, h, l0, plus.reshape(-1), minus.reshape(-1)
 
 
 def _items(vectors: np.ndarray, rows: int) -> np.ndarray:

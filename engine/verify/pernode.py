@@ -17,7 +17,7 @@ from .fd import normal
 from .report import FAIL, INCONCLUSIVE, PASS, SKIPPED, NodeCheck
 from .xcheck import XProbe
 
-NODE_FULL_LIMIT = 4096  # inputs up to this many elements are checked element by element
+NODE_FULL_LIMIT = 4096  # node inputs up to this many elements are checked element by element
 RANDOM_OPS = {"Dropout", "RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike",
               "Multinomial", "Bernoulli"}
 
@@ -55,12 +55,17 @@ def check_nodes(ctx, opts, control) -> tuple[NodeCheck, ...]:
     return tuple(results)
 
 
+def _node_mode(numel: int) -> str:
+    """A node's perturbation costs one node's forward: every element of a small input, whatever the
+    model-level mode (a sample could miss the one wrong element), random directions above that."""
+    return "full" if numel <= NODE_FULL_LIMIT else "fast"
+
+
 def _planned(ctx, ins, live, opts) -> int:
     total = 0
     for k in live:
         n = ctx.all_values[ins[k]].numel()
-        total += 2 * (n if n <= NODE_FULL_LIMIT and opts.mode == "full" else
-                      (min(opts.samples, n) if opts.mode == "sample" else opts.directions))
+        total += 2 * (n if _node_mode(n) == "full" else opts.directions)
     return total
 
 
@@ -104,8 +109,7 @@ def _check_node(ctx, step, ins, live, opts, control) -> NodeCheck:
     for j, k in enumerate(live):
         x = inputs[k]
         grad = grads[j] if grads[j] is not None else torch.zeros_like(x)
-        node_opts.mode = "full" if (x.numel() <= NODE_FULL_LIMIT and opts.mode == "full") else \
-            ("sample" if opts.mode == "sample" else "fast")
+        node_opts.mode = _node_mode(x.numel())
 
         def f(xx, k=k):
             return forward(inputs[:k] + [xx] + inputs[k + 1:])

@@ -9,6 +9,7 @@ mode, Softmax or a reduction over axis 0, CumSum along it, ...) moves other rows
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from .batching import BatchEvaluator
@@ -35,9 +36,12 @@ def independent_rows(evaluator: BatchEvaluator, x: torch.Tensor, y0: torch.Tenso
     probes[idx, idx] += step
     with torch.no_grad():
         out = evaluator(probes, verify=False)  # [B, *y.shape]; compared with y0 below anyway
-    if out.shape != (b,) + tuple(y0.shape) or not bool(torch.isfinite(out).all()):
+    if out.shape != (b,) + tuple(y0.shape):
         return 1
-    moved = (out - y0.unsqueeze(0)).abs() > 1e-12 * (y0.abs().unsqueeze(0) + y0.abs().max())
+    out, base = out.detach().cpu().numpy(), y0.detach().cpu().numpy()
+    if not np.isfinite(out).all():
+        return 1
+    moved = np.abs(out - base[None]) > 1e-12 * (np.abs(base)[None] + np.abs(base).max())
     moved = moved.reshape(b, b, -1).any(-1)  # [probe r, row s]
-    moved[idx, idx] = False
+    np.fill_diagonal(moved, False)
     return 1 if bool(moved.any()) else b

@@ -34,6 +34,7 @@ class XProbe:
                  y0: torch.Tensor, dy: torch.Tensor, opts: Options, salt: int, control: fd.Control,
                  stage: str = "finite differences", compress: bool = True):
         self.name, self.x, self.opts, self.control, self.stage = name, x, opts, control, stage
+        self._done_before = control.done
         self.evaluator = BatchEvaluator(fn)
         rows = 1
         if opts.mode == "full" and compress:
@@ -47,7 +48,6 @@ class XProbe:
         control.plan(2 * probes)
         self.m = fd.measure(self.objective, x, self.pert, self.order, opts.chunk, control, stage, probes=probes)
         self.noise_l = self.m.noise_l
-        self.forwards = 2 * int(self.m.evaluated.sum() // max(rows, 1))
 
     def _perturbations(self, salt: int):
         x, opts = self.x, self.opts
@@ -88,7 +88,6 @@ class XProbe:
         # worth a batched call when it is a small part of the whole.
         picks = verdict.to_refine(a, self.m, tol, worst_too=self.pert.count >= 64)
         fd.refine(self.objective, self.x, self.pert, self.m, picks, self.opts.chunk, self.control)
-        self.forwards = 2 * int(self.m.evaluated.sum() // self.rows) + 2 * int(self.m.refined.sum() // self.rows)
         self.analytic = a
         v = verdict.classify(a, self.m, tol)
         if self._retry(a, tol, v):
@@ -107,14 +106,15 @@ class XProbe:
         adopted = False
         kinks = [i for i, c in v.causes.items() if c == verdict.KINK]
         for scale in (1 / 4, 1 / 32, 1 / 256):
-            kinks, settled = self._retry_at(a, tol, kinks, scale, stop_if_inaccurate=True)
+            kinks, settled = self._retry_at(a, tol, kinks, scale, keep_kinked=True)
             adopted |= settled
         inaccurate = [i for i, c in v.causes.items() if c == verdict.INACCURATE]
         _, settled = self._retry_at(a, tol, inaccurate, 8.0)
         return adopted | settled
 
-    def _retry_at(self, a, tol, items, scale: float, stop_if_inaccurate: bool = False):
-        """(items still kinked, whether any item settled) after measuring `items` at scale * h."""
+    def _retry_at(self, a, tol, items, scale: float, keep_kinked: bool = False):
+        """(items still kinked, for the next rung of the ladder; whether any item settled) after
+        measuring `items` at scale * h."""
         items = np.array(sorted(items), dtype=np.int64)
         if len(items) == 0 or self.control.stopped == "cancelled":
             return [], False
@@ -128,7 +128,7 @@ class XProbe:
         if settled:
             self.m.take(m, np.array(settled, dtype=np.int64))
         still = [i for i in items if again.causes.get(i) == verdict.KINK and (i // self.rows) in set(vectors)]
-        return (still if stop_if_inaccurate else []), bool(settled)
+        return (still if keep_kinked else []), bool(settled)
 
     def _confirm_directions(self, grad: torch.Tensor, v: verdict.Verdicts) -> None:
         """A failing direction is re-measured along two nearby directions before it counts.
@@ -185,7 +185,8 @@ class XProbe:
                       inconclusive=inconclusive, reason=reason, kind=self.pert.kind,
                       shape=tuple(self.x.shape), total=self.x.numel(), step=float(self.pert.step.max()),
                       rtol=verdict.RTOL if self.opts.rtol is None else self.opts.rtol,
-                      strategy=self.evaluator.strategy or "", rows=self.rows, forwards=self.forwards)
+                      strategy=self.evaluator.strategy or "", rows=self.rows,
+                      forwards=self.control.done - self._done_before)
         if conclusive.any():
             fields["max_abs_err"] = float(np.max(v.abs_err[conclusive]))
             fields["max_rel_err"] = float(np.max(v.rel_err[conclusive]))
