@@ -14,7 +14,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import onnx
 import torch
-from onnx import ModelProto, NodeProto, TypeProto, helper
+from onnx import ModelProto, NodeProto, TensorProto, TypeProto, helper
 from onnx.backend.base import Backend, BackendRep, namedtupledict
 
 from .attributes import array_to_tensor
@@ -32,8 +32,8 @@ def type_problem(tp: TypeProto) -> str:
     kind = tp.WhichOneof("value")
     if kind == "tensor_type":
         elem = tp.tensor_type.elem_type
-        if elem == 0:
-            return ""  # undeclared: the value decides
+        if elem in (0, TensorProto.STRING):
+            return ""  # undeclared: the value decides; strings stay numpy object arrays
         try:
             onnx_to_torch(elem)
         except OnnxGradError:
@@ -67,7 +67,7 @@ def _to_engine(value, tp: TypeProto | None, device: torch.device, float_dtype):
     else:
         arr = np.asarray(value)
         if arr.dtype.kind in "USO":
-            raise UnsupportedTypeError("string tensors are not supported")
+            return arr.astype(object)  # only string ops read these, as numpy arrays
         elem = tp.tensor_type.elem_type if kind == "tensor_type" else None
         t = array_to_tensor(arr, device, None, onnx_type=elem or None)
     if t.is_floating_point():
@@ -87,6 +87,8 @@ def _to_numpy(value, tp: TypeProto | None, keep_float: bool):
         return None if value is None else _to_numpy(value, tp.optional_type.elem_type, keep_float)
     if value is None:
         return None
+    if isinstance(value, np.ndarray) and value.dtype.kind in "USO":
+        return value.astype(object)
     t = value.detach().cpu() if isinstance(value, torch.Tensor) else torch.as_tensor(np.asarray(value))
     elem = tp.tensor_type.elem_type if kind == "tensor_type" else 0
     if t.dtype == torch.bfloat16:

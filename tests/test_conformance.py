@@ -79,7 +79,7 @@ def test_ops_doc_is_current(run):
     ("test_cast_FLOAT_to_FLOAT16", PASS),  # inputs arrive as TensorProto: normalized, not misfiled
     ("test_clip_default_min", PASS),  # a numpy scalar input
     ("test_sequence_insert_at_back", PASS),  # sequences in and out
-    ("test_equal_string", UNSUPPORTED_TYPE),
+    ("test_equal_string", PASS),  # strings stay numpy object arrays through the plan
     ("test_cast_FLOAT_to_FLOAT8E4M3FN", UNSUPPORTED_TYPE),
     ("test_ai_onnx_ml_binarizer", UNSUPPORTED_OP),
 ])
@@ -171,9 +171,9 @@ def test_backend_run_node_and_named_outputs():
 
 def test_backend_refuses_what_it_cannot_hold():
     graph = helper.make_graph([helper.make_node("Identity", ["s"], ["t"])], "g",
-                              [helper.make_tensor_value_info("s", TensorProto.STRING, [2])],
-                              [helper.make_tensor_value_info("t", TensorProto.STRING, [2])])
-    with pytest.raises(UnsupportedTypeError, match="string"):
+                              [helper.make_tensor_value_info("s", TensorProto.FLOAT8E4M3FN, [2])],
+                              [helper.make_tensor_value_info("t", TensorProto.FLOAT8E4M3FN, [2])])
+    with pytest.raises(UnsupportedTypeError, match="float8"):
         OnnxGradBackend.prepare(helper.make_model(graph))
     assert not OnnxGradBackend.is_compatible(helper.make_model(graph))
     assert OnnxGradBackend.supports_device("CPU")

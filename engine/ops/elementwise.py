@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import functools
 
+import numpy as np
 import torch
 from onnx import TensorProto
 
@@ -299,6 +300,8 @@ def bitwise_not(x):
 
 @register("Equal", since=7)
 def equal(a, b):
+    if isinstance(a, np.ndarray):  # string tensors (Equal accepts them from opset 19) stay numpy
+        return torch.from_numpy(np.equal(a, b).astype(bool))
     return torch.eq(a, b)
 
 

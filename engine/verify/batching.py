@@ -21,21 +21,27 @@ STRATEGIES = ("native", "vmap", "loop")
 class BatchEvaluator:
     """`fn(x) -> tensor`; `evaluator(xb)` returns the stacked outputs for xb[0], xb[1], ..."""
 
-    def __init__(self, fn: Callable[[torch.Tensor], torch.Tensor], allow=STRATEGIES):
+    def __init__(self, fn: Callable[[torch.Tensor], torch.Tensor], allow=STRATEGIES, shape=None):
         self.fn = fn
         self._candidates = [s for s in STRATEGIES if s in allow]
         self.strategy: str | None = None
         self._verified: set[int] = set()
+        # With the output's shape known, an entry whose output has another shape (Range's length
+        # read from a float input: a step in the function) comes back as NaN and is flagged in
+        # `changed` (one bool per entry of the last call) instead of breaking the stack.
+        self.shape = None if shape is None else tuple(shape)
+        self.changed: list[bool] | None = None
 
     def __call__(self, xb: torch.Tensor, verify: bool = True) -> torch.Tensor:
         """`verify=False` skips the check against a single call, for callers that compare the
         entries with known values themselves (a mixing strategy then shows up as a mismatch)."""
         k = xb.shape[0]
+        self.changed = None
         while True:
             strategy = self.strategy or self._candidates[0]
             if strategy == "loop":
                 self.strategy = "loop"
-                return torch.stack([self.fn(xb[i]) for i in range(k)])
+                return self._loop(xb)
             out = self._try(strategy, xb, verify)
             if out is not None:
                 self.strategy = strategy
@@ -43,6 +49,17 @@ class BatchEvaluator:
             self._candidates.remove(strategy)
             self.strategy = None
             self._verified.clear()
+
+    def _loop(self, xb: torch.Tensor) -> torch.Tensor:
+        outs = [self.fn(xb[i]) for i in range(xb.shape[0])]
+        if self.shape is None or all(tuple(o.shape) == self.shape for o in outs):
+            return torch.stack(outs)
+        self.changed = [tuple(o.shape) != self.shape for o in outs]
+        like = next((o for o in outs if tuple(o.shape) == self.shape), None)
+        if like is None:
+            like = torch.empty(self.shape, dtype=outs[0].dtype, device=outs[0].device)
+        nan = torch.full_like(like, float("nan")) if like.is_floating_point() else like
+        return torch.stack([nan if c else o for o, c in zip(outs, self.changed)])
 
     def _try(self, strategy: str, xb: torch.Tensor, verify: bool = True) -> torch.Tensor | None:
         k = xb.shape[0]

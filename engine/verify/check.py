@@ -64,6 +64,11 @@ def check(model, y: str, xs, zs=(), feeds: Mapping | None = None, dy=None, mode:
         if name in ctx.disconnected:
             results.append(skipped(name, shape, f"y does not depend on {name!r}: its gradient is zero", PASS))
             continue
+        if ctx.y0.numel() == 0 or ctx.grads64[name].numel() == 0:
+            # Nothing to differentiate: no element of x, or L = <dy, y> is an empty sum.
+            what = f"x {name!r}" if ctx.grads64[name].numel() == 0 else f"y {ctx.spec.y!r}"
+            results.append(skipped(name, shape, f"skipped: empty ({what} has no elements)", PASS))
+            continue
         if not deterministic:
             results.append(skipped(name, shape, "the model is nondeterministic: finite differences are meaningless",
                                    INCONCLUSIVE))

@@ -94,6 +94,7 @@ class Objective:
 
     def __init__(self, evaluator: BatchEvaluator, y0: torch.Tensor, dy: torch.Tensor, rows: int = 1):
         self.evaluator = evaluator
+        evaluator.shape = tuple(y0.shape)
         self.dy = dy
         self.rows = rows
         weighted = (dy * y0).reshape(rows, -1)
@@ -120,15 +121,18 @@ class Measurement:
     evaluated: np.ndarray  # bool: False where a stop or budget came first
     scale: float = 1.0  # the step used, as a multiple of the perturbation set's step
     noise_l: np.ndarray | None = None  # measured roundoff in L per row, when probes were run
+    reshaped: np.ndarray | None = None  # bool: a perturbed forward changed y's shape
 
     @classmethod
     def empty(cls, n: int, scale: float = 1.0) -> "Measurement":
         nan = lambda: np.full(n, np.nan)  # noqa: E731
-        return cls(nan(), nan(), nan(), nan(), nan(), nan(), nan(), np.zeros(n, bool), np.zeros(n, bool), scale)
+        return cls(nan(), nan(), nan(), nan(), nan(), nan(), nan(), np.zeros(n, bool), np.zeros(n, bool), scale,
+                   reshaped=np.zeros(n, bool))
 
     def take(self, other: "Measurement", items: np.ndarray) -> None:
         """Adopt `other`'s quotients (another step) for `items`."""
-        for name in ("d1", "fplus1", "fminus1", "noise", "d2", "fplus2", "fminus2", "refined", "evaluated"):
+        for name in ("d1", "fplus1", "fminus1", "noise", "d2", "fplus2", "fminus2", "refined", "evaluated",
+                     "reshaped"):
             getattr(self, name)[items] = getattr(other, name)[items]
 
 
@@ -172,12 +176,13 @@ class Control:
 def run_pairs(objective: Objective, x: torch.Tensor, pert: Perturbations, ids: torch.Tensor, scale,
               chunk: int, control: Control, stage: str, budget_applies: bool = True):
     """L(x + s*delta) and L(x - s*delta) for the vectors `ids` (s: one scale, or one per vector):
-    ([n, R], [n, R], how many were evaluated before a stop)."""
+    ([n, R], [n, R], how many were evaluated before a stop, [n] whether y's shape changed)."""
     n = len(ids)
     # Small bookkeeping stays in numpy: on tensors this size a torch call costs 10 us of dispatch.
     scales = torch.from_numpy(np.broadcast_to(np.asarray(scale, dtype=np.float64), (n,)).copy())
     plus = np.full((n, pert.rows), np.nan)
     minus = plus.copy()
+    reshaped = np.zeros(n, bool)
     k = max(1, chunk // 2)
     done = 0
     base = x.detach()
@@ -190,11 +195,14 @@ def run_pairs(objective: Objective, x: torch.Tensor, pert: Perturbations, ids: t
         with torch.no_grad():
             values = objective(batch).detach().to(torch.float64).cpu().numpy()
         m = len(deltas)
+        changed = objective.evaluator.changed
+        if changed is not None:
+            reshaped[done:done + m] = np.logical_or(changed[:m], changed[m:])
         plus[done:done + m] = values[:m]
         minus[done:done + m] = values[m:]
         done += m
         control.tick(2 * m, stage)
-    return plus, minus, done
+    return plus, minus, done, reshaped
 
 
 def measure(objective: Objective, x: torch.Tensor, pert: Perturbations, order: torch.Tensor, chunk: int,
@@ -210,10 +218,11 @@ def measure(objective: Objective, x: torch.Tensor, pert: Perturbations, order: t
     k = min(probes, len(order))
     ids = torch.cat([order[:k], order])
     scales = torch.cat([torch.full((k,), scale * PROBE_SCALE), torch.full((len(order),), float(scale))])
-    plus, minus, done = run_pairs(objective, x, pert, ids, scales, chunk, control, stage, budget_applies)
+    plus, minus, done, reshaped = run_pairs(objective, x, pert, ids, scales, chunk, control, stage, budget_applies)
     done_main = max(0, done - k)
     ids_np = order[:done_main].numpy()
     it, h, l0, lp, lm = _quotient_inputs(objective, pert, ids_np, plus[k:k + done_main], minus[k:k + done_main], scale)
+    m.reshaped[it] = np.repeat(reshaped[k:k + done_main], pert.rows)
     m.d1[it] = (lp - lm) / (2 * h)
     m.fplus1[it] = (lp - l0) / h
     m.fminus1[it] = (l0 - lm) / h
@@ -256,9 +265,10 @@ def refine(objective: Objective, x: torch.Tensor, pert: Perturbations, m: Measur
     ids = torch.as_tensor(vectors)
     control.plan(2 * len(ids))
     # Refinement is few evaluations and decides verdicts already paid for: the budget does not cut it.
-    plus, minus, done = run_pairs(objective, x, pert, ids, 0.5 * m.scale, chunk, control, stage,
-                                  budget_applies=False)
+    plus, minus, done, reshaped = run_pairs(objective, x, pert, ids, 0.5 * m.scale, chunk, control, stage,
+                                            budget_applies=False)
     it, h, l0, lp, lm = _quotient_inputs(objective, pert, vectors[:done], plus[:done], minus[:done], 0.5 * m.scale)
+    m.reshaped[it] |= np.repeat(reshaped[:done], pert.rows)
     m.d2[it] = (lp - lm) / (2 * h)
     m.fplus2[it] = (lp - l0) / h
     m.fminus2[it] = (l0 - lm) / h

@@ -186,7 +186,12 @@ def classify(a: np.ndarray, m: Measurement, tol: Tolerance) -> Verdicts:
         status[i] = INCONCLUSIVE
         reasons[i] = "the model's value is NaN or Inf near this point, so finite differences are undefined"
         causes[i] = UNDEFINED
-    for i in np.nonzero(nonfinite_a)[0]:
+    if m.reshaped is not None:
+        for i in np.nonzero(ev & m.reshaped)[0]:
+            status[i] = INCONCLUSIVE
+            reasons[i] = "the output shape changes under perturbation (a step in the function)"
+            causes[i] = UNDEFINED
+    for i in np.nonzero(nonfinite_a & ~(m.reshaped if m.reshaped is not None else False))[0]:
         status[i] = FAIL
         reasons[i] = f"the analytic gradient is {a[i]} where finite differences give {numeric[i]:.6g}"
     return Verdicts(status, numeric, fd_err, diff, rel, ratio, tol.atol, reasons, causes)
