@@ -36,6 +36,22 @@ class GradientResult:
     values: dict[str, np.ndarray] = field(default_factory=dict)  # the values used for xs ∪ zs
 
 
+def complete_gradients(spec: GradientSpec, leaves: Sequence[torch.Tensor], wanted: Sequence[int],
+                       raw: Sequence[torch.Tensor | None]) -> tuple[tuple[torch.Tensor, ...], frozenset[str]]:
+    """One gradient per x (autograd's for the `wanted` ones), zeros where none flowed, and the
+    disconnected names: y does not reach them, or reaches them only through ops without a
+    gradient (Shape, ArgMax, Cast to int...)."""
+    grads: list[torch.Tensor | None] = [None] * len(spec.xs)
+    for i, g in zip(wanted, raw):
+        grads[i] = g
+    disconnected = set(spec.disconnected)
+    for i, g in enumerate(grads):
+        if g is None:
+            disconnected.add(spec.xs[i])
+            grads[i] = torch.zeros_like(leaves[i])
+    return tuple(grads), frozenset(disconnected)
+
+
 class PreparedGradient:
     """dy/dx for one selection, compiled once; call with torch tensors for xs then zs (then extras)."""
 
@@ -71,16 +87,8 @@ class PreparedGradient:
                 seed = torch.ones_like(y) if dy is None else dy.to(device=y.device, dtype=y.dtype)
                 raw = torch.autograd.grad(y, [leaves[i] for i in wanted], seed, allow_unused=True,
                                           create_graph=create_graph)
-        grads: list[torch.Tensor | None] = [None] * n
-        for i, g in zip(wanted, raw):
-            grads[i] = g
-        disconnected = set(spec.disconnected)
-        for i, g in enumerate(grads):
-            if g is None:
-                # Structurally connected but only through ops without a gradient (Shape, ArgMax, Cast to int...).
-                disconnected.add(spec.xs[i])
-                grads[i] = torch.zeros_like(leaves[i])
-        return GradientOutput(y if create_graph else y.detach(), tuple(grads), frozenset(disconnected))
+        grads, disconnected = complete_gradients(spec, leaves, wanted, raw)
+        return GradientOutput(y if create_graph else y.detach(), grads, disconnected)
 
     def node_step(self):
         """The step function that executes an ai.onnx.preview.training::Gradient node."""

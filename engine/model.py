@@ -16,7 +16,7 @@ from .gradient import GradientResult, PreparedGradient
 from .loader import TRAINING_DOMAIN, GraphIndex
 from .plan import Plan
 from .registry import require
-from .selection import GradientSpec, names, validate
+from .selection import GradientSpec, validate
 
 
 class Model:

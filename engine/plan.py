@@ -165,16 +165,22 @@ class Plan:
                 if free:
                     for k in step.free:
                         env[k] = None
-        except OnnxGradError as exc:
-            if step is None or str(exc).startswith("node "):
-                raise
-            raise type(exc)(f"node {step.name!r} ({step.op_type}): {exc}") from None
-        except (RuntimeError, ValueError, TypeError, IndexError) as exc:
-            if step is None:
-                raise
-            msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise ExecutionError(f"node {step.name!r} ({step.op_type}) failed: {msg}") from exc
+        except STEP_ERRORS as exc:
+            raise step_error(step, exc) from (None if isinstance(exc, OnnxGradError) else exc)
         return env
+
+
+STEP_ERRORS = (OnnxGradError, RuntimeError, ValueError, TypeError, IndexError)
+
+
+def step_error(step: Step | None, exc: Exception) -> Exception:
+    """The error to raise for `exc` inside `step`: one line that names the node."""
+    if step is None or (isinstance(exc, OnnxGradError) and str(exc).startswith("node ")):
+        return exc
+    if isinstance(exc, OnnxGradError):
+        return type(exc)(f"node {step.name!r} ({step.op_type}): {exc}")
+    msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return ExecutionError(f"node {step.name!r} ({step.op_type}) failed: {msg}")
 
 
 def bind(node, opset: int, name: str, device: torch.device, float_dtype):

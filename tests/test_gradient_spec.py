@@ -1,6 +1,5 @@
 """The ONNX Gradient operator's spec, diagram by diagram, against torch written directly."""
 import numpy as np
-import pytest
 import torch
 
 import engine

@@ -15,8 +15,9 @@ import numpy as np
 import torch
 
 from ..dtypes import parse_device, parse_float_dtype, to_numpy
-from ..errors import ExecutionError, FeedError, OnnxGradError, SelectionError
-from ..gradient import GradientResult
+from ..errors import FeedError, OnnxGradError, SelectionError
+from ..gradient import GradientResult, complete_gradients
+from ..plan import STEP_ERRORS, step_error
 from .backward import BackwardEdge, BackwardGraph, build_backward_graph
 
 
@@ -109,19 +110,12 @@ def gradient_with_stats(model, y: str, xs, zs=(), feeds: Mapping[str, object] | 
             seed_value = (torch.ones_like(y_value) if seed_value is None
                           else seed_value.to(device=y_value.device, dtype=y_value.dtype))
             raw = torch.autograd.grad(y_value, [leaves[i] for i in wanted], seed_value, allow_unused=True)
-    grads: list = [None] * n
-    for i, g in zip(wanted, raw):
-        grads[i] = g
-    disconnected = set(spec.disconnected)
-    for i, g in enumerate(grads):
-        if g is None:
-            disconnected.add(spec.xs[i])
-            grads[i] = torch.zeros_like(leaves[i])
+    grads, disconnected = complete_gradients(spec, leaves, wanted, raw)
     if seed_value is not None and spec.y in backward.active_tensors:
         recorder.tensor_gradient(spec.y, seed_value)
     result = GradientResult(
         spec=spec, y=to_numpy(y_value.detach()), grads={x: to_numpy(g) for x, g in zip(spec.xs, grads)},
-        disconnected=frozenset(disconnected), seed="ones" if dy is None else "dy", device=str(dev),
+        disconnected=disconnected, seed="ones" if dy is None else "dy", device=str(dev),
         dtype=str(fdt).removeprefix("torch.") if fdt else "native",
         values={name: to_numpy(t) for name, t in zip(spec.inputs, inputs)},
     )
@@ -232,13 +226,6 @@ def _run(model, plan, inputs, recorder: _Recorder, device, float_dtype) -> torch
                 if k is not None:
                     env[k] = v
                     recorder.hook_tensor(plan.names[k], v)
-    except OnnxGradError as exc:
-        if step is None or str(exc).startswith("node "):
-            raise
-        raise type(exc)(f"node {step.name!r} ({step.op_type}): {exc}") from None
-    except (RuntimeError, ValueError, TypeError, IndexError) as exc:
-        if step is None:
-            raise
-        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ExecutionError(f"node {step.name!r} ({step.op_type}) failed: {msg}") from exc
+    except STEP_ERRORS as exc:
+        raise step_error(step, exc) from (None if isinstance(exc, OnnxGradError) else exc)
     return env[plan.target_slots[0]]

@@ -1,7 +1,6 @@
 """Convolutions: Conv and ConvTranspose, plus the padding geometry the pooling ops share."""
 from __future__ import annotations
 
-import torch
 import torch.nn.functional as F
 
 from ..errors import OnnxGradError, UnsupportedOpError

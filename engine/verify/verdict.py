@@ -53,13 +53,20 @@ def tolerance(n: int, rtol: float | None, atol: float | None, scale: np.ndarray 
     element far smaller than the rest of its gradient cannot be resolved and cannot matter."""
     scale_arr = np.broadcast_to(np.asarray(scale, dtype=np.float64), (n,))
     if atol is None:
+        if noise is not None:
+            # A gradient that is zero up to roundoff (every element below what finite differences
+            # resolve) has no scale of its own: the resolution stands in for it, so analytic and
+            # numeric agreeing far inside it (-5e-16 vs 0) pass instead of being "inaccurate".
+            resolution = np.nan_to_num(noise, nan=0.0, posinf=0.0)
+            scale_arr = np.maximum(scale_arr, resolution)
         atol_arr = ATOL_REL * scale_arr
         if noise is not None:
-            resolvable = np.minimum(np.nan_to_num(noise, nan=0.0, posinf=0.0), RESOLUTION_REL * scale_arr)
+            resolvable = np.minimum(resolution, RESOLUTION_REL * scale_arr)
             atol_arr = np.maximum(atol_arr, resolvable)
     else:
         atol_arr = np.full(n, float(atol))
-    return Tolerance(RTOL if rtol is None else float(rtol), atol_arr.copy(), float(np.max(scale_arr, initial=0.0)))
+    return Tolerance(RTOL if rtol is None else float(rtol), atol_arr.copy(),
+                     float(np.max(np.broadcast_to(np.asarray(scale, dtype=np.float64), (n,)), initial=0.0)))
 
 
 def _threshold(a, n, tol: Tolerance):
