@@ -145,17 +145,32 @@ class Plan:
         env = self._execute(inputs, free=False)
         return {self.names[k]: v for k, v in enumerate(env) if v is not None}
 
-    def _execute(self, inputs, free: bool) -> list:
+    def run_observed(self, inputs: Sequence[torch.Tensor], observer: "StepObserver") -> list[torch.Tensor]:
+        """`run`, with `observer` seeing (and able to replace) every value: tensor hooks, aliases."""
+        env = self._execute(inputs, free=False, observer=observer)
+        return [env[s] for s in self.target_slots]
+
+    def _execute(self, inputs, free: bool, observer: "StepObserver | None" = None) -> list:
         if len(inputs) != len(self.source_slots):
             raise FeedError(f"plan expects {len(self.source_slots)} input values, got {len(inputs)}")
         env = list(self._template)
         for s, v in zip(self.source_slots, inputs):
-            env[s] = v
+            env[s] = v if observer is None else observer.source(self.names[s], v)
         step = None
         try:
             for step in self.steps:
-                out = step.fn(*[None if k is None else env[k] for k in step.in_slots], **step.kwargs)
-                if len(step.out_slots) == 1:
+                args = [None if k is None else env[k] for k in step.in_slots]
+                if observer is not None:
+                    args = observer.arguments(step, [None if k is None else self.names[k] for k in step.in_slots], args)
+                out = step.fn(*args, **step.kwargs)
+                if observer is not None:
+                    outs = [out[0] if isinstance(out, tuple) else out] if len(step.out_slots) == 1 else list(out)
+                    out = observer.outputs(step, args, [None if k is None else self.names[k] for k in step.out_slots],
+                                           outs)
+                    for k, v in zip(step.out_slots, out):
+                        if k is not None:
+                            env[k] = v
+                elif len(step.out_slots) == 1:
                     if step.out_slots[0] is not None:
                         env[step.out_slots[0]] = out[0] if isinstance(out, tuple) else out
                 else:
@@ -168,6 +183,19 @@ class Plan:
         except STEP_ERRORS as exc:
             raise step_error(step, exc) from (None if isinstance(exc, OnnxGradError) else exc)
         return env
+
+
+class StepObserver:
+    """Hooks for `Plan.run_observed`; each returns the value(s) the run goes on with."""
+
+    def source(self, name: str, value):
+        return value
+
+    def arguments(self, step: Step, names: list[str | None], args: list) -> list:
+        return args
+
+    def outputs(self, step: Step, args: list, names: list[str | None], outs: list) -> list:
+        return outs
 
 
 STEP_ERRORS = (OnnxGradError, RuntimeError, ValueError, TypeError, IndexError)

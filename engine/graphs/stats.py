@@ -15,9 +15,9 @@ import numpy as np
 import torch
 
 from ..dtypes import parse_device, parse_float_dtype, to_numpy
-from ..errors import FeedError, OnnxGradError, SelectionError
+from ..errors import FeedError, SelectionError
 from ..gradient import GradientResult, complete_gradients
-from ..plan import STEP_ERRORS, step_error
+from ..plan import StepObserver
 from .backward import BackwardEdge, BackwardGraph, build_backward_graph
 
 
@@ -96,7 +96,7 @@ def gradient_with_stats(model, y: str, xs, zs=(), feeds: Mapping[str, object] | 
             raise SelectionError(f"{name!r} holds {str(v.dtype).removeprefix('torch.')} values: only float tensors can be in xs")
         leaves.append(v.detach().requires_grad_())
     with torch.enable_grad():
-        y_value = _run(model, plan, leaves + inputs[n:], recorder, dev, fdt)
+        (y_value,) = plan.run_observed(leaves + inputs[n:], _Observer(recorder))
         seed_value = None
         wanted = [i for i, name in enumerate(spec.xs) if name not in spec.disconnected]
         raw = [None] * len(wanted)
@@ -198,34 +198,30 @@ def _autograd_functions(outputs, inputs) -> tuple[str, ...]:
     return tuple(names)
 
 
-def _run(model, plan, inputs, recorder: _Recorder, device, float_dtype) -> torch.Tensor:
-    """plan.run with hooks: the same steps over the same slots."""
-    produced = {k for step in plan.steps for k in step.out_slots if k is not None}
-    sources = set(plan.source_slots)
-    constants = model.constants(device, float_dtype)
-    env = [None if (k in produced or k in sources) else constants.get(name) for k, name in enumerate(plan.names)]
-    for k, v in zip(plan.source_slots, inputs):
-        env[k] = v
-        recorder.hook_tensor(plan.names[k], v)
-    step = None
-    try:
-        for step in plan.steps:
-            aliases: dict[int, object] = {}  # one alias per tensor even when read twice (Mul(E, E))
-            args = []
-            for k in step.in_slots:
-                if k is not None and k not in aliases:
-                    aliases[k] = recorder.alias_for(step.node_index, plan.names[k], env[k])
-                args.append(None if k is None else aliases[k])
-            out = step.fn(*args, **step.kwargs)
-            outs = [out[0] if isinstance(out, tuple) else out] if len(step.out_slots) == 1 else list(out)
-            if step.node_index in recorder.active_nodes:
-                recorder.functions[step.node_index] = _autograd_functions(outs, args)
-            # An op may hand back its input object (Identity); a view keeps the two tensors' hooks apart.
-            outs = [o.view_as(o) if isinstance(o, torch.Tensor) and any(o is a for a in args) else o for o in outs]
-            for k, v in zip(step.out_slots, outs):
-                if k is not None:
-                    env[k] = v
-                    recorder.hook_tensor(plan.names[k], v)
-    except STEP_ERRORS as exc:
-        raise step_error(step, exc) from (None if isinstance(exc, OnnxGradError) else exc)
-    return env[plan.target_slots[0]]
+class _Observer(StepObserver):
+    """Hooks every tensor of the run, gives each consumer its own alias of what it reads, and
+    records the autograd functions behind each active node."""
+
+    def __init__(self, recorder: _Recorder):
+        self.recorder = recorder
+
+    def source(self, name, value):
+        self.recorder.hook_tensor(name, value)
+        return value
+
+    def arguments(self, step, names, args):
+        aliases: dict[str, object] = {}  # one alias per tensor even when read twice (Mul(E, E))
+        for name, value in zip(names, args):
+            if name is not None and name not in aliases:
+                aliases[name] = self.recorder.alias_for(step.node_index, name, value)
+        return [None if name is None else aliases[name] for name in names]
+
+    def outputs(self, step, args, names, outs):
+        if step.node_index in self.recorder.active_nodes:
+            self.recorder.functions[step.node_index] = _autograd_functions(outs, args)
+        # An op may hand back its input object (Identity); a view keeps the two tensors' hooks apart.
+        outs = [o.view_as(o) if isinstance(o, torch.Tensor) and any(o is a for a in args) else o for o in outs]
+        for name, value in zip(names, outs):
+            if name is not None:
+                self.recorder.hook_tensor(name, value)
+        return outs
