@@ -21,16 +21,27 @@ STRATEGIES = ("native", "vmap", "loop")
 class BatchEvaluator:
     """`fn(x) -> tensor`; `evaluator(xb)` returns the stacked outputs for xb[0], xb[1], ..."""
 
-    def __init__(self, fn: Callable[[torch.Tensor], torch.Tensor], allow=STRATEGIES, shape=None):
+    def __init__(self, fn: Callable[[torch.Tensor], torch.Tensor], allow=STRATEGIES, shape=None,
+                 state: dict | None = None):
+        """`state`: a dict kept by the caller across evaluators of the same graph and x (a later
+        check of the same model), holding what was learned: the strategy and the verified batch sizes."""
         self.fn = fn
-        self._candidates = [s for s in STRATEGIES if s in allow]
-        self.strategy: str | None = None
-        self._verified: set[int] = set()
+        self._state = {} if state is None else state
+        self._candidates = self._state.setdefault("candidates", [s for s in STRATEGIES if s in allow])
+        self._verified: set[int] = self._state.setdefault("verified", set())
         # With the output's shape known, an entry whose output has another shape (Range's length
         # read from a float input: a step in the function) comes back as NaN and is flagged in
         # `changed` (one bool per entry of the last call) instead of breaking the stack.
         self.shape = None if shape is None else tuple(shape)
         self.changed: list[bool] | None = None
+
+    @property
+    def strategy(self) -> str | None:
+        return self._state.get("strategy")
+
+    @strategy.setter
+    def strategy(self, value: str | None) -> None:
+        self._state["strategy"] = value
 
     def __call__(self, xb: torch.Tensor, verify: bool = True) -> torch.Tensor:
         """`verify=False` skips the check against a single call, for callers that compare the

@@ -1,6 +1,7 @@
 """Everything a check needs about one (model, y, xs, zs, values): plans, float64 values, dy, gradients."""
 from __future__ import annotations
 
+import dataclasses
 import weakref
 from dataclasses import dataclass
 from typing import Callable, Mapping
@@ -35,6 +36,12 @@ class Context:
     keep_plan: Plan  # the same slice keeping every value (per-node checks, NaN search)
     all_values: dict[str, torch.Tensor]  # its values at the point, float64
     y_again: torch.Tensor  # y from the gradient's own forward: a second run, for the determinism check
+    # What later checks of the same (model, selection, device) can reuse: per x, the frontier, the
+    # batching strategy that worked and whether rows mix (see xcheck.XProbe). Structure, not values.
+    memo: dict = dataclasses.field(default_factory=dict)
+
+    def x_memo(self, name: str, shape) -> dict:
+        return self.memo.setdefault((name, tuple(shape), tuple(self.y0.shape)), {})
 
     def x_function(self, name: str) -> Callable[[torch.Tensor], torch.Tensor]:
         """y as a function of one x, everything else held at its value (float64).
@@ -42,7 +49,10 @@ class Context:
         Only the nodes downstream of x run: every other value they read is fed from the point's
         values, so perturbing a late layer's weight does not re-run the early layers.
         """
-        frontier = self.frontier(name)
+        memo = self.memo.setdefault((name, "frontier"), {})
+        if "frontier" not in memo:
+            memo["frontier"] = self.frontier(name)
+        frontier = memo["frontier"]
         plan = self.model.prepare((name,) + frontier, [self.spec.y], device=self.device, dtype=F64)
         fixed = [self.all_values[n] for n in frontier]
 
@@ -84,9 +94,10 @@ def _prepared(model: Model, y, xs, zs, dev, extras_of):
     spec, by_extras = cache[key]
     extras = extras_of(spec)
     if extras not in by_extras:
-        by_extras[extras] = model.prepare_gradient(spec.y, spec.xs, spec.zs, device=dev, dtype=F64,
-                                                   extra_inputs=extras)
-    return spec, extras, by_extras[extras]
+        by_extras[extras] = (model.prepare_gradient(spec.y, spec.xs, spec.zs, device=dev, dtype=F64,
+                                                    extra_inputs=extras), {})
+    prepared, memo = by_extras[extras]
+    return spec, extras, prepared, memo
 
 
 def build(model: Model, y: str, xs, zs, feeds: Mapping | None, dy, seed: int, device, ones_dy: bool) -> Context:
@@ -100,7 +111,7 @@ def build(model: Model, y: str, xs, zs, feeds: Mapping | None, dy, seed: int, de
         # Fed initializers the cut graph reads (and a refusal of feeds inside it); none without other feeds.
         return tuple(model.gradient_extras(spec, feeds)) if set(feeds) - set(spec.inputs) else ()
 
-    spec, extras, prepared = _prepared(model, y, xs, zs, dev, extras_of)
+    spec, extras, prepared, memo = _prepared(model, y, xs, zs, dev, extras_of)
     values = model.selection_values(spec, feeds, seed=seed)
     sources = tuple(spec.inputs) + tuple(extras)
     tensors64 = [model.to_tensor(n, values[n] if n in values else feeds[n], dev, F64) for n in sources]
@@ -115,7 +126,7 @@ def build(model: Model, y: str, xs, zs, feeds: Mapping | None, dy, seed: int, de
     out = prepared(*tensors64, dy=dy_t)
     grads = {n: g.detach() for n, g in zip(spec.xs, out.grads)}
     return Context(model, spec, dev, sources, feeds, values, tensors64, plan64, y0.detach(), dy_t, label,
-                   grads, out.disconnected, keep, all_values, out.y.detach())
+                   grads, out.disconnected, keep, all_values, out.y.detach(), memo)
 
 
 def _seed(y0: torch.Tensor, dy, seed: int, ones: bool, y_name: str) -> tuple[torch.Tensor, str]:

@@ -32,13 +32,19 @@ class XProbe:
 
     def __init__(self, name: str, fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor,
                  y0: torch.Tensor, dy: torch.Tensor, opts: Options, salt: int, control: fd.Control,
-                 stage: str = "finite differences", compress: bool = True):
+                 stage: str = "finite differences", compress: bool = True, memo: dict | None = None):
+        """`memo`: a dict kept across checks of the same graph, x and x shape: the batching strategy
+        and whether rows mix are properties of the graph, measured once."""
         self.name, self.x, self.opts, self.control, self.stage = name, x, opts, control, stage
         self._done_before = control.done
-        self.evaluator = BatchEvaluator(fn)
+        memo = {} if memo is None else memo
+        self.evaluator = BatchEvaluator(fn, shape=y0.shape, state=memo.setdefault("batching", {}))
         rows = 1
         if opts.mode == "full" and compress:
-            rows = independent_rows(self.evaluator, x, y0, opts.seed + salt, max_batch=opts.chunk)
+            key = ("rows", opts.chunk)
+            if key not in memo:
+                memo[key] = independent_rows(self.evaluator, x, y0, opts.seed + salt, max_batch=opts.chunk)
+            rows = memo[key]
         self.rows = rows
         if rows > 1:  # callers plan progress for one element per vector; shared rows need fewer
             control.plan(-(2 * x.numel() - 2 * (x.numel() // rows)))
