@@ -1,10 +1,17 @@
-"""Draw a region of a GraphLayout as text with box-drawing characters (no UI library needed).
+"""Draw a GraphLayout as text with box-drawing characters, one row at a time (no UI library needed).
 
-`Canvas(layout).region(x, y, width, height)` returns one tuple of Segments per row; each
-segment is a run of text with one tag: a node's role ("x", "active", "backward", ...), an
-edge tag "edge:<kind>" (data, output, cut, grad, partial), or None for
-blank cells. Only what falls in the region is drawn, so a viewport over a 2,000-node graph
-costs what the viewport shows.
+`Canvas(layout).row(y, x0, width)` returns one row as Segments; `region(x, y, width, height)` one
+tuple of Segments per row. A segment is a run of text with one owner — ("box", node id),
+("edge", edge index), ("arrow", edge index) or None for blank cells — and that owner's tag: the
+node's role ("x", "active", "backward", ...), "edge:<kind>" (data, output, cut, grad, partial) or
+None. `onnxgrad graph -o FILE.txt` and the explorer's graph view both draw through this class:
+the explorer with rounded edge corners and boxes drawn over the edges that meet them, text files
+(`square=True`) with square corners and ┬/┴ where an edge leaves or enters a box.
+
+Boxes are kept per row and edges as axis-aligned pieces (horizontal ones by row, vertical ones by
+bucket of rows) whose direction bits pick the character at corners and crossings, so neither
+building nor a row query walks an edge cell by cell: a viewport over a 2,000-node graph costs only
+what it shows.
 """
 from __future__ import annotations
 
@@ -13,132 +20,154 @@ from dataclasses import dataclass
 from .layout import GraphLayout, LayoutNode
 
 UP, DOWN, LEFT, RIGHT = 1, 2, 4, 8
-JOINTS = {
+EDGE_CHARS = {
     UP: "│", DOWN: "│", UP | DOWN: "│", LEFT: "─", RIGHT: "─", LEFT | RIGHT: "─",
-    DOWN | RIGHT: "┌", DOWN | LEFT: "┐", UP | RIGHT: "└", UP | LEFT: "┘",
-    UP | DOWN | RIGHT: "├", UP | DOWN | LEFT: "┤", DOWN | LEFT | RIGHT: "┬", UP | LEFT | RIGHT: "┴",
+    DOWN | RIGHT: "╭", DOWN | LEFT: "╮", UP | RIGHT: "╰", UP | LEFT: "╯",
+    UP | DOWN | RIGHT: "├", UP | DOWN | LEFT: "┤", LEFT | RIGHT | DOWN: "┬", LEFT | RIGHT | UP: "┴",
     UP | DOWN | LEFT | RIGHT: "┼",
 }
-ARROW = "▼"
-BAND = 32  # rows per bucket of the spatial index
+SQUARE_CORNERS = {DOWN | RIGHT: "┌", DOWN | LEFT: "┐", UP | RIGHT: "└", UP | LEFT: "┘"}
+ARROWS = {DOWN: "▼", UP: "▲", LEFT: "◀", RIGHT: "▶"}
+BUCKET = 32  # rows per bucket of vertical edge pieces
 
 
 @dataclass(frozen=True)
 class Segment:
+    """A stretch of one row: its text, its tag (role or "edge:<kind>") and what it belongs to."""
+
     text: str
     tag: str | None
-
-
-def fit_label(label: str, room: int) -> str:
-    if room <= 0:
-        return ""
-    if len(label) <= room:
-        return label
-    return label[: room - 1] + "…" if room > 1 else "…"
+    owner: tuple | None = None
 
 
 class Canvas:
-    """A layout indexed by row bands, ready to draw any viewport quickly."""
+    """A layout indexed by rows, ready to draw any row or viewport quickly."""
 
-    def __init__(self, layout: GraphLayout):
+    def __init__(self, layout: GraphLayout, square: bool = False):
         self.layout = layout
-        self._nodes: dict[int, list[LayoutNode]] = {}
-        self._runs: dict[int, list[tuple[int, int, int, int, str, bool, bool]]] = {}
+        self.square = square
+        self.edge_chars = EDGE_CHARS | SQUARE_CORNERS if square else EDGE_CHARS
+        self.nodes = {n.id: n for n in layout.nodes}
+        self.box_rows: dict[int, list[LayoutNode]] = {}
         for n in layout.nodes:
-            for band in range(n.y // BAND, (n.y + n.height - 1) // BAND + 1):
-                self._nodes.setdefault(band, []).append(n)
-        for e in layout.edges:
-            tag = f"edge:{e.kind}"
-            last = len(e.points) - 2
-            for k, ((x0, y0), (x1, y1)) in enumerate(zip(e.points, e.points[1:])):
-                run = (x0, y0, x1, y1, tag, k == 0, k == last)
-                for band in range(min(y0, y1) // BAND, max(y0, y1) // BAND + 1):
-                    self._runs.setdefault(band, []).append(run)
+            for r in range(n.y, n.y + n.height):
+                self.box_rows.setdefault(r, []).append(n)
+        for row in self.box_rows.values():
+            row.sort(key=lambda n: n.x)
+        self.h_segments: dict[int, list[tuple[int, int, int]]] = {}  # y -> (x1, x2, edge)
+        self.v_buckets: dict[int, list[tuple[int, int, int, int]]] = {}  # bucket -> (x, y1, y2, edge)
+        self.arrows: dict[int, list[tuple[int, str, int]]] = {}  # y -> (x, char, edge)
+        # One owner tuple per box, edge and arrow, made once: a row query hands out these objects
+        # (no allocation per cell) and finds each run's tag by them.
+        self._box_owners = {n.id: ("box", n.id) for n in layout.nodes}
+        self._edge_owners = [("edge", k) for k in range(len(layout.edges))]
+        self._arrow_owners = [("arrow", k) for k in range(len(layout.edges))]
+        self._tags: dict[tuple, str] = {self._box_owners[n.id]: n.role for n in layout.nodes}
+        for k, e in enumerate(layout.edges):
+            self._tags[self._edge_owners[k]] = self._tags[self._arrow_owners[k]] = f"edge:{e.kind}"
+            self._edge(k, e.points)
+
+    def _edge(self, k: int, points) -> None:
+        pts = [(int(round(x)), int(round(y))) for x, y in points]
+        last = DOWN
+        for (x1, y1), (x2, y2) in zip(pts, pts[1:]):
+            # Non-axis-aligned pieces (spline samples) go vertical first, then horizontal.
+            if y1 != y2:
+                lo, hi = min(y1, y2), max(y1, y2)
+                for b in range(lo // BUCKET, hi // BUCKET + 1):
+                    self.v_buckets.setdefault(b, []).append((x1, lo, hi, k))
+                last = DOWN if y2 > y1 else UP
+            if x1 != x2:
+                self.h_segments.setdefault(y2, []).append((min(x1, x2), max(x1, x2), k))
+                last = RIGHT if x2 > x1 else LEFT
+        if len(pts) >= 2:
+            (_, py), (x, y) = pts[-2], pts[-1]
+            if last == DOWN and y - 1 > py:  # the route ends on the target's top border: arrow above it
+                y -= 1
+            self.arrows.setdefault(y, []).append((x, ARROWS[last], k))
+
+    def node_at(self, x: int, y: int) -> LayoutNode | None:
+        for n in self.box_rows.get(y, ()):
+            if n.x <= x < n.x + n.width:
+                return n
+        return None
+
+    def row(self, y: int, x0: int, width: int) -> list[Segment]:
+        """Row `y` of the drawing, columns [x0, x0 + width), as runs of equal ownership."""
+        x_end = x0 + width
+        bits = [0] * width
+        owners: list[tuple | None] = [None] * width
+        edge_owners = self._edge_owners
+        for x, y1, y2, k in self.v_buckets.get(y // BUCKET, ()):
+            if y1 <= y <= y2 and x0 <= x < x_end:
+                bits[x - x0] |= (UP if y > y1 else 0) | (DOWN if y < y2 else 0)
+                owners[x - x0] = edge_owners[k]
+        for x1, x2, k in self.h_segments.get(y, ()):
+            for x in range(max(x1, x0), min(x2, x_end - 1) + 1):
+                bits[x - x0] |= (LEFT if x > x1 else 0) | (RIGHT if x < x2 else 0)
+                owners[x - x0] = edge_owners[k]
+        edge_chars = self.edge_chars
+        chars = [edge_chars.get(b, "┼") if b else " " for b in bits]
+        for x, ch, k in self.arrows.get(y, ()):
+            if x0 <= x < x_end:
+                chars[x - x0], owners[x - x0] = ch, self._arrow_owners[k]
+        for n in self.box_rows.get(y, ()):
+            if n.x >= x_end or n.x + n.width <= x0:
+                continue
+            text, owner = box_row(n, y - n.y), self._box_owners[n.id]
+            if self.square and (y == n.y or y == n.y + n.height - 1):
+                text = joined_border(text, n, y, bits, x0)
+            for i, ch in enumerate(text):
+                c = n.x + i - x0
+                if 0 <= c < width:
+                    chars[c], owners[c] = ch, owner
+        tags = self._tags
+        runs: list[Segment] = []
+        start = 0
+        for i in range(1, width + 1):
+            if i == width or owners[i] is not owners[start]:
+                owner = owners[start]
+                runs.append(Segment("".join(chars[start:i]), tags.get(owner), owner))
+                start = i
+        return runs
 
     def region(self, x: int, y: int, width: int, height: int) -> list[tuple[Segment, ...]]:
-        chars = [[" "] * width for _ in range(height)]
-        tags: list[list[str | None]] = [[None] * width for _ in range(height)]
-        masks: dict[tuple[int, int], int] = {}
-        arrows: set[tuple[int, int]] = set()
-        bands = range(max(y, 0) // BAND, max(y + height - 1, 0) // BAND + 1)
-        seen_runs, seen_nodes = set(), set()
-        x_end, y_end = x + width, y + height
-        for band in bands:
-            for run in self._runs.get(band, ()):
-                if id(run) in seen_runs:
-                    continue
-                seen_runs.add(id(run))
-                self._draw_run(run, x, y, x_end, y_end, masks, tags, arrows)
-        for (cx, cy), mask in masks.items():
-            chars[cy - y][cx - x] = JOINTS.get(mask, "┼")
-        for cx, cy in arrows:
-            chars[cy - y][cx - x] = ARROW
-        for band in bands:
-            for n in self._nodes.get(band, ()):
-                if id(n) in seen_nodes:
-                    continue
-                seen_nodes.add(id(n))
-                if n.x < x_end and n.x + n.width > x and n.y < y_end and n.y + n.height > y:
-                    self._draw_box(n, x, y, x_end, y_end, chars, tags, masks)
-        return [_segments(chars[r], tags[r]) for r in range(height)]
+        return [tuple(self.row(r, x, width)) for r in range(y, y + height)]
 
     def lines(self, x: int = 0, y: int = 0, width: int | None = None, height: int | None = None) -> list[str]:
         width = self.layout.width if width is None else width
         height = self.layout.height if height is None else height
-        return ["".join(s.text for s in row) for row in self.region(x, y, width, height)]
-
-    @staticmethod
-    def _draw_run(run, x, y, x_end, y_end, masks, tags, arrows) -> None:
-        x0, y0, x1, y1, tag, first, last = run
-        if x0 == x1:
-            lo, hi = sorted((y0, y1))
-            cells = [(x0, cy, (UP if cy > lo else 0) | (DOWN if cy < hi else 0)) for cy in range(max(lo, y), min(hi, y_end - 1) + 1)]
-        else:
-            lo, hi = sorted((x0, x1))
-            cells = [(cx, y0, (LEFT if cx > lo else 0) | (RIGHT if cx < hi else 0)) for cx in range(max(lo, x), min(hi, x_end - 1) + 1)]
-        for cx, cy, mask in cells:
-            if x <= cx < x_end and y <= cy < y_end:
-                masks[(cx, cy)] = masks.get((cx, cy), 0) | mask
-                tags[cy - y][cx - x] = tag
-        if last and x0 == x1 and y1 > y0:  # the cell above the target's top border
-            ax, ay = x1, y1 - 1
-            if ay > y0 and x <= ax < x_end and y <= ay < y_end:
-                arrows.add((ax, ay))
-
-    @staticmethod
-    def _draw_box(n: LayoutNode, x, y, x_end, y_end, chars, tags, masks) -> None:
-        label = fit_label(n.label, n.width - 4).center(max(n.width - 4, 0))
-        bottom = n.y + n.height - 1
-        for cy in range(max(n.y, y), min(bottom, y_end - 1) + 1):
-            for cx in range(max(n.x, x), min(n.x + n.width - 1, x_end - 1) + 1):
-                left, right = cx == n.x, cx == n.x + n.width - 1
-                if cy == n.y or cy == bottom:
-                    if left:
-                        ch = "┌" if cy == n.y else "└"
-                    elif right:
-                        ch = "┐" if cy == n.y else "┘"
-                    else:
-                        joined = masks.get((cx, cy), 0)
-                        ch = "┴" if cy == n.y and joined & UP else "┬" if cy == bottom and joined & DOWN else "─"
-                elif left or right:
-                    ch = "│"
-                else:
-                    k = cx - n.x - 2
-                    ch = label[k] if 0 <= k < len(label) else " "
-                chars[cy - y][cx - x] = ch
-                tags[cy - y][cx - x] = n.role
+        return ["".join(s.text for s in self.row(r, x, width)) for r in range(y, y + height)]
 
 
-def _segments(chars: list[str], tags: list[str | None]) -> tuple[Segment, ...]:
-    out: list[Segment] = []
-    start = 0
-    for k in range(1, len(chars) + 1):
-        if k == len(chars) or tags[k] != tags[start]:
-            out.append(Segment("".join(chars[start:k]), tags[start]))
-            start = k
-    return tuple(out)
+def box_row(node: LayoutNode, r: int) -> str:
+    """Line r of a node's box: a border, or a label line centred between side borders."""
+    w, h = node.width, node.height
+    if r == 0:
+        return "┌" + "─" * (w - 2) + "┐"
+    if r == h - 1:
+        return "└" + "─" * (w - 2) + "┘"
+    lines = node.label.split("\n")
+    inner = h - 2
+    top = max(0, (inner - len(lines)) // 2)
+    i = r - 1 - top
+    text = lines[i] if 0 <= i < len(lines) else ""
+    if len(text) > w - 2:
+        text = text[: max(0, w - 3)] + "…"
+    return "│" + text.center(w - 2) + "│"
+
+
+def joined_border(text: str, node: LayoutNode, y: int, bits: list[int], x0: int) -> str:
+    """A top or bottom border with ┴ where an edge comes in from above, ┬ where one leaves below."""
+    bit, joint = (UP, "┴") if y == node.y else (DOWN, "┬")
+    cells = list(text)
+    for i in range(1, node.width - 1):
+        c = node.x + i - x0
+        if 0 <= c < len(bits) and bits[c] & bit:
+            cells[i] = joint
+    return "".join(cells)
 
 
 def render_text(layout: GraphLayout) -> str:
     """The whole layout as plain text (for small graphs, tests and `onnxgrad graph -o FILE.txt`)."""
-    return "\n".join(line.rstrip() for line in Canvas(layout).lines())
+    return "\n".join(line.rstrip() for line in Canvas(layout, square=True).lines())

@@ -12,7 +12,8 @@ from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from ..canvas import Canvas
+from engine.graphs import Canvas
+
 from ..guard import guarded
 from ..marks import box_tensor
 

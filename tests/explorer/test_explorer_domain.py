@@ -11,7 +11,7 @@ from onnx import TensorProto, helper
 
 import engine
 from engine.errors import FeedError
-from explorer.canvas import Canvas
+from engine.graphs import Canvas
 from explorer.feeding import FeedSource, evaluate_expression, materialize, referenced_names, source_from
 from explorer.rules import GENERIC, RULES, rule_lines
 from explorer.state import Session, active_nodes, array_stats
