@@ -37,6 +37,17 @@ def _random_weights(model: engine.Model, proto, seed: int) -> dict[str, np.ndarr
     return feeds
 
 
+def _with_random_feeds(stem: str, seed: int):
+    """A light model with random weights and a random image: (proto, model, input name, feeds)."""
+    path = next(p for p in LIGHT if p.endswith(f"light_{stem}.onnx"))
+    proto = onnx.load(path)
+    model = engine.load(proto)
+    (name,) = model.inputs
+    feeds = _random_weights(model, proto, seed=seed)
+    feeds[name] = np.random.default_rng(seed + 1).standard_normal((1, 3, 224, 224)).astype(np.float32)
+    return proto, model, name, feeds
+
+
 @pytest.mark.parametrize("path", LIGHT, ids=lambda p: os.path.basename(p)[6:-5])
 def test_forward_matches_onnxruntime_and_shipped_output(path):
     ort = pytest.importorskip("onnxruntime")
@@ -54,12 +65,7 @@ def test_forward_matches_onnxruntime_and_shipped_output(path):
 def test_forward_with_random_weights_matches_onnxruntime(stem):
     """Constant weights make every output 0.001; random weights fed as intermediates make the check bite."""
     ort = pytest.importorskip("onnxruntime")
-    path = next(p for p in LIGHT if p.endswith(f"light_{stem}.onnx"))
-    proto = onnx.load(path)
-    model = engine.load(proto)
-    (name,) = model.inputs
-    feeds = _random_weights(model, proto, seed=1)
-    feeds[name] = np.random.default_rng(2).standard_normal((1, 3, 224, 224)).astype(np.float32)
+    proto, model, name, feeds = _with_random_feeds(stem, seed=1)
     # onnxruntime cannot override intermediates, so turn the weight producers into graph inputs there.
     cut = onnx.ModelProto()
     cut.CopyFrom(proto)
@@ -79,12 +85,7 @@ def test_forward_with_random_weights_matches_onnxruntime(stem):
 @pytest.mark.slow
 @pytest.mark.parametrize("stem", ["squeezenet", "shufflenet", "inception_v1", "resnet50", "densenet121"])
 def test_gradients_match_network_written_in_torch(stem):
-    path = next(p for p in LIGHT if p.endswith(f"light_{stem}.onnx"))
-    proto = onnx.load(path)
-    model = engine.load(proto)
-    (name,) = model.inputs
-    feeds = _random_weights(model, proto, seed=3)
-    feeds[name] = np.random.default_rng(4).standard_normal((1, 3, 224, 224)).astype(np.float32)
+    proto, model, name, feeds = _with_random_feeds(stem, seed=3)
     xs = [name] + _weights(proto)
     zs = [w for w in feeds if w not in xs]
     y = model.outputs[0]
