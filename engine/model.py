@@ -14,7 +14,7 @@ from .dtypes import parse_device, parse_float_dtype, to_numpy
 from .errors import FeedError, OnnxGradError, SelectionError
 from .gradient import GradientResult, PreparedGradient
 from .loader import TRAINING_DOMAIN, GraphIndex
-from .plan import Plan
+from .plan import Plan, needed_nodes
 from .registry import require
 from .selection import GradientSpec, validate
 
@@ -159,11 +159,9 @@ class Model:
     def gradient_extras(self, spec: GradientSpec, feeds: Mapping[str, object]) -> tuple[str, ...]:
         """Fed initializers the cut graph reads (overrides, passed after xs and zs); refuses interior feeds."""
         members = set(spec.inputs)
-        interior = set()
-        for i in _cut_nodes(self.graph, members, spec.y):
+        interior, read = set(), set()
+        for i in needed_nodes(self.graph, members, [spec.y])[0]:
             interior.update(t for t in self.graph.nodes[i].output if t)
-        read = set()
-        for i in _cut_nodes(self.graph, members, spec.y):
             read.update(t for t in loader.node_inputs(self.graph.nodes[i]) if t)
         bad = sorted(n for n in feeds if n in interior and n not in members)
         if bad:
@@ -253,13 +251,6 @@ class Model:
             return self.prepare_gradient(attrs["y"].decode(), xs, zs, device=device, dtype=float_dtype).node_step()
 
         return make
-
-
-def _cut_nodes(graph: GraphIndex, members: set[str], y: str) -> list[int]:
-    from .plan import needed_nodes
-
-    order, _ = needed_nodes(graph, members, [y])
-    return order
 
 
 def load(source: str | os.PathLike | ModelProto | bytes, *, check: bool = True) -> Model:
