@@ -81,8 +81,9 @@ def main() -> int:
         walls, cpus, _ = timed(raw_dot(captured["input"]), args.runs)
         report["peer_dot_tplain"] = {"median_wall_s": statistics.median(walls), "median_cpu_s": statistics.median(cpus)}
     for name in engines:
-        walls, cpus, laid = timed(lambda: layout_module.layout_graph(graph, None, "forward", engine=name), args.runs)
-        canvas_walls, _, canvas = timed(lambda: Canvas(laid), 3)
+        walls, cpus, laid = timed(lambda: layout_module.layout_graph(graph, None, "forward", engine=name),  # noqa: B023
+                                  args.runs)
+        canvas_walls, _, canvas = timed(lambda: Canvas(laid), 3)  # noqa: B023
         region_walls = []
         for k in range(30):
             t0 = time.perf_counter()

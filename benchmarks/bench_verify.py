@@ -151,7 +151,7 @@ def compare(name: str, proto, x_shape, runs: int, gc_runs: int) -> dict:
         engine.check(fresh, "y", ["x"], feeds=feeds)
         first.append(time.process_time() - c)
     first_check = statistics.median(first)
-    from engine.verify.check import MEMORY_BUDGET, MAX_CHUNK
+    from engine.verify.check import MAX_CHUNK, MEMORY_BUDGET
     per_forward = sum(v.numel() * 8 for v in model.prepare(["x"], ["y"], dtype="float64", keep_all=True)
                       .run_all([x]).values())
     chunk = int(max(2, min(MAX_CHUNK, MEMORY_BUDGET // per_forward)))

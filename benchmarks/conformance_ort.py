@@ -17,8 +17,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engine.conformance import (ERROR, PASS, STATUSES, UNSUPPORTED_OP, UNSUPPORTED_TYPE,  # noqa: E402
-                                EngineExecutor, run_suite, select_cases)
+from engine.conformance import (  # noqa: E402
+    ERROR,
+    PASS,
+    STATUSES,
+    UNSUPPORTED_OP,
+    UNSUPPORTED_TYPE,
+    EngineExecutor,
+    run_suite,
+    select_cases,
+)
 from engine.conformance.report import failures_markdown  # noqa: E402
 
 

@@ -9,18 +9,28 @@ Public API:
     supported_ops() -> list[OpImpl]
 """
 from . import ops as _ops  # noqa: F401  (fills the registry)
-from .errors import (ExecutionError, FeedError, ModelLoadError, OnnxGradError, SelectionError,
-                     UnsupportedOpError)
+from .backend import OnnxGradBackend, OnnxGradRep
+from .errors import ExecutionError, FeedError, ModelLoadError, OnnxGradError, SelectionError, UnsupportedOpError
 from .gradient import GradientOutput, GradientResult, PreparedGradient
+from .graphs import (
+                     BackwardGraph,
+                     Canvas,
+                     GraphLayout,
+                     GraphStats,
+                     LayoutEdge,
+                     LayoutNode,
+                     TensorStats,
+                     build_backward_graph,
+                     gradient_with_stats,
+                     layout_graph,
+                     render,
+                     to_dot,
+)
 from .loader import GraphIndex, TensorInfo
 from .model import Model, load
 from .registry import OpImpl, register, supported_ops
 from .selection import GradientSpec
-from .verify import (CheckReport, ClaimedCheck, Finding, NodeCheck, XCheck, check, register_op_with_vjp,
-                     unregister_op)
-from .graphs import (BackwardGraph, Canvas, GraphLayout, GraphStats, LayoutEdge, LayoutNode, TensorStats,
-                     build_backward_graph, gradient_with_stats, layout_graph, render, to_dot)
-from .backend import OnnxGradBackend, OnnxGradRep
+from .verify import CheckReport, ClaimedCheck, Finding, NodeCheck, XCheck, check, register_op_with_vjp, unregister_op
 
 __all__ = [
     "load", "Model", "GradientResult", "GradientOutput", "PreparedGradient", "GradientSpec",

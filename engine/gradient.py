@@ -73,7 +73,8 @@ class PreparedGradient:
         leaves = []
         for name, v in zip(spec.xs, values[:n]):
             if not v.is_floating_point():
-                raise SelectionError(f"{name!r} holds {str(v.dtype).removeprefix('torch.')} values: only float tensors can be in xs")
+                kind = str(v.dtype).removeprefix('torch.')
+                raise SelectionError(f"{name!r} holds {kind} values: only float tensors can be in xs")
             leaves.append(v if v.requires_grad else v.detach().requires_grad_())
         with torch.enable_grad():
             (y,) = self.plan.run(leaves + list(values[n:]))

@@ -215,7 +215,7 @@ def index(model: ModelProto, path: str | None = None) -> GraphIndex:
             if t:
                 consumers.setdefault(t, []).append(i)
     known = available | set(producer)
-    for i, node in enumerate(nodes):
+    for node in nodes:
         for t in node_inputs(node):
             if t and t not in known:
                 raise ModelLoadError(

@@ -8,9 +8,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from onnx import ModelProto, helper
-
 from graphs import f32, i64, make_model, node, normal, rng
+from onnx import ModelProto, helper
 
 
 def mlp() -> ModelProto:

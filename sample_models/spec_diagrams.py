@@ -6,10 +6,10 @@ models, as in the spec (feed it with `--feed X=random:1`, the explorer's default
 """
 from __future__ import annotations
 
+from graphs import FLOAT, finish, gradient, make_model, node, normal, rng
 from onnx import ModelProto, helper
 
 from engine.examples import spec_conv_gemm
-from graphs import FLOAT, finish, gradient, make_model, node, normal, rng
 
 
 def conv_gemm() -> ModelProto:

@@ -24,7 +24,7 @@ FLOOR = ROOT / "tests" / "conformance_floor.json"
 
 def floor_from(run, previous: dict | None) -> dict:
     """The floor after `run`; refuses to lower it (a case that passed must keep passing)."""
-    from engine.conformance.gradients import FAIL, ERROR
+    from engine.conformance.gradients import ERROR, FAIL
 
     passing = sorted(o.name for o in run.outcomes if o.status == "pass")
     bad = sum(o.failed for o in run.outcomes)

@@ -21,8 +21,16 @@ from hypothesis import strategies as st
 from onnx import TensorProto, helper
 
 from engine.backend import OnnxGradBackend, UnsupportedTypeError
-from engine.conformance import (MISMATCH, PASS, UNSUPPORTED_OP, UNSUPPORTED_TYPE, case_named, compare, run_case,
-                                select_cases)
+from engine.conformance import (
+    MISMATCH,
+    PASS,
+    UNSUPPORTED_OP,
+    UNSUPPORTED_TYPE,
+    case_named,
+    compare,
+    run_case,
+    select_cases,
+)
 from engine.conformance.fd import fd_check
 from engine.conformance.gradients import NOT_DIFFERENTIABLE, check_case, selection_for
 from engine.conformance.suite import DOC_GRADIENT_SAMPLE, doc_run, render_ops_doc

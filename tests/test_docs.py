@@ -28,7 +28,6 @@ from dataclasses import dataclass
 
 import pytest
 
-
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DOC_FILES = sorted([ROOT / "README.md", ROOT / "sample_models" / "README.md", *(ROOT / "docs").glob("*.md")])
 DOC_FILES = [p for p in DOC_FILES if p.exists()]
@@ -126,6 +125,7 @@ def _mirror_repository(folder: pathlib.Path) -> None:
 def console_script():
     """The function the `onnxgrad` console script calls, as pyproject.toml declares it."""
     import importlib
+
     import tomllib
 
     target = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]["onnxgrad"]

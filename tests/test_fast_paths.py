@@ -1,6 +1,7 @@
 """The fused torch kernels some ops take for speed agree with the ops' general formulas."""
 import torch
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from engine.ops import nn, pool
 from engine.ops.pool import _geometry, _lowest, _padded, _windows

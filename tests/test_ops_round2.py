@@ -101,7 +101,7 @@ GRADCHECK = [
     ("nll_sum_weighted", _loss(loss.negative_log_likelihood_loss, reduction="sum"), (rn(4, 3), ri(3, 4), rn(3))),
     ("nll_mean_ignore", _loss(loss.negative_log_likelihood_loss, ignore_index=2), (rn(3, 3, 4), ri(3, 3, 4))),
     *[(f"grid_sample_{m}_{p}_{a}", (lambda m, p, a: lambda x, g: sampling.grid_sample(
-        x, g, mode=m, padding_mode=p, align_corners=a))(m, p, a), (rn(1, 2, 4, 5), rn(1, 3, 2, 2, scale=0.7)))
+        x, g, mode=m, padding_mode=p, align_corners=a))(m, p, a), (rn(1, 2, 4, 5), rn(1, 3, 2, 2, scale=0.7)))  # noqa: B023
       for m in ("linear", "cubic") for p in ("zeros", "border", "reflection") for a in (0, 1)],
     ("grid_sample_nearest_x", lambda x, g: sampling.grid_sample(x, g, mode="nearest"),
      (rn(1, 2, 4, 5), torch.rand((1, 3, 2, 2), generator=G, dtype=torch.float64) * 1.6 - 0.8)),

@@ -174,7 +174,7 @@ def test_bad_arguments_are_one_line_errors(spec, kwargs, message):
 
 
 def test_assert_gradients_match_raises_with_the_report():
-    assert_gradients_match(f"{SAMPLES}/mlp.onnx", "loss", ["W1", "b1"], ["X", "T"], mode="fast").ok
+    assert assert_gradients_match(f"{SAMPLES}/mlp.onnx", "loss", ["W1", "b1"], ["X", "T"], mode="fast").ok
     with pytest.raises(GradientMismatch) as info:
         assert_gradients_match(f"{SAMPLES}/handwritten_backward_bug.onnx", "y", ["X"], ["W"], claimed=["X=dX"])
     assert info.value.report.verdict == "fail" and "claimed dX" in str(info.value)

@@ -68,8 +68,8 @@ def test_a_gradient_that_is_zero_up_to_roundoff_passes():
 
 def test_attention_node_case_with_a_zero_mask_gradient_passes():
     pytest.importorskip("onnx.backend.test")
-    from engine.conformance.gradients import selection_for
     from engine.conformance.cases import case_named
+    from engine.conformance.gradients import selection_for
 
     try:
         case = case_named("test_attention_local_window_ext_cache_float16_mask")

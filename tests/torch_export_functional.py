@@ -12,7 +12,6 @@ import torch.nn.functional as F
 
 from tests.torch_export_models import case, fn
 
-
 # --- reductions, scans, softmax, losses -----------------------------------------------------------
 R = (2, 3, 4)
 REDUCE_CASES = [

@@ -41,7 +41,7 @@ def _progress():
 
 def run(args) -> int:
     from ..conformance import select_cases
-    from ..conformance.report import localize, counts, failures_markdown
+    from ..conformance.report import counts, failures_markdown, localize
     from ..conformance.suite import conformance, sample_per_op
 
     if args.max_cases is not None and args.max_cases < 1:

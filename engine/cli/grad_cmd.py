@@ -1,8 +1,16 @@
 """onnxgrad grad MODEL --y Y --xs A,B: the Gradient operator from the command line."""
 from __future__ import annotations
 
-from .common import (add_device_arguments, add_feed_arguments, add_model_argument, collect_feeds, describe,
-                     open_model, parse_dy, save_npz)
+from .common import (
+    add_device_arguments,
+    add_feed_arguments,
+    add_model_argument,
+    collect_feeds,
+    describe,
+    open_model,
+    parse_dy,
+    save_npz,
+)
 
 
 def add_parser(sub) -> None:

@@ -2,8 +2,15 @@
 from __future__ import annotations
 
 from ..errors import FeedError
-from .common import (add_device_arguments, add_feed_arguments, add_model_argument, collect_feeds, describe,
-                     open_model, save_npz)
+from .common import (
+    add_device_arguments,
+    add_feed_arguments,
+    add_model_argument,
+    collect_feeds,
+    describe,
+    open_model,
+    save_npz,
+)
 
 
 def add_parser(sub) -> None:

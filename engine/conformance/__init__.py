@@ -7,8 +7,20 @@ differentiable case against finite differences (gradients).
 """
 from .cases import CaseInfo, case_info, case_named, cases_for, node_cases, tolerances
 from .compare import compare
-from .runner import (ERROR, MISMATCH, PASS, STATUSES, UNSUPPORTED_OP, UNSUPPORTED_TYPE, CaseOutcome,
-                     EngineExecutor, Executor, run_case, run_suite, select_cases)
+from .runner import (
+                     ERROR,
+                     MISMATCH,
+                     PASS,
+                     STATUSES,
+                     UNSUPPORTED_OP,
+                     UNSUPPORTED_TYPE,
+                     CaseOutcome,
+                     EngineExecutor,
+                     Executor,
+                     run_case,
+                     run_suite,
+                     select_cases,
+)
 
 __all__ = [
     "CaseInfo", "case_info", "case_named", "cases_for", "node_cases", "tolerances", "compare",

@@ -12,6 +12,7 @@ points: the backward graph stops there even though the model computes them from 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 from ..loader import GraphIndex
 from ..plan import needed_nodes
 from ..selection import GradientSpec

@@ -118,7 +118,7 @@ def order_layers(layers, up, down, comp, sweeps: int = 4) -> None:
         for r in rng:
             layer = layers[r]
             keys = {}
-            for k, item in enumerate(layer):
+            for item in layer:
                 nbrs = up[item] if downward else down[item]
                 keys[item] = (comp[item], sum(pos[n] for n in nbrs) / len(nbrs) if nbrs else pos[item])
             layer.sort(key=keys.__getitem__)

@@ -8,7 +8,6 @@ from ..errors import UnsupportedOpError
 from ..registry import register
 from .elementwise import _legacy
 
-
 # --- bitwise ----------------------------------------------------------------------------------
 
 def _bitshift(x, y, direction, logical):

@@ -255,7 +255,7 @@ def _pad(x, pads, mode, value, axes=None):
         if not before and not after:
             continue
         if mode == "constant":
-            def fill(k):
+            def fill(k, x=x, a=a):
                 return value.reshape(()).to(x.dtype).expand(x.shape[:a] + (k,) + x.shape[a + 1:])
             x = torch.cat([fill(before), x, fill(after)], dim=a)
         else:

@@ -46,7 +46,6 @@ class BatchEvaluator:
     def __call__(self, xb: torch.Tensor, verify: bool = True) -> torch.Tensor:
         """`verify=False` skips the check against a single call, for callers that compare the
         entries with known values themselves (a mixing strategy then shows up as a mismatch)."""
-        k = xb.shape[0]
         self.changed = None
         while True:
             strategy = self.strategy or self._candidates[0]

@@ -187,11 +187,13 @@ class XProbe:
         if len(status) == 0:  # an empty x: nothing to check, nothing wrong
             overall, reason = PASS, f"skipped: empty ({self.name!r} has no elements)"
         if checked < len(status):
-            reason = f"checked {checked} of {len(status)} {'directions' if self.pert.kind == 'directions' else 'elements'} ({self.control.stopped or 'stopped'})"
+            unit = 'directions' if self.pert.kind == 'directions' else 'elements'
+            reason = f"checked {checked} of {len(status)} {unit} ({self.control.stopped or 'stopped'})"
         fields = dict(name=self.name, status=overall, max_abs_err=None, max_rel_err=None, worst_index=None,
                       analytic=None, numeric=None, fd_error=None, checked=checked, failed=failed,
                       inconclusive=inconclusive, reason=reason, kind=self.pert.kind,
-                      shape=tuple(self.x.shape), total=self.x.numel(), step=float(self.pert.step.max()) if self.pert.step.numel() else 0.0,
+                      shape=tuple(self.x.shape), total=self.x.numel(),
+                      step=float(self.pert.step.max()) if self.pert.step.numel() else 0.0,
                       rtol=verdict.RTOL if self.opts.rtol is None else self.opts.rtol,
                       strategy=self.evaluator.strategy or "", rows=self.rows,
                       forwards=self.control.done - self._done_before)

@@ -6,6 +6,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, RadioButton, RadioSet
+
 from ..guard import guarded
 
 EXPORTS = {  # what -> (button label, file suffix)

@@ -13,6 +13,7 @@ from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 from textual.widgets import Input
+
 from ..guard import guarded
 
 MAX_HITS = 300
