@@ -23,3 +23,7 @@ class FeedError(OnnxGradError):
 
 class ExecutionError(OnnxGradError):
     """An op failed while running; the message names the node."""
+
+
+class RecordingError(OnnxGradError):
+    """A GradManager used out of order: backward with nothing recorded, or recording twice."""

@@ -43,6 +43,9 @@ class GraphIndex:
     initializers: dict[str, TensorProto]
     outputs: list[str]
     types: dict[str, TensorInfo] = field(default_factory=dict)
+    # The model as the caller gave it (proto or bytes), before shape inference added value_info:
+    # what writing the model back starts from. None when it came from `path`, which is re-read.
+    source: ModelProto | bytes | None = None
 
     @property
     def name(self) -> str:
@@ -160,6 +163,7 @@ def _declared_types(model: ModelProto) -> dict[str, TensorInfo]:
 def load(source: str | os.PathLike | ModelProto | bytes, *, check: bool = True) -> GraphIndex:
     """Read a model (path, bytes or proto), check it, infer shapes where possible and index it."""
     path = None
+    given = bytes(source) if isinstance(source, bytearray) else source
     if isinstance(source, ModelProto):
         model = source
     elif isinstance(source, (bytes, bytearray)):
@@ -188,7 +192,10 @@ def load(source: str | os.PathLike | ModelProto | bytes, *, check: bool = True) 
         model = onnx.shape_inference.infer_shapes(model, strict_mode=False)
     except Exception:  # best effort: shapes only inform messages and the explorer
         pass
-    return index(model, path)
+    graph = index(model, path)
+    if path is None:
+        graph.source = given
+    return graph
 
 
 def index(model: ModelProto, path: str | None = None) -> GraphIndex:

@@ -56,7 +56,7 @@ def upstream(graph: GraphIndex, start: Iterable[str], stop: set[str]) -> tuple[s
     return reached, free
 
 
-def _unknown(graph: GraphIndex, name: str, role: str) -> SelectionError:
+def unknown_name(graph: GraphIndex, name: str, role: str) -> SelectionError:
     close = difflib.get_close_matches(name, graph.all_tensors(), n=3)
     hint = f" (did you mean {', '.join(map(repr, close))}?)" if close else ""
     return SelectionError(f"{role} {name!r} is not a tensor of this model{hint}")
@@ -78,13 +78,13 @@ def validate(graph: GraphIndex, y: str, xs, zs=()) -> GradientSpec:
     if dupes:
         raise SelectionError(f"{_join(dupes)} listed more than once in xs ∪ zs")
     if not graph.has_tensor(y):
-        raise _unknown(graph, y, "y")
+        raise unknown_name(graph, y, "y")
     for n in xs:
         if not graph.has_tensor(n):
-            raise _unknown(graph, n, "xs member")
+            raise unknown_name(graph, n, "xs member")
     for n in zs:
         if not graph.has_tensor(n):
-            raise _unknown(graph, n, "zs member")
+            raise unknown_name(graph, n, "zs member")
     for n in xs:
         info = graph.types.get(n)
         if info is not None and info.elem_type is not None and not info.is_float:

@@ -1,0 +1,115 @@
+"""A model's trainable initializers as torch tensors, their gradients, and writing them back to ONNX."""
+from __future__ import annotations
+
+import os
+from typing import Iterator, Mapping
+
+import onnx
+import torch
+from onnx import ModelProto, TensorProto
+
+from ..dtypes import onnx_to_torch
+from ..errors import ModelLoadError, OnnxGradError
+from ..model import Model
+
+
+class Parameters(Mapping[str, torch.Tensor]):
+    """The float initializers that are not graph inputs, as leaf tensors that require grad.
+
+    Gradients belong to the tensors, as `.grad` does in MegEngine: a parameter's lives in
+    `tensor.grad` (so any `torch.optim` optimizer steps it), an input's or intermediate's in
+    `extra_grads`. Managers built on the same Parameters share both and see each other's
+    recordings, which is how a second manager takes second derivatives.
+    """
+
+    def __init__(self, model: Model, device: torch.device, dtype: torch.dtype | None):
+        self.model, self.device, self.dtype = model, device, dtype
+        graph = model.graph
+        constants = model.constants(device, dtype)
+        # Cloned: stepping a parameter must not change the Model's cached constants.
+        self._tensors = {
+            name: constants[name].detach().clone().requires_grad_()
+            for name in graph.initializers
+            if name not in graph.overridable and constants[name].is_floating_point()
+        }
+        self.extra_grads: dict[str, torch.Tensor] = {}
+        self.recorders: list = []  # GradManagers recording now, in the order they started
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        return self._tensors[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._tensors)
+
+    def __len__(self) -> int:
+        return len(self._tensors)
+
+    def __repr__(self) -> str:
+        shapes = ", ".join(f"{n}{tuple(t.shape)}" for n, t in self._tensors.items())
+        return f"<Parameters of {self.model.name!r}: {shapes}>"
+
+    # --- gradients -----------------------------------------------------------------------------
+    def grad_of(self, name: str) -> torch.Tensor | None:
+        return self._tensors[name].grad if name in self._tensors else self.extra_grads.get(name)
+
+    def accumulate(self, name: str, grad: torch.Tensor, keep_graph: bool) -> None:
+        """`.grad += grad`, out of place so a gradient that carries a graph stays differentiable."""
+        old = self.grad_of(name)
+        if old is not None:
+            grad = (old if keep_graph else old.detach()) + grad
+        if name in self._tensors:
+            self._tensors[name].grad = grad
+        else:
+            self.extra_grads[name] = grad
+
+    def zero_grad(self, names=None) -> None:
+        for name in self._tensors if names is None else names:
+            if name in self._tensors:
+                self._tensors[name].grad = None
+        if names is None:
+            self.extra_grads.clear()
+        else:
+            for name in names:
+                self.extra_grads.pop(name, None)
+
+    # --- writing back --------------------------------------------------------------------------
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the model with every parameter's current value; all else is the model as loaded."""
+        proto = source_proto(self.model)
+        by_name = {t.name: t for t in proto.graph.initializer}
+        for name, value in self._tensors.items():
+            init = by_name.get(name)
+            if init is None or tuple(init.dims) != tuple(value.shape):
+                raise ModelLoadError(f"the model file changed since it was loaded: initializer {name!r} differs")
+            write_initializer(init, value)
+        try:
+            onnx.save(proto, os.fspath(path))
+        except (OSError, ValueError) as exc:
+            raise OnnxGradError(f"cannot write {os.fspath(path)}: {exc}") from None
+
+
+def source_proto(model: Model) -> ModelProto:
+    """A fresh copy of the model as the user gave it (shape inference's additions left out)."""
+    graph = model.graph
+    if isinstance(graph.source, ModelProto):
+        proto = ModelProto()
+        proto.CopyFrom(graph.source)
+        return proto
+    if isinstance(graph.source, bytes):
+        return onnx.load_from_string(graph.source)
+    if graph.path is not None:
+        try:
+            return onnx.load(graph.path)
+        except Exception as exc:
+            raise ModelLoadError(f"cannot re-read {graph.path}: {exc}") from None
+    raise ModelLoadError("this model was not loaded from a file, bytes or a proto; nothing to write back")
+
+
+def write_initializer(init: TensorProto, value: torch.Tensor) -> None:
+    """Replace the data of `init` by `value`, cast to the initializer's own element type."""
+    t = value.detach().to("cpu", onnx_to_torch(init.data_type)).contiguous()
+    if t.dtype == torch.bfloat16:  # numpy has no bfloat16: write the raw 16-bit patterns
+        t = t.view(torch.int16)
+    for field in ("float_data", "double_data", "int32_data", "int64_data", "external_data", "data_location"):
+        init.ClearField(field)
+    init.raw_data = t.numpy().tobytes()  # ONNX raw_data is little-endian, as torch's CPU layout here
