@@ -151,3 +151,14 @@ def test_auto_falls_back_to_layered_without_graphviz(monkeypatch):
     assert layout_graph(model, None, "backward", engine="auto").engine == "layered"
     with pytest.raises(GraphvizMissingError, match="needs the Graphviz 'dot' program"):
         layout_graph(model, None, "backward", engine="dot")
+
+
+def test_auto_takes_the_layered_placement_for_big_views():
+    from engine.graphs.layout import DOT_MAX_NODES
+
+    from .big_models import residual_chain
+
+    model = engine.load(residual_chain(DOT_MAX_NODES // 4))
+    assert layout_graph(model, None, "forward", engine="auto").engine == "layered"
+    assert layout_graph(engine.load(spec_conv_gemm()), None, "forward", engine="auto").engine == (
+        "dot" if shutil.which("dot") else "layered")

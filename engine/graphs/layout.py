@@ -30,6 +30,9 @@ NODE_SEP = 2  # free columns between neighbours in a rank
 MAX_LABEL = 28  # wider labels are cut by the renderer; boxes never grow past this
 CELL_W_IN, CELL_H_IN = 0.1, 0.2  # a cell's size in inches when Graphviz places the boxes
 DOT_TIMEOUT_S = 20.0
+# From this many drawn nodes "auto" skips Graphviz: the layered placement is five times faster on
+# densenet's 1,746 nodes and a third as wide, and dot runs past its timeout on 12,500.
+DOT_MAX_NODES = 400
 
 
 @dataclass(frozen=True)
@@ -87,7 +90,8 @@ def layout_graph(model, spec: GradientSpec | None = None, view: str = "forward",
                  collapse_chains: bool = False, engine: str = "auto") -> GraphLayout:
     """Lay out a view for the terminal; cached per (model, spec, view, collapse_chains, engine).
 
-    engine: "auto" (Graphviz when installed, else layered), "dot" or "layered".
+    engine: "auto" (Graphviz when installed and the view has under DOT_MAX_NODES nodes, else
+    layered), "dot" or "layered".
     """
     if engine not in ENGINES:
         raise OnnxGradError(f"unknown layout engine {engine!r}: choose {', '.join(ENGINES)}")
@@ -115,6 +119,8 @@ def layout_view(view: ViewGraph, engine: str = "auto") -> GraphLayout:
     widths = {n.id: node_width(n.label) for n in view.nodes}
     edges, labels, kinds = _layout_edges(view)
     placed = None
+    if engine == "auto" and len(ids) >= DOT_MAX_NODES:
+        engine = "layered"
     if engine in ("auto", "dot") and shutil.which("dot"):
         placed = _dot_placement(view, ids, widths, edges)
     elif engine == "dot":

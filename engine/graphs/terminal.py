@@ -94,6 +94,18 @@ class Canvas:
 
     def row(self, y: int, x0: int, width: int) -> list[Segment]:
         """Row `y` of the drawing, columns [x0, x0 + width), as runs of equal ownership."""
+        chars, owners = self._cells(y, x0, width)
+        tags = self._tags
+        runs: list[Segment] = []
+        start = 0
+        for i in range(1, width + 1):
+            if i == width or owners[i] is not owners[start]:
+                owner = owners[start]
+                runs.append(Segment("".join(chars[start:i]), tags.get(owner), owner))
+                start = i
+        return runs
+
+    def _cells(self, y: int, x0: int, width: int) -> tuple[list[str], list[tuple | None]]:
         x_end = x0 + width
         bits = [0] * width
         owners: list[tuple | None] = [None] * width
@@ -103,9 +115,12 @@ class Canvas:
                 bits[x - x0] |= (UP if y > y1 else 0) | (DOWN if y < y2 else 0)
                 owners[x - x0] = edge_owners[k]
         for x1, x2, k in self.h_segments.get(y, ()):
-            for x in range(max(x1, x0), min(x2, x_end - 1) + 1):
+            a, b = max(x1, x0), min(x2, x_end - 1)
+            if a > b:
+                continue
+            for x in range(a, b + 1):
                 bits[x - x0] |= (LEFT if x > x1 else 0) | (RIGHT if x < x2 else 0)
-                owners[x - x0] = edge_owners[k]
+            owners[a - x0:b - x0 + 1] = [edge_owners[k]] * (b - a + 1)
         edge_chars = self.edge_chars
         chars = [edge_chars.get(b, "┼") if b else " " for b in bits]
         for x, ch, k in self.arrows.get(y, ()):
@@ -117,19 +132,10 @@ class Canvas:
             text, owner = box_row(n, y - n.y), self._box_owners[n.id]
             if self.square and (y == n.y or y == n.y + n.height - 1):
                 text = joined_border(text, n, y, bits, x0)
-            for i, ch in enumerate(text):
-                c = n.x + i - x0
-                if 0 <= c < width:
-                    chars[c], owners[c] = ch, owner
-        tags = self._tags
-        runs: list[Segment] = []
-        start = 0
-        for i in range(1, width + 1):
-            if i == width or owners[i] is not owners[start]:
-                owner = owners[start]
-                runs.append(Segment("".join(chars[start:i]), tags.get(owner), owner))
-                start = i
-        return runs
+            a, b = max(n.x, x0), min(n.x + n.width, x_end)  # the columns of the box in view
+            chars[a - x0:b - x0] = text[a - n.x:b - n.x]
+            owners[a - x0:b - x0] = [owner] * (b - a)
+        return chars, owners
 
     def region(self, x: int, y: int, width: int, height: int) -> list[tuple[Segment, ...]]:
         return [tuple(self.row(r, x, width)) for r in range(y, y + height)]
@@ -137,7 +143,7 @@ class Canvas:
     def lines(self, x: int = 0, y: int = 0, width: int | None = None, height: int | None = None) -> list[str]:
         width = self.layout.width if width is None else width
         height = self.layout.height if height is None else height
-        return ["".join(s.text for s in self.row(r, x, width)) for r in range(y, y + height)]
+        return ["".join(self._cells(r, x, width)[0]) for r in range(y, y + height)]
 
 
 def box_row(node: LayoutNode, r: int) -> str:
