@@ -78,6 +78,8 @@ class GraphView(ScrollView, can_focus=True):
         if self.selected is not None and (self.canvas is None or self.selected not in self.canvas.nodes):
             self.selected = None
         self.refresh()
+        # The new virtual size is laid out only after this refresh: scrolling now would be clamped.
+        self.call_after_refresh(self.keep_in_view)
 
     def set_marks(self, marks: dict[str, str]) -> None:
         self.marks = marks
@@ -97,11 +99,36 @@ class GraphView(ScrollView, can_focus=True):
         self.selected = node_id
         n = self.canvas.nodes[node_id]
         if scroll:
-            self.scroll_to_region(Region(n.x, n.y, n.width, n.height), animate=False, spacing=None,
-                                  center=not self._visible(n), immediate=True)
+            self._reveal(n)
+            self.call_after_refresh(self.keep_in_view)  # in case the size is not laid out yet
         self.refresh()
         if announce:
             self.post_message(self.NodeChosen(self, n.node_index, box_tensor(n) if n.node_index is None else None))
+
+    def keep_in_view(self) -> None:
+        """Scroll the selected box (else the graph's first box) into view: the pane is never blank."""
+        if self.canvas is None or not self.canvas.nodes:
+            return
+        n = self.canvas.nodes.get(self.selected) if self.selected is not None else None
+        if n is None:
+            n = self._first_box()
+        if not self._visible(n):
+            self._reveal(n)
+
+    def _first_box(self):
+        first = getattr(self.canvas, "first_box", None)
+        if first is None:
+            first = self.canvas.first_box = min(self.canvas.nodes.values(), key=lambda n: (n.y, n.x))
+        return first
+
+    def _reveal(self, n) -> None:
+        # force: right after a new layout the scrollbars are not decided yet, and without them
+        # Textual refuses to scroll (the pane stayed at the blank top-left corner of densenet).
+        self.scroll_to_region(Region(n.x, n.y, n.width, n.height), animate=False, spacing=None,
+                              center=not self._visible(n), immediate=True, force=True)
+
+    def on_resize(self, event: events.Resize) -> None:
+        self.call_after_refresh(self.keep_in_view)
 
     def _visible(self, n) -> bool:
         x, y = self.scroll_offset
@@ -114,8 +141,7 @@ class GraphView(ScrollView, can_focus=True):
         if self.canvas is None or not self.canvas.nodes:
             return
         if self.selected is None:
-            first = min(self.canvas.nodes.values(), key=lambda n: (n.y, n.x))
-            self.select(first.id, announce=True)
+            self.select(self._first_box().id, announce=True)
             return
         cur = self.canvas.nodes[self.selected]
         cx, cy = cur.x + cur.width / 2, cur.y + cur.height / 2

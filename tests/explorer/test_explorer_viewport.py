@@ -1,0 +1,66 @@
+"""The graph pane is never blank: at open, after a view switch, a search jump and a resize, the
+viewport holds the selected box (issue 10, item 4). Asserted on state: scroll offset against the
+box's cells, and the drawn rows."""
+from __future__ import annotations
+
+import engine
+from explorer.app import make_app
+
+from ..big_models import wide_fan
+from .conftest import SIZE, settle, started
+
+
+def wide_app():
+    app = make_app(model=engine.load(wide_fan(40)), label="wide_fan")
+    app.raise_errors = True
+    return app
+
+
+def assert_selection_in_view(graph) -> None:
+    assert graph.canvas is not None and graph.selected is not None
+    box = graph.canvas.nodes[graph.selected]
+    x, y = int(graph.scroll_x), int(graph.scroll_y)
+    w, h = graph.scrollable_content_region.size
+    assert x <= box.x and box.x + box.width <= x + w, (box, (x, w))
+    assert y <= box.y and box.y + box.height <= y + h, (box, (y, h))
+    shown = graph.canvas.lines(x, y, w, h)
+    assert box.label.split("\n")[0] in "\n".join(shown)  # drawn, not just scrolled to
+
+
+async def test_a_wide_graph_opens_scrolled_to_the_selection():
+    app = wide_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await started(app, pilot)
+        graph = app.query_one("#graph")
+        assert graph.virtual_size.width > 3 * graph.size.width  # the premise: far wider than the pane
+        box = graph.canvas.nodes[graph.selected]
+        assert box.x > graph.size.width  # the input's box is not in the top-left corner
+        assert app.cursor == (None, "input")
+        assert_selection_in_view(graph)
+
+
+async def test_view_switch_search_jump_and_resize_keep_the_selection_in_view():
+    app = wide_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await started(app, pilot)
+        graph = app.query_one("#graph")
+        app.session.set_y("loss")
+        app.session.toggle_x("input")
+        app.selection_changed()
+        await pilot.press("g")  # backward
+        await started(app, pilot)
+        assert app.session.view == "backward" and graph.canvas.layout.nodes
+        assert_selection_in_view(graph)
+        await pilot.press("g", "g")  # combined, then forward again
+        await started(app, pilot)
+        assert app.session.view == "forward"
+        assert_selection_in_view(graph)
+        await pilot.press("slash", *"branch37/relu", "enter")
+        await settle(app, pilot)
+        assert app.cursor[0] == app.session.graph.node_names.index("branch37/relu")
+        assert graph.canvas.nodes[graph.selected].node_index == app.cursor[0]
+        assert_selection_in_view(graph)
+        for size in ((200, 50), (110, 30)):  # at 80 columns the panes leave the graph none (item 13)
+            await pilot.resize_terminal(*size)
+            await settle(app, pilot)
+            assert_selection_in_view(graph)
