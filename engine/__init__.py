@@ -8,31 +8,39 @@ Public API:
     Model.selection(y, xs, zs) -> GradientSpec (validation only)
     supported_ops() -> list[OpImpl]
     GradManager(model, device=, dtype=) -> attach / record / run / backward / grad / params / save
+
+Names are imported on first use (PEP 562), so `import engine` and the CLI's argument parsing
+stay free of torch; the op registry fills itself the first time an op is looked up.
 """
-from . import ops as _ops  # noqa: F401  (fills the registry)
-from .backend import OnnxGradBackend, OnnxGradRep
-from .errors import ExecutionError, FeedError, ModelLoadError, OnnxGradError, RecordingError, SelectionError, UnsupportedOpError
-from .gradient import GradientOutput, GradientResult, PreparedGradient
-from .gradmanager import Gradients, GradManager, Parameters
-from .graphs import (
-                     BackwardGraph,
-                     Canvas,
-                     GraphLayout,
-                     GraphStats,
-                     LayoutEdge,
-                     LayoutNode,
-                     TensorStats,
-                     build_backward_graph,
-                     gradient_with_stats,
-                     layout_graph,
-                     render,
-                     to_dot,
+from __future__ import annotations
+
+import importlib
+
+from .errors import (
+    ExecutionError,
+    FeedError,
+    ModelLoadError,
+    OnnxGradError,
+    RecordingError,
+    SelectionError,
+    UnsupportedOpError,
 )
-from .loader import GraphIndex, TensorInfo
-from .model import Model, load
-from .registry import OpImpl, register, supported_ops
-from .selection import GradientSpec
-from .verify import CheckReport, ClaimedCheck, Finding, NodeCheck, XCheck, check, register_op_with_vjp, unregister_op
+
+_LAZY = {
+    "backend": ("OnnxGradBackend", "OnnxGradRep"),
+    "gradient": ("GradientOutput", "GradientResult", "PreparedGradient"),
+    "gradmanager": ("Gradients", "GradManager", "Parameters"),
+    "graphs": ("BackwardGraph", "Canvas", "GraphLayout", "GraphStats", "LayoutEdge", "LayoutNode", "TensorStats",
+               "build_backward_graph", "gradient_with_stats", "layout_graph", "render", "to_dot"),
+    "loader": ("GraphIndex", "TensorInfo"),
+    "model": ("Model",),
+    "registry": ("OpImpl", "register", "supported_ops"),
+    "selection": ("GradientSpec",),
+    "verify": ("CheckReport", "ClaimedCheck", "Finding", "NodeCheck", "XCheck", "check", "register_op_with_vjp",
+               "unregister_op"),
+}
+_SUBPACKAGES = ("ops", "verify", "graphs", "conformance", "cli")
+_HOME = {name: module for module, names in _LAZY.items() for name in names}
 
 __all__ = [
     "load", "Model", "GradientResult", "GradientOutput", "PreparedGradient", "GradientSpec",
@@ -44,3 +52,31 @@ __all__ = [
     "layout_graph", "GraphLayout", "LayoutNode", "LayoutEdge", "Canvas",
     "OnnxGradBackend", "OnnxGradRep",
 ]
+
+
+def load(source, *, check: bool = True):
+    """Load an ONNX model from a path, bytes or ModelProto; every op is resolved now. Returns a Model.
+
+    The file is read and checked before torch is imported, so a bad file costs no torch start-up.
+    """
+    from .loader import load as read_graph
+
+    graph = read_graph(source, check=check)
+    from .model import Model
+
+    return Model(graph)
+
+
+def __getattr__(name: str):
+    module = _HOME.get(name)
+    if module is None:
+        if name in _SUBPACKAGES:  # `import engine; engine.verify.fd` worked when everything was eager
+            return importlib.import_module(f".{name}", __name__)
+        raise AttributeError(f"module 'engine' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -7,9 +7,8 @@ import numpy as np
 from onnx import helper
 
 from .errors import FeedError
+from .feed_syntax import SPEC_HELP
 from .loader import GraphIndex
-
-SPEC_HELP = "a .npy path, zeros, ones, random, random:SEED, or a number"
 
 
 def declared_shape(graph: GraphIndex, name: str) -> tuple[int, ...]:

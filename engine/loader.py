@@ -177,11 +177,15 @@ def load(source: str | os.PathLike | ModelProto | bytes, *, check: bool = True) 
             raise ModelLoadError(f"no such file: {path}")
         if os.path.isdir(path):
             raise ModelLoadError(f"{path} is a directory, not an .onnx file")
+        if os.path.getsize(path) == 0:
+            raise ModelLoadError(f"{path} is empty: not an ONNX model")
         try:
             model = onnx.load(path)
         except Exception as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise ModelLoadError(f"cannot read {path} as ONNX: {first}") from None
+    if not model.HasField("graph") and model.ir_version == 0:  # protobuf parses b"" and some text "fine"
+        raise ModelLoadError(f"{path or 'the model'} holds no graph and no ir_version: not an ONNX model")
     if check:
         try:
             onnx.checker.check_model(path if path and model.ByteSize() > 2**31 - 1 else model)

@@ -13,7 +13,6 @@ Conventions (every op module follows them):
 """
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass
 from typing import Callable
 
@@ -45,11 +44,15 @@ class OpImpl:
 
     @property
     def context(self) -> tuple[str, ...]:
+        import inspect
+
         params = inspect.signature(self.fn).parameters
         return tuple(p for p in CONTEXT_PARAMS if p in params)
 
 
 def _accepted(fn: Callable) -> frozenset[str] | None:
+    import inspect  # here, not at the top: `onnxgrad ops` and --help never need it
+
     params = inspect.signature(fn).parameters.values()
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
         return None
@@ -59,6 +62,25 @@ def _accepted(fn: Callable) -> frozenset[str] | None:
 
 
 _REGISTRY: dict[tuple[str, str], list[OpImpl]] = {}
+_builtins = "absent"  # -> "loading" -> "loaded": engine.ops fills the registry on first use, not at `import engine`
+
+
+def _ensure_builtins() -> None:
+    """Import the op families once, before any lookup or outside registration (so theirs cannot clash later)."""
+    global _builtins
+    if _builtins != "absent":
+        return
+    _builtins = "loading"
+    try:
+        from . import ops  # noqa: F401
+    except BaseException:
+        _builtins = "absent"
+        raise
+    _builtins = "loaded"
+
+
+def builtins_loaded() -> bool:
+    return _builtins == "loaded"
 
 
 def _norm_domain(domain: str) -> str:
@@ -76,6 +98,7 @@ def register(op_type: str, *, domain: str = "", since: int = 1, until: int | Non
 
 
 def add(impl: OpImpl, *, replace: bool = False) -> None:
+    _ensure_builtins()
     entries = _REGISTRY.setdefault((impl.domain, impl.op_type), [])
     clashes = [e for e in entries if _overlap(e, impl)]
     if clashes and not replace:
@@ -87,6 +110,7 @@ def add(impl: OpImpl, *, replace: bool = False) -> None:
 
 
 def remove(domain: str, op_type: str, since: int | None = None) -> None:
+    _ensure_builtins()
     entries = _REGISTRY.get((_norm_domain(domain), op_type), [])
     entries[:] = [e for e in entries if since is not None and e.since != since]
     if not entries:
@@ -100,6 +124,7 @@ def _overlap(a: OpImpl, b: OpImpl) -> bool:
 
 
 def lookup(domain: str, op_type: str, opset: int) -> OpImpl | None:
+    _ensure_builtins()
     for impl in reversed(_REGISTRY.get((_norm_domain(domain), op_type), [])):
         if impl.covers(opset):
             return impl
@@ -125,4 +150,5 @@ def require(domain: str, op_type: str, opset: int, node_name: str) -> OpImpl:
 
 
 def supported_ops() -> list[OpImpl]:
+    _ensure_builtins()
     return sorted((e for entries in _REGISTRY.values() for e in entries), key=lambda e: (e.domain, e.op_type, e.since))

@@ -1,73 +1,62 @@
 """The `onnxgrad` console script: the explorer, or the engine's CLI for any subcommand.
 
     onnxgrad                 the explorer on the bundled spec example (Conv -> Gemm)
-    onnxgrad explore MODEL   the explorer on MODEL (exit 2 with one line if it cannot be loaded)
-    onnxgrad ...             anything else goes to `engine.cli.main`
+    onnxgrad MODEL.onnx      the explorer on MODEL (as `netron MODEL` does); same as `onnxgrad explore MODEL`
+    onnxgrad COMMAND ...     the engine's CLI (`engine.cli.main`), with `explore` added to its commands
+
+Nothing here imports torch, Textual or the engine's numeric modules until a command runs, so
+`--help` and argument errors answer at Python start-up speed.
 """
 from __future__ import annotations
 
 import os
 import sys
 
-USAGE = "usage: onnxgrad explore MODEL [--seed N] [--dtype float32|float64]"
+EPILOG = ("onnxgrad MODEL.onnx is short for onnxgrad explore MODEL.onnx; "
+          "onnxgrad alone opens the explorer on the bundled example (the Gradient spec's Conv -> Gemm model).")
 
 
-EXPLORER_HELP = """
-the explorer (a terminal app):
-  onnxgrad                  open the bundled example (the Gradient spec's Conv -> Gemm model)
-  onnxgrad explore MODEL    open MODEL  [--seed N] [--dtype float32|float64]"""
+def add_explore_parser(sub) -> None:
+    p = sub.add_parser("explore", help="open the explorer, a terminal app, on MODEL (also: onnxgrad MODEL)")
+    p.add_argument("model", metavar="MODEL", help="path to an .onnx file")
+    p.add_argument("--seed", type=int, default=0, help="seed for random values of unfed tensors (default 0)")
+    p.add_argument("--dtype", choices=["float32", "float64"], default="float32",
+                   help="compute dtype in the app (default float32)")
+    p.set_defaults(handler=explore)
+
+
+def explore(args) -> int:
+    model = label = None
+    if args.model is not None:
+        import engine
+
+        model = engine.load(args.model)  # a bad file: one line and exit 2 from engine.cli.main
+        label = os.path.basename(args.model)
+    from .app import make_app
+
+    app = make_app(model=model, label=label, seed=args.seed, dtype=args.dtype)
+    app.run()
+    return 0 if app.return_code in (None, 0) else int(app.return_code)
+
+
+def _is_model_path(arg: str, commands) -> bool:
+    return arg not in commands and not arg.startswith("-") and (arg.lower().endswith(".onnx") or os.path.isfile(arg))
 
 
 def main(argv: list[str] | None = None) -> int:
+    from engine.cli import COMMANDS, build_parser
+    from engine.cli import main as cli_main
+
     argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv:
+        from types import SimpleNamespace
+
+        return explore(SimpleNamespace(model=None, seed=0, dtype="float32"))
+    if _is_model_path(argv[0], COMMANDS):
+        argv = ["explore", *argv]
     if argv in (["-h"], ["--help"]):
-        from engine.cli import build_parser
-
-        build_parser().print_help()
-        print(EXPLORER_HELP)
+        parser = build_parser([add_explore_parser])
+        parser.epilog = EPILOG
+        parser.print_help()
         return 0
-    if argv and argv[0] != "explore":
-        from engine.cli import main as cli_main
-
-        return cli_main(argv)
-    from engine.errors import OnnxGradError
-
-    args = argv[1:]
-    options = {"seed": "0", "dtype": "float32"}
-    paths = []
-    while args:
-        a = args.pop(0)
-        if a in ("-h", "--help"):
-            print(USAGE)
-            return 0
-        if a.startswith("--") and a[2:] in options:
-            if not args:
-                print(f"onnxgrad explore: error: {a} needs a value ({USAGE})", file=sys.stderr)
-                return 2
-            options[a[2:]] = args.pop(0)
-        elif a.startswith("-"):
-            print(f"onnxgrad explore: error: unknown option {a} ({USAGE})", file=sys.stderr)
-            return 2
-        else:
-            paths.append(a)
-    if argv and len(paths) != 1:
-        print(f"onnxgrad explore: error: give exactly one MODEL ({USAGE})", file=sys.stderr)
-        return 2
-    if options["dtype"] not in ("float32", "float64") or not options["seed"].lstrip("-").isdigit():
-        print(f"onnxgrad explore: error: bad --seed or --dtype ({USAGE})", file=sys.stderr)
-        return 2
-    import engine
-
-    from .app import make_app
-
-    model = label = None
-    if paths:
-        try:
-            model = engine.load(paths[0])
-        except OnnxGradError as exc:
-            print(f"onnxgrad: error: {exc}", file=sys.stderr)
-            return 2
-        label = os.path.basename(paths[0])
-    app = make_app(model=model, label=label, seed=int(options["seed"]), dtype=options["dtype"])
-    app.run()
-    return 0 if app.return_code in (None, 0) else int(app.return_code)
+    return cli_main(argv, extra=[add_explore_parser])

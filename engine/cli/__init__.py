@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from typing import Callable, Sequence
 
 from ..errors import OnnxGradError
 
@@ -20,18 +21,24 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+AddParser = Callable[[argparse._SubParsersAction], None]
+
+
+def build_parser(extra: Sequence[AddParser] = ()) -> argparse.ArgumentParser:
+    """The parser; `extra` adds commands that live outside the engine (the launcher's `explore`), listed first."""
     parser = OneLineParser(prog="onnxgrad", description="Run, differentiate and verify ONNX models on PyTorch.")
     parser.add_argument("--debug", action="store_true", help="show tracebacks instead of one-line errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
+    for add_parser in extra:
+        add_parser(sub)
     for name in COMMANDS:
         importlib.import_module(f"{__name__}.{name}_cmd").add_parser(sub)
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, extra: Sequence[AddParser] = ()) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = build_parser()
+    parser = build_parser(extra)
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # usage errors and --help: argparse has already printed

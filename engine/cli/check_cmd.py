@@ -5,7 +5,6 @@ import os
 import sys
 
 from ..errors import FeedError
-from ..verify import check
 from .common import add_feed_arguments, add_model_argument, collect_feeds, open_model, parse_dy
 
 EXIT = {"pass": 0, "fail": 1, "inconclusive": 3, "cancelled": 3}
@@ -54,6 +53,8 @@ def run(args) -> int:
     _writable(args.json)
     _writable(args.junit)
     model = open_model(args)
+    from ..verify import check  # after the model: an unreadable file is refused without torch
+
     spec = model.selection(args.y, args.xs, args.zs)
     feeds = collect_feeds(model, args, seed=args.seed)
     dy = parse_dy(model, spec.y, args.dy, args.seed)

@@ -1,16 +1,22 @@
-"""Argument helpers shared by subcommands: model loading, feeds, output files."""
+"""Argument helpers shared by subcommands: model loading, feeds, output files.
+
+Only the standard library at import time: building the parser (and so `--help` and argument
+errors) must not pay for numpy, onnx or torch. Each helper imports what it needs when it runs.
+"""
 from __future__ import annotations
 
 import argparse
 import os
 import sys
+from typing import TYPE_CHECKING
 
-import numpy as np
-
-from .. import load
 from ..errors import FeedError
-from ..feeds import SPEC_HELP, load_npz, parse_assignment, parse_spec
-from ..model import Model
+from ..feed_syntax import SPEC_HELP
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from ..model import Model
 
 
 def add_model_argument(p: argparse.ArgumentParser) -> None:
@@ -31,10 +37,14 @@ def add_device_arguments(p: argparse.ArgumentParser, dtype: bool = True) -> None
 
 
 def open_model(args) -> Model:
+    from .. import load
+
     return load(args.model)
 
 
 def collect_feeds(model: Model, args, seed: int = 0) -> dict[str, np.ndarray]:
+    from ..feeds import load_npz, parse_assignment, parse_spec
+
     feeds: dict[str, np.ndarray] = {}
     if getattr(args, "feeds", None):
         feeds.update(load_npz(args.feeds))
@@ -49,6 +59,8 @@ def collect_feeds(model: Model, args, seed: int = 0) -> dict[str, np.ndarray]:
 def parse_dy(model: Model, y: str, spec: str | None, seed: int) -> np.ndarray | None:
     if spec is None:
         return None
+    from ..feeds import parse_spec
+
     return parse_spec(model.graph, y, spec, default_seed=seed)
 
 
@@ -56,11 +68,15 @@ def save_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise FeedError(f"cannot write {path}: folder {folder} does not exist")
+    import numpy as np
+
     with open(path, "wb") as fh:  # np.savez would append .npz to a name without it
         np.savez(fh, **arrays)
 
 
 def describe(arr: np.ndarray) -> str:
+    import numpy as np
+
     arr = np.asarray(arr)
     if arr.size == 0:
         return f"shape {arr.shape} {arr.dtype} (empty)"

@@ -5,11 +5,9 @@ import os
 import sys
 
 from ..errors import OnnxGradError, SelectionError
-from ..graphs.dot import render, view_to_dot
-from ..graphs.layout import layout_view
-from ..graphs.terminal import render_text
-from ..graphs.view import VIEWS, build_view
 from .common import add_feed_arguments, add_model_argument, collect_feeds, open_model
+
+VIEWS = ("forward", "backward", "combined")  # engine.graphs.view.VIEWS, spelled out: that import costs onnx
 
 
 def add_parser(sub) -> None:
@@ -33,6 +31,11 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
+    from ..graphs.dot import render, view_to_dot
+    from ..graphs.layout import layout_view
+    from ..graphs.terminal import render_text
+    from ..graphs.view import build_view
+
     if bool(args.y) != bool(args.xs):
         raise SelectionError("give --y and --xs together (or neither)")
     if args.stats and not args.y:

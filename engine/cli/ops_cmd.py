@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import json
 
-from ..registry import supported_ops
+from .. import registry
+from ..catalog import builtin_ops
 
 
 def add_parser(sub) -> None:
@@ -13,11 +14,14 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    rows = [
-        {"domain": e.domain or "ai.onnx", "op_type": e.op_type, "since": e.since, "until": e.until,
-         "note": e.note}
-        for e in supported_ops()
-    ]
+    # The catalog reads the op modules' source, so listing them costs no torch import; once the
+    # registry is live (custom ops registered), it is the truth.
+    rows = None if registry.builtins_loaded() else builtin_ops()
+    if rows is None:
+        rows = [{"domain": e.domain, "op_type": e.op_type, "since": e.since, "until": e.until, "note": e.note}
+                for e in registry.supported_ops()]
+    for r in rows:
+        r["domain"] = r["domain"] or "ai.onnx"
     rows.append({"domain": "ai.onnx.preview.training", "op_type": "Gradient", "since": 1, "until": None,
                  "note": "executed by the engine itself"})
     if args.json:
