@@ -122,9 +122,7 @@ class OnnxGradRep(BackendRep):
             if len(inputs) > len(self.input_names):
                 raise FeedError(f"got {len(inputs)} inputs but the graph takes {len(self.input_names)}")
             feeds = dict(zip(self.input_names, inputs))
-        for name in feeds:
-            if not self.model.graph.has_tensor(name):
-                raise FeedError(f"feed {name!r} names no tensor in this model")
+        self.model.check_feed_names(feeds)
         sources = list(feeds)
         plan = self.model.prepare(sources, self.output_names, device=self.device, dtype=self.float_dtype)
         values = [_to_engine(feeds[n], self._types.get(n), self.device, self.float_dtype) for n in sources]

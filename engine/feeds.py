@@ -37,17 +37,24 @@ def random_value(graph: GraphIndex, name: str, seed: int) -> np.ndarray:
     return np.zeros(shape, dtype=dtype)
 
 
-def parse_spec(graph: GraphIndex, name: str, spec: str, default_seed: int = 0) -> np.ndarray:
-    """One feed from its SPEC string."""
+def parse_spec(graph: GraphIndex, name: str, spec: str, default_seed: int = 0, label: str | None = None) -> np.ndarray:
+    """One feed from its SPEC string; `label` names the value in errors (default: feed 'NAME')."""
+    who = label or f"feed {name!r}"
     spec = spec.strip()
     if spec.endswith(".npy") or os.path.sep in spec:
         if not os.path.exists(spec):
-            raise FeedError(f"feed {name!r}: no such file {spec}")
+            raise FeedError(f"{who}: no such file {spec}")
+        _require_magic(spec, b"\x93NUMPY", f"{who}: {spec} is not an .npy file (write one with numpy.save)")
         try:
             return np.load(spec, allow_pickle=False)
         except Exception as exc:
-            raise FeedError(f"feed {name!r}: cannot read {spec} as .npy: {exc}") from None
-    shape, dtype = declared_shape(graph, name), declared_dtype(graph, name)
+            raise FeedError(f"{who}: cannot read {spec} as .npy: {exc}") from None
+    try:
+        shape, dtype = declared_shape(graph, name), declared_dtype(graph, name)
+    except FeedError as exc:
+        if label is None:
+            raise
+        raise FeedError(f"{label}: {exc}") from None
     if spec == "zeros":
         return np.zeros(shape, dtype)
     if spec == "ones":
@@ -58,15 +65,22 @@ def parse_spec(graph: GraphIndex, name: str, spec: str, default_seed: int = 0) -
             try:
                 seed = int(spec.split(":", 1)[1])
             except ValueError:
-                raise FeedError(f"feed {name!r}: bad seed in {spec!r}; use random:SEED with an integer") from None
+                raise FeedError(f"{who}: bad seed in {spec!r}; use random:SEED with an integer") from None
         if dtype.kind != "f":
-            raise FeedError(f"feed {name!r}: random values need a float tensor, {name!r} is {dtype}")
+            raise FeedError(f"{who}: random values need a float tensor, {name!r} is {dtype}")
         return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
     try:
         number = float(spec)
     except ValueError:
-        raise FeedError(f"feed {name!r}: cannot understand {spec!r}; use {SPEC_HELP}") from None
+        raise FeedError(f"{who}: cannot understand {spec!r}; use {SPEC_HELP}") from None
     return np.full(shape, number, dtype)
+
+
+def _require_magic(path: str, magic: bytes, message: str) -> None:
+    # numpy's own error for a text file is advice about pickles; say what the file is not instead.
+    with open(path, "rb") as fh:
+        if fh.read(len(magic)) != magic:
+            raise FeedError(message)
 
 
 def parse_assignment(text: str) -> tuple[str, str]:
@@ -82,6 +96,7 @@ def parse_assignment(text: str) -> tuple[str, str]:
 def load_npz(path: str) -> dict[str, np.ndarray]:
     if not os.path.exists(path):
         raise FeedError(f"no such file: {path}")
+    _require_magic(path, b"PK", f"{path} is not an .npz file (write one with numpy.savez)")
     try:
         with np.load(path, allow_pickle=False) as data:
             return {k: data[k] for k in data.files}

@@ -67,6 +67,18 @@ class GraphIndex:
                     seen[t] = None
         return list(seen)
 
+    def did_you_mean(self, name: str) -> str:
+        """' (did you mean 'A', 'B'?)' naming the closest tensor names, or '' when none is close."""
+        import difflib
+
+        names = self.all_tensors()
+        same_case = [n for n in names if n.lower() == name.lower()]
+        # cutoff 0.5, not difflib's 0.6: a one-character slip in a two-character name (W9 for W1) is 0.5
+        close = difflib.get_close_matches(name, names, n=6, cutoff=0.5)
+        close.sort(key=lambda n: (-difflib.SequenceMatcher(None, name, n).ratio(), n))
+        close = (same_case + [n for n in close if n not in same_case])[:3]
+        return f" (did you mean {', '.join(map(repr, close))}?)" if close else ""
+
     def is_constant(self, name: str) -> bool:
         """An initializer that the user cannot feed at graph level (not also a graph input)."""
         return name in self.initializers

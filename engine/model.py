@@ -59,7 +59,7 @@ class Model:
         targets = list(outputs) if outputs is not None else self.outputs
         for t in targets:
             if not self.graph.has_tensor(t):
-                raise FeedError(f"output {t!r} is not a tensor of this model")
+                raise FeedError(f"output {t!r} is not a tensor of this model{self.graph.did_you_mean(t)}")
         self.check_feed_names(feeds)
         plan = self.prepare(list(feeds), targets, device=dev, dtype=fdt)
         values = [self.to_tensor(n, feeds[n], dev, fdt) for n in plan.sources]
@@ -176,7 +176,7 @@ class Model:
         """FeedError for a feed that names no tensor of the model."""
         for n in feeds:
             if not self.graph.has_tensor(n):
-                raise FeedError(f"feed {n!r} names no tensor in this model")
+                raise FeedError(f"feed {n!r} names no tensor in this model{self.graph.did_you_mean(n)}")
 
     def to_tensor(self, name: str, value, device: torch.device, float_dtype) -> torch.Tensor:
         """A feed as a tensor of the declared type on `device`; shape checked against the model."""

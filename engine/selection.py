@@ -6,7 +6,6 @@ function of those members and the model's constants (initializers, Constant node
 """
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
@@ -57,9 +56,7 @@ def upstream(graph: GraphIndex, start: Iterable[str], stop: set[str]) -> tuple[s
 
 
 def unknown_name(graph: GraphIndex, name: str, role: str) -> SelectionError:
-    close = difflib.get_close_matches(name, graph.all_tensors(), n=3)
-    hint = f" (did you mean {', '.join(map(repr, close))}?)" if close else ""
-    return SelectionError(f"{role} {name!r} is not a tensor of this model{hint}")
+    return SelectionError(f"{role} {name!r} is not a tensor of this model{graph.did_you_mean(name)}")
 
 
 def _join(items: Sequence[str]) -> str:

@@ -134,7 +134,8 @@ def console_script():
 
 
 def _opens_the_app(argv: list[str], exit_code: int) -> bool:
-    return (len(argv) == 1 or argv[1] in INTERACTIVE) and exit_code == 0 and "--help" not in argv
+    opens = len(argv) == 1 or argv[1] in INTERACTIVE or argv[1].endswith(".onnx")  # `onnxgrad MODEL.onnx`
+    return opens and exit_code == 0 and "--help" not in argv
 
 
 def _run(command: DocCommand, capsys) -> tuple[int, str] | None:

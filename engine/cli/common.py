@@ -50,8 +50,7 @@ def collect_feeds(model: Model, args, seed: int = 0) -> dict[str, np.ndarray]:
         feeds.update(load_npz(args.feeds))
     for text in getattr(args, "feed", []) or []:
         name, spec = parse_assignment(text)
-        if not model.graph.has_tensor(name):
-            raise FeedError(f"feed {name!r} names no tensor in this model")
+        model.check_feed_names({name: None})
         feeds[name] = parse_spec(model.graph, name, spec, default_seed=seed)
     return feeds
 
@@ -59,9 +58,12 @@ def collect_feeds(model: Model, args, seed: int = 0) -> dict[str, np.ndarray]:
 def parse_dy(model: Model, y: str, spec: str | None, seed: int) -> np.ndarray | None:
     if spec is None:
         return None
-    from ..feeds import parse_spec
+    from ..feeds import declared_dtype, parse_spec
 
-    return parse_spec(model.graph, y, spec, default_seed=seed)
+    info = model.graph.types.get(y)
+    shape = "unknown shape" if info is None or info.shape is None else f"shape {list(info.shape)}"
+    label = f"--dy (the seed for y {y!r}: {shape}, {declared_dtype(model.graph, y)})"
+    return parse_spec(model.graph, y, spec, default_seed=seed, label=label)
 
 
 def save_npz(path: str, arrays: dict[str, np.ndarray]) -> None:

@@ -56,6 +56,8 @@ def run(args) -> int:
                       needs_edges=fmt != ".txt")
     if fmt == ".txt":
         text = render_text(layout_view(view)) + "\n"
+        if stats is not None:  # a box drawing has no edge labels: the stats follow as a table
+            text += _stats_table(spec.y, stats)
         with open(out, "w", encoding="utf-8") as fh:
             fh.write(text)
     elif out is None:
@@ -65,3 +67,10 @@ def run(args) -> int:
         render(view_to_dot(view), out)
     print(f"wrote {args.view} view ({len(view.nodes)} nodes, {len(view.edges)} edges) to {out}")
     return 0
+
+
+def _stats_table(y: str, stats) -> str:
+    width = max((len(n) for n in stats.tensors), default=0)
+    rows = [f"  {name:<{width}}  {s.describe() if s is not None else 'no gradient flows here'}"
+            for name, s in stats.tensors.items()]
+    return f"\ngradient stats, d{y}/d(tensor):\n" + "\n".join(rows) + "\n"

@@ -45,7 +45,8 @@ def claimed_values(ctx, claimed: dict[str, str]) -> dict[str, torch.Tensor]:
     model = ctx.model
     for x, out in claimed.items():
         if not model.graph.has_tensor(out):
-            raise OnnxGradError(f"claimed gradient {out!r} (for {x!r}) is not a tensor of this model")
+            raise OnnxGradError(f"claimed gradient {out!r} (for {x!r}) is not a tensor of this model"
+                                f"{model.graph.did_you_mean(out)}")
     extra = tuple(n for n in ctx.feeds if n not in ctx.sources)
     sources = ctx.sources + extra
     outputs = list(dict.fromkeys(claimed.values()))

@@ -103,9 +103,7 @@ def _prepared(model: Model, y, xs, zs, dev, extras_of):
 def build(model: Model, y: str, xs, zs, feeds: Mapping | None, dy, seed: int, device, ones_dy: bool) -> Context:
     dev = parse_device(device)
     feeds = dict(feeds or {})
-    for n in feeds:
-        if not model.graph.has_tensor(n):
-            raise FeedError(f"feed {n!r} names no tensor in this model")
+    model.check_feed_names(feeds)
 
     def extras_of(spec):
         # Fed initializers the cut graph reads (and a refusal of feeds inside it); none without other feeds.
