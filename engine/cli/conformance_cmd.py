@@ -1,7 +1,6 @@
 """onnxgrad conformance: ONNX's own node test cases through the engine, and their gradients."""
 from __future__ import annotations
 
-import json
 import sys
 
 from ..errors import OnnxGradError
@@ -82,6 +81,8 @@ def run(args) -> int:
             f"{o.name} ({'gradient' if hasattr(o, 'evaluations') else 'forward'}) {o.seconds:.2f}s" for o in timed),
             file=out)
     if args.json:
+        import json
+
         text = json.dumps(result.to_json(), indent=1)
         if args.json == "-":
             print(text)

@@ -1,11 +1,6 @@
 """onnxgrad ops: what the registry supports."""
 from __future__ import annotations
 
-import json
-
-from .. import registry
-from ..catalog import builtin_ops
-
 
 def add_parser(sub) -> None:
     p = sub.add_parser("ops", help="list supported ops and opset ranges")
@@ -14,6 +9,11 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
+    import json
+
+    from .. import registry
+    from ..catalog import builtin_ops
+
     # The catalog reads the op modules' source, so listing them costs no torch import; once the
     # registry is live (custom ops registered), it is the truth.
     rows = None if registry.builtins_loaded() else builtin_ops()
