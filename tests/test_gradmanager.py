@@ -16,6 +16,7 @@ MLP = "sample_models/mlp.onnx"
 PARAMS = ("W1", "b1", "W2", "b2")
 _PROTO = onnx.load(MLP)
 _INIT = {t.name: numpy_helper.to_array(t) for t in _PROTO.graph.initializer}
+_SHARED_MODEL = engine.load(MLP)  # hypothesis examples cannot take a pytest fixture
 
 
 def torch_params() -> dict[str, torch.Tensor]:
@@ -128,6 +129,16 @@ def test_list_forms_and_torch_tensors_as_y(model):
     logits = torch_grads("logits", PARAMS, [5], dy=dy)
     for n in PARAMS:
         close(gm.grad[n], two_loss[n] + logits[n])
+    gm.zero_grad()
+    with gm:
+        gm.run(feeds(5))
+        gm.backward(["logits"], [dy])  # a one-element list form
+    for n in PARAMS:
+        close(gm.grad[n], logits[n])
+    with pytest.raises(FeedError, match="dy must be a list too"):
+        with gm:
+            gm.run(feeds(5))
+            gm.backward(["logits"], dy)
 
 
 def test_a_loss_written_in_torch_on_two_recorded_runs(model):
@@ -202,6 +213,23 @@ def test_an_attached_intermediate_gets_its_gradient_without_cutting_the_graph(mo
     spec = model.gradient("loss", ["H1"], feeds={"H1": out["H1"].detach().numpy(), "T": feeds(11)["T"]},
                           dtype="float64")
     close(gm.grad["H1"], spec.grads["H1"])
+
+
+def test_intermediates_with_fan_out_and_a_residual_path():
+    """residual_fanout: H = X@W, loss = sum((tanh(H)@W + X)^2): W and X are read twice."""
+    m = engine.load("sample_models/residual_fanout.onnx")
+    gm = GradManager(m, dtype="float64").attach(["X", "W", "H"])
+    with gm:
+        out = gm.run(outputs=["loss", "H"])
+        gm.backward("loss")
+    init = {t.name: torch.tensor(numpy_helper.to_array(t), dtype=torch.float64, requires_grad=True)
+            for t in onnx.load("sample_models/residual_fanout.onnx").graph.initializer}
+    X, W = init["X"], init["W"]
+    H = X @ W
+    loss = ((torch.tanh(H) @ W + X) ** 2).sum()
+    for n, g in zip(("X", "W", "H"), torch.autograd.grad(loss, [X, W, H])):
+        close(gm.grad[n], g)  # both uses of W and X counted; nothing cut at H
+    close(out["H"], H)
 
 
 def test_an_input_attached_while_recording_is_temporary(model):
@@ -316,8 +344,7 @@ def test_run_outside_a_recording_records_nothing(model):
                 min_size=1, max_size=4),
        st.lists(st.integers(0, 50), min_size=1, max_size=3))
 def test_attach_subsets_callbacks_and_accumulation_property(attaches, seeds):
-    m = _SHARED_MODEL
-    gm = GradManager(m, dtype="float64")
+    gm = GradManager(_SHARED_MODEL, dtype="float64")
     chains: dict[str, list[tuple[float, float]]] = {}
     for names, a, b in attaches:
         gm.attach(sorted(names), callbacks=lambda n, g, a=a, b=b: a * g + b)
@@ -337,6 +364,3 @@ def test_attach_subsets_callbacks_and_accumulation_property(attaches, seeds):
                 g = a * g + b
             want = want + g
         close(gm.grad[n], want, tol=1e-10)
-
-
-_SHARED_MODEL = engine.load(MLP)

@@ -175,9 +175,13 @@ class GradManager:
             if not graph.has_tensor(t):
                 raise FeedError(f"output {t!r} is not a tensor of this model")
         device, dtype = self.params.device, self.params.dtype
-        plan = model.prepare(list(feeds) + list(self.params), targets, device=device, dtype=dtype)
         recorders = list(self.params.recorders)
+        # An attached input left to its initializer default must enter as a source to be tracked.
+        defaults = [n for n in sorted(graph.overridable) if n not in feeds and any(r.is_attached(n) for r in recorders)]
+        constants = model.constants(device, dtype)
+        plan = model.prepare(list(feeds) + defaults + list(self.params), targets, device=device, dtype=dtype)
         values = [model.to_tensor(n, v, device, dtype) for n, v in feeds.items()]
+        values += [constants[n] for n in defaults]
         # Unattached parameters enter detached: computation on a tensor before its attach is ignored.
         values += [p if any(r.is_attached(n) for r in recorders) else p.detach() for n, p in self.params.items()]
         if not recorders:
@@ -201,8 +205,9 @@ class GradManager:
             self.release()
 
     def _backward(self, y, dy) -> None:
+        listed = isinstance(y, (list, tuple))
         ys = self._resolve_ys(y)
-        dys = self._resolve_dys(ys, dy)
+        dys = self._resolve_dys(ys, dy, listed)
         pairs = [(t, d) for t, d in zip(ys, dys) if t.requires_grad]
         chunks: list[tuple[str, list[torch.Tensor]]] = []
         for name in self.attached:
@@ -256,10 +261,13 @@ class GradManager:
             out.append(t)
         return out
 
-    def _resolve_dys(self, ys: list[torch.Tensor], dy) -> list[torch.Tensor]:
+    def _resolve_dys(self, ys: list[torch.Tensor], dy, listed: bool) -> list[torch.Tensor]:
+        """One seed per y: a list of them when y was a list, else one value (which may itself be a list)."""
         if dy is None:
             return [torch.ones_like(t) for t in ys]
-        dys = list(dy) if isinstance(dy, (list, tuple)) and len(ys) != 1 else [dy]
+        if listed and not isinstance(dy, (list, tuple)):
+            raise FeedError("y is a list, so dy must be a list too: one dy per y")
+        dys = list(dy) if listed else [dy]
         if len(dys) != len(ys):
             raise FeedError(f"{len(dys)} dy value(s) for {len(ys)} y tensor(s): give one dy per y")
         out = []
