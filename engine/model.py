@@ -16,7 +16,7 @@ from .gradient import GradientResult, PreparedGradient
 from .loader import TRAINING_DOMAIN, GraphIndex
 from .plan import Plan, needed_nodes
 from .registry import require
-from .selection import GradientSpec, validate
+from .selection import GradientSpec, names, validate
 
 
 class Model:
@@ -32,6 +32,9 @@ class Model:
         self._constants: dict[tuple, dict[str, torch.Tensor]] = {}
         self._plans: dict[tuple, Plan] = {}
         self._grads: dict[tuple, PreparedGradient] = {}
+        # Per-call overhead of `gradient`: validation and the cut-graph walk depend only on names.
+        self._selections: dict[tuple, GradientSpec] = {}
+        self._extras: dict[tuple, tuple[str, ...]] = {}
 
     # --- description -------------------------------------------------------------------------
     @property
@@ -94,7 +97,11 @@ class Model:
     # --- gradients -------------------------------------------------------------------------------
     def selection(self, y: str, xs, zs=()) -> GradientSpec:
         """Validate (y, xs, zs) as the Gradient operator defines them; raises SelectionError."""
-        return validate(self.graph, y, xs, zs)
+        key = (y, names(xs), names(zs))
+        spec = self._selections.get(key)
+        if spec is None:
+            spec = self._selections[key] = validate(self.graph, y, xs, zs)
+        return spec
 
     def prepare_gradient(self, y: str, xs, zs=(), *, device="cpu", dtype=None,
                          extra_inputs: Sequence[str] = ()) -> PreparedGradient:
@@ -121,10 +128,21 @@ class Model:
         dev, fdt = parse_device(device), parse_float_dtype(dtype)
         feeds = dict(feeds or {})
         self.check_feed_names(feeds)
-        values = self.selection_values(spec, feeds, seed=seed)
         extras = self.gradient_extras(spec, feeds)
         prepared = self.prepare_gradient(spec.y, spec.xs, spec.zs, device=dev, dtype=fdt, extra_inputs=extras)
-        tensors = [self.to_tensor(n, values[n], dev, fdt) for n in spec.inputs]
+        # Unfed initializers are used as the cached constants (no numpy round trip per call).
+        from .feeds import random_value
+
+        consts = self.constants(dev, fdt)
+        tensors = []
+        for k, n in enumerate(spec.inputs):
+            if n in feeds:
+                v = feeds[n]
+                tensors.append(self.to_tensor(n, v if isinstance(v, torch.Tensor) else np.asarray(v), dev, fdt))
+            elif n in consts:
+                tensors.append(consts[n])
+            else:  # as selection_values does
+                tensors.append(self.to_tensor(n, random_value(self.graph, n, seed + k), dev, fdt))
         tensors += [self.to_tensor(n, feeds[n], dev, fdt) for n in extras]
         dy_t = None
         if dy is not None:
@@ -139,7 +157,7 @@ class Model:
             seed="ones" if dy is None else "dy",
             device=str(dev),
             dtype=str(fdt).removeprefix("torch.") if fdt else "native",
-            values={n: to_numpy(t) for n, t in zip(spec.inputs, tensors)},
+            values={n: _read_only(to_numpy(t)) for n, t in zip(spec.inputs, tensors)},
         )
 
     def selection_values(self, spec: GradientSpec, feeds: Mapping[str, object], seed: int = 0) -> dict[str, np.ndarray]:
@@ -158,6 +176,13 @@ class Model:
 
     def gradient_extras(self, spec: GradientSpec, feeds: Mapping[str, object]) -> tuple[str, ...]:
         """Fed initializers the cut graph reads (overrides, passed after xs and zs); refuses interior feeds."""
+        key = (spec, tuple(sorted(feeds)))
+        extras = self._extras.get(key)
+        if extras is None:
+            extras = self._extras[key] = self._gradient_extras(spec, feeds)
+        return extras
+
+    def _gradient_extras(self, spec: GradientSpec, feeds) -> tuple[str, ...]:
         members = set(spec.inputs)
         interior, read = set(), set()
         for i in needed_nodes(self.graph, members, [spec.y])[0]:
@@ -251,6 +276,14 @@ class Model:
             return self.prepare_gradient(attrs["y"].decode(), xs, zs, device=device, dtype=float_dtype).node_step()
 
         return make
+
+
+def _read_only(arr: np.ndarray) -> np.ndarray:
+    """Values may share memory with the model's cached constants: guard them against writes."""
+    if isinstance(arr, np.ndarray) and arr.flags.writeable:
+        arr = arr.view()
+        arr.flags.writeable = False
+    return arr
 
 
 def load(source: str | os.PathLike | ModelProto | bytes, *, check: bool = True) -> Model:

@@ -1,11 +1,14 @@
 """Compile a graph slice into a flat list of steps over integer slots, then run it many times.
 
 A Plan is built once per (sources, targets, device, dtype): constants are converted and placed
-on the device at build time, attributes become keyword arguments, and each call walks a list.
+on the device at build time, attributes become keyword arguments. The first call walks the list
+(the interpreter, the reference); later calls run the same steps compiled into one
+`torch.fx.GraphModule` (engine/fxplan.py), optionally under `torch.compile`.
 """
 from __future__ import annotations
 
 import inspect
+import os
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -27,6 +30,12 @@ class Step:
     out_slots: tuple[int | None, ...]
     kwargs: dict
     free: tuple[int, ...]  # slots whose last reader is this step
+
+
+# "fx" (default): straight-line GraphModule after the first run; "interpret": the step list
+# every time (the reference, and the "before" of benchmarks); "compile": fx under torch.compile.
+MODES = ("fx", "interpret", "compile")
+DEFAULT_MODE = os.environ.get("ONNXGRAD_PLAN", "fx")
 
 
 def needed_nodes(graph: GraphIndex, sources: set[str], targets: Sequence[str]) -> tuple[list[int], list[str]]:
@@ -57,7 +66,13 @@ class Plan:
 
     def __init__(self, graph: GraphIndex, sources: Sequence[str], targets: Sequence[str], *,
                  device: torch.device, float_dtype: torch.dtype | None, constants: dict[str, torch.Tensor],
-                 gradient_step: Callable | None = None, keep_all: bool = False):
+                 gradient_step: Callable | None = None, keep_all: bool = False, mode: str | None = None):
+        mode = mode or DEFAULT_MODE
+        if mode not in MODES:
+            raise OnnxGradError(f"plan mode {mode!r} is not one of {', '.join(MODES)}")
+        self.mode = mode
+        self._shapes: list[int] | None = None  # how each step's result unpacks, seen on the first run
+        self._fx: dict[str, object] = {}
         self.graph = graph
         self.sources = tuple(sources)
         self.targets = tuple(targets)
@@ -137,13 +152,47 @@ class Plan:
 
     def run(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         """Values of `targets`, given values of `sources` in order."""
+        compiled = self._compiled("targets", inputs)
+        if compiled is not None:
+            try:
+                return list(compiled(inputs))
+            except STEP_ERRORS:
+                pass  # the interpreter below fails again and names the node
+        return self.interpret(inputs)
+
+    def interpret(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """`run` by walking the steps in Python: the reference the compiled module is tested against."""
         env = self._execute(inputs, free=True)
         return [env[s] for s in self.target_slots]
 
     def run_all(self, inputs: Sequence[torch.Tensor]) -> dict[str, torch.Tensor]:
         """Every value the plan computes or reads, by tensor name (for inspection and per-node checks)."""
+        compiled = self._compiled("all", inputs)
+        if compiled is not None:
+            try:
+                values = compiled(inputs)
+            except STEP_ERRORS:
+                pass
+            else:
+                return {self.names[k]: v for k, v in zip(compiled.slots, values) if v is not None}
+        return self.interpret_all(inputs)
+
+    def interpret_all(self, inputs: Sequence[torch.Tensor]) -> dict[str, torch.Tensor]:
+        """`run_all` by walking the steps in Python (the reference)."""
         env = self._execute(inputs, free=False)
         return {self.names[k]: v for k, v in enumerate(env) if v is not None}
+
+    def _compiled(self, which: str, inputs):
+        """The fx module for `which` once a run has shown how each step's results unpack; else None."""
+        if self.mode == "interpret" or self._shapes is None or len(inputs) != len(self.source_slots):
+            return None
+        compiled = self._fx.get(which)
+        if compiled is None:
+            from .fxplan import ALL, FxPlan
+
+            compiled = self._fx[which] = FxPlan(self, self._shapes, ALL if which == "all" else None,
+                                                compile=self.mode == "compile")
+        return compiled
 
     def run_observed(self, inputs: Sequence[torch.Tensor], observer: "StepObserver") -> list[torch.Tensor]:
         """`run`, with `observer` seeing (and able to replace) every value: tensor hooks, aliases."""
@@ -154,6 +203,7 @@ class Plan:
         if len(inputs) != len(self.source_slots):
             raise FeedError(f"plan expects {len(self.source_slots)} input values, got {len(inputs)}")
         env = list(self._template)
+        shapes = [] if self._shapes is None and observer is None else None
         for s, v in zip(self.source_slots, inputs):
             env[s] = v if observer is None else observer.source(self.names[s], v)
         step = None
@@ -163,6 +213,9 @@ class Plan:
                 if observer is not None:
                     args = observer.arguments(step, [None if k is None else self.names[k] for k in step.in_slots], args)
                 out = step.fn(*args, **step.kwargs)
+                if shapes is not None:
+                    single = len(step.out_slots) == 1
+                    shapes.append((-1 if not isinstance(out, tuple) else 1) if single else len(out))
                 if observer is not None:
                     outs = [out[0] if isinstance(out, tuple) else out] if len(step.out_slots) == 1 else list(out)
                     out = observer.outputs(step, args, [None if k is None else self.names[k] for k in step.out_slots],
@@ -182,6 +235,8 @@ class Plan:
                         env[k] = None
         except STEP_ERRORS as exc:
             raise step_error(step, exc) from (None if isinstance(exc, OnnxGradError) else exc)
+        if shapes is not None:
+            self._shapes = shapes
         return env
 
 
