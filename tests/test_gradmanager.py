@@ -271,6 +271,19 @@ def test_second_order_via_two_managers(model):
     assert outer.grad["W2"].grad_fn is None  # nobody records any more: no graph kept alive
 
 
+def test_backward_through_the_models_own_gradient_nodes():
+    """spec_second_order computes dO/dW with a Gradient node, then differentiates sum(dO/dW) again in a
+    second one: a GradManager backward from dO_dW must give that second node's outputs."""
+    m = engine.load("sample_models/spec_second_order.onnx")
+    gm = GradManager(m, dtype="float64").attach(["W", "X"])
+    with gm:
+        gm.run()
+        gm.backward("dO_dW")
+    want = m.run(dtype="float64")
+    close(gm.grad["W"], want["d2O_dW2"])
+    close(gm.grad["X"], want["d_dO_dW_dX"])
+
+
 def test_an_inner_manager_does_not_see_the_outer_managers_backward(model):
     outer = manager(model, attach=["W2"])
     inner = GradManager(model, params=outer.params).attach(["W2"])
