@@ -8,6 +8,8 @@ Public API:
     Model.selection(y, xs, zs) -> GradientSpec (validation only)
     supported_ops() -> list[OpImpl]
     GradManager(model, device=, dtype=) -> attach / record / run / backward / grad / params / save
+    lower(model, y=None, xs=None, zs=None, dy=None, names=None) -> onnx.ModelProto (gradients as plain ONNX;
+        a callable package, so engine.lower.<family> holds the backward rules)
 
 Names are imported on first use (PEP 562), so `import engine` and the CLI's argument parsing
 stay free of torch; the op registry fills itself the first time an op is looked up.
@@ -19,6 +21,7 @@ import importlib
 from .errors import (
     ExecutionError,
     FeedError,
+    LoweringError,
     ModelLoadError,
     OnnxGradError,
     RecordingError,
@@ -39,7 +42,7 @@ _LAZY = {
     "verify": ("CheckReport", "ClaimedCheck", "Finding", "NodeCheck", "XCheck", "check", "register_op_with_vjp",
                "unregister_op"),
 }
-_SUBPACKAGES = ("ops", "verify", "graphs", "conformance", "cli")
+_SUBPACKAGES = ("ops", "verify", "graphs", "conformance", "cli", "lower")
 _HOME = {name: module for module, names in _LAZY.items() for name in names}
 
 __all__ = [
@@ -50,7 +53,7 @@ __all__ = [
     "check", "CheckReport", "XCheck", "NodeCheck", "ClaimedCheck", "Finding", "register_op_with_vjp", "unregister_op",
     "BackwardGraph", "build_backward_graph", "gradient_with_stats", "GraphStats", "TensorStats", "to_dot", "render",
     "layout_graph", "GraphLayout", "LayoutNode", "LayoutEdge", "Canvas",
-    "OnnxGradBackend", "OnnxGradRep",
+    "OnnxGradBackend", "OnnxGradRep", "lower", "LoweringError",
 ]
 
 

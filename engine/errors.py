@@ -27,3 +27,7 @@ class ExecutionError(OnnxGradError):
 
 class RecordingError(OnnxGradError):
     """A GradManager used out of order: backward with nothing recorded, or recording twice."""
+
+
+class LoweringError(OnnxGradError):
+    """A Gradient cannot be rewritten into standard ONNX ops: a node without a backward rule, unknown shapes."""

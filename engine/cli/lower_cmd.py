@@ -1,0 +1,45 @@
+"""onnxgrad lower MODEL -o OUT.onnx: Gradient nodes (or a selection) rewritten as plain ai.onnx ops."""
+from __future__ import annotations
+
+from .common import add_model_argument
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "lower", help="write a copy of MODEL whose gradients any ONNX runtime computes",
+        description="Replace every Gradient node of MODEL (nested ones too) by standard ai.onnx ops; with --y and "
+                    "--xs, also add the gradients of that selection as graph outputs named d{y}_d{x}.")
+    add_model_argument(p)
+    p.add_argument("-o", "--output", required=True, metavar="OUT.onnx", help="where to write the lowered model")
+    p.add_argument("--y", help="the tensor to differentiate (adds gradients as new outputs)")
+    p.add_argument("--xs", help="comma-separated tensors to differentiate with respect to")
+    p.add_argument("--zs", default="", help="comma-separated tensors held fixed")
+    p.add_argument("--names", help="comma-separated names of the gradient outputs (default d{y}_d{x})")
+    p.add_argument("--dy", nargs="?", const=True, metavar="NAME",
+                   help="seed with a new graph input NAME (default d{y}) instead of ones")
+    p.set_defaults(handler=run)
+
+
+def run(args) -> int:
+    import os
+
+    import onnx
+
+    from ..errors import LoweringError
+    from ..lower import lower
+
+    if (args.y is None) != (args.xs is None):
+        raise LoweringError("--y and --xs go together: name the tensor and what to differentiate it by")
+    if args.dy and args.y is None:
+        raise LoweringError("--dy seeds a selection: give --y and --xs too")
+    folder = os.path.dirname(os.path.abspath(args.output))
+    if not os.path.isdir(folder):
+        raise LoweringError(f"cannot write {args.output}: folder {folder} does not exist")
+    model = lower(args.model, args.y, args.xs, args.zs, dy=args.dy, names=args.names)
+    onnx.save(model, args.output)
+    kinds = sorted({n.op_type for n in model.graph.node})
+    outputs = ", ".join(o.name for o in model.graph.output)
+    print(f"wrote {args.output}: {len(model.graph.node)} nodes, {len(kinds)} op types, opset "
+          f"{next(o.version for o in model.opset_import if o.domain in ('', 'ai.onnx'))}")
+    print(f"outputs: {outputs}")
+    return 0

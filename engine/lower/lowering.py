@@ -1,0 +1,193 @@
+"""Rewrite a model so that plain ai.onnx ops compute its gradients: Gradient nodes and selections.
+
+Gradient nodes are lowered innermost first (one whose differentiated slice holds no other Gradient
+node), so an outer Gradient differentiates the ops that replaced an inner one: a second derivative.
+A Gradient node whose inputs are not the members themselves (the spec's gradient at H = H_1)
+differentiates a copy of the forward slice that reads those inputs instead.
+"""
+from __future__ import annotations
+
+import os
+from typing import Sequence
+
+import onnx
+from onnx import ModelProto, helper, shape_inference, version_converter
+
+from ..errors import LoweringError, ModelLoadError
+from ..loader import TRAINING_DOMAIN, _toposort
+from ..selection import names as split_names
+from .context import Ctx, attr, collect_constants, collect_types
+from .core import backward, cut_slice
+
+# ReduceSum takes axes as an input from 13, ScatterElements adds duplicates from 16; LayerNormalization is 17.
+MIN_OPSET = 17
+
+
+def as_proto(model) -> ModelProto:
+    if isinstance(model, ModelProto):
+        out = ModelProto()
+        out.CopyFrom(model)
+        return out
+    if isinstance(model, bytes):
+        return onnx.load_from_string(model)
+    if isinstance(model, (str, os.PathLike)):
+        try:
+            return onnx.load(os.fspath(model))
+        except Exception as exc:
+            raise ModelLoadError(f"cannot read {os.fspath(model)}: {exc}".splitlines()[0]) from None
+    graph = getattr(model, "graph", None)
+    if graph is not None and hasattr(graph, "model"):
+        return as_proto(graph.model)
+    raise TypeError(f"expected a path, bytes, ModelProto or engine Model, got {type(model).__name__}")
+
+
+def upgraded(proto: ModelProto) -> ModelProto:
+    version = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 1)
+    if version >= MIN_OPSET:
+        return proto
+    try:
+        return version_converter.convert_version(proto, MIN_OPSET)
+    except Exception as exc:
+        raise LoweringError(f"cannot convert opset {version} to {MIN_OPSET}: {str(exc).splitlines()[0]}") from None
+
+
+class Lowering:
+    """The model being rewritten, re-typed by shape inference after each step."""
+
+    def __init__(self, proto: ModelProto):
+        self.proto = proto
+        self.refresh()
+
+    def refresh(self) -> None:
+        g = self.proto.graph
+        available = {i.name for i in g.input} | {t.name for t in g.initializer}
+        nodes = _toposort(list(g.node), available)
+        del g.node[:]
+        g.node.extend(nodes)
+        del g.value_info[:]
+        self.proto = shape_inference.infer_shapes(self.proto)
+        self.types = collect_types(self.proto)
+        self.constants = collect_constants(self.proto)
+        self.used = {t for n in self.proto.graph.node for t in list(n.output) + [n.name]}
+        self.used |= {i.name for i in self.proto.graph.input} | {t.name for t in self.proto.graph.initializer}
+
+    @property
+    def nodes(self) -> list[onnx.NodeProto]:
+        return list(self.proto.graph.node)
+
+    def ctx(self, prefix: str) -> Ctx:
+        return Ctx(self.types, self.constants, self.used, prefix)
+
+    def gradient_nodes(self) -> list[onnx.NodeProto]:
+        return [n for n in self.nodes if n.domain == TRAINING_DOMAIN and n.op_type == "Gradient"]
+
+    def replace(self, old: onnx.NodeProto | None, new: Sequence[onnx.NodeProto]) -> None:
+        g = self.proto.graph
+        kept = [n for n in g.node if n is not old and not (old is not None and n == old)]
+        del g.node[:]
+        g.node.extend(kept + list(new))
+        self.refresh()
+
+    # -- Gradient nodes ------------------------------------------------------------------------
+    def innermost(self) -> onnx.NodeProto:
+        for n in self.gradient_nodes():
+            xs, zs, y = gradient_attrs(n)
+            if not any(m.domain == TRAINING_DOMAIN for m in cut_slice(self.nodes, [y], set(xs) | set(zs))):
+                return n
+        raise LoweringError("the Gradient nodes differentiate each other in a cycle")
+
+    def lower_gradient_node(self, node: onnx.NodeProto) -> None:
+        xs, zs, y = gradient_attrs(node)
+        members = xs + zs
+        label = node.name or "Gradient"
+        if list(node.input) != members:
+            y, xs, zs = self.copy_slice(node, y, members, len(xs))
+            node = next(n for n in self.gradient_nodes() if n.name == label and list(n.output) == list(node.output))
+        ctx = self.ctx(label)
+        grads = backward(ctx, self.nodes, y, xs, zs, seed=None)
+        for out, g in zip(node.output, grads):
+            if out:
+                ctx.emit("Identity", [g], [out])
+        self.replace(node, ctx.nodes)
+
+    def copy_slice(self, node, y: str, members: list[str], n_xs: int):
+        """Copy the forward slice so that it reads the Gradient node's inputs in place of the members."""
+        ctx = self.ctx(f"{node.name or 'Gradient'}/forward")
+        rename = dict(zip(members, node.input))
+        for n in cut_slice(self.nodes, [y], set(members)):
+            for t in n.output:
+                if t:
+                    rename[t] = ctx.fresh(t)
+            copy = onnx.NodeProto()
+            copy.CopyFrom(n)
+            copy.name = ctx.fresh(n.name or n.op_type)
+            copy.input[:] = [rename.get(t, t) for t in n.input]
+            copy.output[:] = [rename.get(t, t) for t in n.output]
+            ctx.nodes.append(copy)
+        self.replace(None, ctx.nodes)
+        inputs = list(node.input)
+        return rename.get(y, y), inputs[:n_xs], inputs[n_xs:]
+
+    # -- a selection -----------------------------------------------------------------------------
+    def add_selection(self, y: str, xs, zs, dy: str | None, outputs: Sequence[str] | None) -> list[str]:
+        from ..model import load
+
+        spec = load(self.proto, check=False).selection(y, xs, zs)
+        outputs = list(outputs or [f"d{spec.y}_d{x}" for x in spec.xs])
+        if len(outputs) != len(spec.xs):
+            raise LoweringError(f"{len(outputs)} output names for {len(spec.xs)} members of xs")
+        clash = [o for o in outputs if o in self.used]
+        if clash:
+            raise LoweringError(f"output name {clash[0]!r} is already a tensor of the model: name it with --names")
+        ctx = self.ctx(f"d{spec.y}")
+        g = self.proto.graph
+        if dy is not None:
+            if dy in self.used:
+                raise LoweringError(f"dy input name {dy!r} is already a tensor of the model")
+            info = self.types.get(spec.y)
+            if info is None:
+                raise LoweringError(f"the type of y {spec.y!r} is unknown, so no dy input can be declared")
+            g.input.append(helper.make_tensor_value_info(dy, info.elem_type, info.shape))
+            self.types[dy] = info
+        grads = backward(ctx, self.nodes, spec.y, spec.xs, spec.zs, seed=dy)
+        for x, out, grad in zip(spec.xs, outputs, grads):
+            ctx.emit("Identity", [grad], [out])
+            info = self.types.get(x)
+            g.output.append(helper.make_tensor_value_info(out, info.elem_type if info else 1,
+                                                          info.shape if info else None))
+        self.replace(None, ctx.nodes)
+        return outputs
+
+
+def gradient_attrs(node: onnx.NodeProto) -> tuple[list[str], list[str], str]:
+    return list(attr(node, "xs", [])), list(attr(node, "zs", []) or []), attr(node, "y")
+
+
+def lower(model, y: str | None = None, xs=None, zs=None, *, dy: str | bool | None = None,
+          names=None, check: bool = True) -> ModelProto:
+    """A copy of `model` in which plain ai.onnx ops compute every gradient.
+
+    Every Gradient node (nested ones too) is replaced; with `y` and `xs`, the gradients of that
+    selection become new graph outputs named `names` (default `d{y}_d{x}`), seeded with ones or,
+    with `dy`, with a new graph input of y's shape (named `dy` if a string, else `d{y}`).
+    """
+    from ..model import load
+
+    proto = as_proto(model)
+    load(proto)  # one-line errors for bad models, unknown ops and invalid Gradient nodes
+    state = Lowering(upgraded(proto))
+    while state.gradient_nodes():
+        state.lower_gradient_node(state.innermost())
+    if y or xs:
+        if not y:
+            raise LoweringError("--xs needs --y: name the tensor to differentiate")
+        dy_name = (dy if isinstance(dy, str) else f"d{y}") if dy else None
+        state.add_selection(y, split_names(xs), split_names(zs), dy_name, split_names(names) or None)
+    out = state.proto
+    if not any(n.domain == TRAINING_DOMAIN for n in out.graph.node):
+        kept = [o for o in out.opset_import if o.domain != TRAINING_DOMAIN]
+        del out.opset_import[:]
+        out.opset_import.extend(kept)
+    if check:
+        onnx.checker.check_model(out, full_check=True)
+    return out

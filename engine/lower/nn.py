@@ -1,0 +1,176 @@
+"""Backward rules of engine/ops/nn.py: MatMul, Gemm, the normalizations, LRN."""
+from __future__ import annotations
+
+import numpy as np
+from onnx import helper
+
+from .context import TypeInfo, attr
+from .registry import rule
+
+
+def _swap_last(ctx, t, rank):
+    perm = list(range(rank))
+    perm[-2], perm[-1] = perm[-1], perm[-2]
+    return ctx.op("Transpose", [t], perm=perm)
+
+
+@rule("MatMul")
+def matmul(ctx, node, grads):
+    """numpy matmul: 1-D operands get a unit axis that the output drops; batch axes broadcast."""
+    (g,), (a, b) = grads, node.input
+    ra, rb = ctx.need_rank(a), ctx.need_rank(b)
+    a2 = ctx.op("Unsqueeze", [a, ctx.ints([0])]) if ra == 1 else a
+    b2 = ctx.op("Unsqueeze", [b, ctx.ints([1])]) if rb == 1 else b
+    ctx.types[a2] = _with_unit(ctx, a, 0 if ra == 1 else None)
+    ctx.types[b2] = _with_unit(ctx, b, 1 if rb == 1 else None)
+    if ra == 1:
+        g = ctx.op("Unsqueeze", [g, ctx.ints([-2 if rb > 1 else 0])])
+    if rb == 1:
+        g = ctx.op("Unsqueeze", [g, ctx.ints([-1])])
+    full = _broadcast_batch(ctx.types[a2].shape, ctx.types[b2].shape)
+    out = [None, None]
+    for i, (x, x2, make) in enumerate([
+            (a, a2, lambda: ctx.op("MatMul", [g, _swap_last(ctx, b2, max(rb, 2))])),
+            (b, b2, lambda: ctx.op("MatMul", [_swap_last(ctx, a2, max(ra, 2)), g]))]):
+        if not ctx.wants(i):
+            continue
+        d = make()
+        ctx.types[d] = TypeInfo(ctx.elem(x), None if full is None else full + ctx.types[x2].shape[-2:])
+        d = ctx.unbroadcast(d, x2, d)
+        out[i] = d if x2 == x else ctx.op("Reshape", [d, ctx.op("Shape", [x])])
+    return out
+
+
+def _with_unit(ctx, t, axis):
+    info = ctx.types.get(t)
+    shape = None if info is None or info.shape is None else list(info.shape)
+    if shape is not None and axis is not None:
+        shape.insert(axis, 1)
+    return TypeInfo(ctx.elem(t), None if shape is None else tuple(shape))
+
+
+def _broadcast_batch(sa, sb):
+    """The broadcast batch shape of two matmul operands (None entries for unknown dims)."""
+    if sa is None or sb is None:
+        return None
+    ba, bb = list(sa[:-2]), list(sb[:-2])
+    n = max(len(ba), len(bb))
+    ba, bb = [1] * (n - len(ba)) + ba, [1] * (n - len(bb)) + bb
+    return tuple(None if p is None or q is None else max(p, q) if 1 in (p, q) else p for p, q in zip(ba, bb))
+
+
+@rule("Gemm")
+def gemm(ctx, node, grads):
+    """Y = alpha A' B' + beta C with A' = A or Aᵀ (transA), B' likewise; each gradient is one Gemm."""
+    g = grads[0]
+    a, b = node.input[0], node.input[1]
+    c = node.input[2] if len(node.input) > 2 else ""
+    alpha, beta = attr(node, "alpha", 1.0), attr(node, "beta", 1.0)
+    ta, tb = attr(node, "transA", 0), attr(node, "transB", 0)
+    out = [None, None, None]
+    if ctx.wants(0):  # dA' = alpha g B'ᵀ; dA = dA'ᵀ when transA
+        out[0] = (ctx.op("Gemm", [b, g], alpha=alpha, transA=tb, transB=1) if ta
+                  else ctx.op("Gemm", [g, b], alpha=alpha, transB=1 - tb))
+    if ctx.wants(1):  # dB' = alpha A'ᵀ g; dB = dB'ᵀ when transB
+        out[1] = (ctx.op("Gemm", [g, a], alpha=alpha, transA=1, transB=ta) if tb
+                  else ctx.op("Gemm", [a, g], alpha=alpha, transA=1 - ta))
+    if c and ctx.wants(2):
+        gc = g if beta == 1.0 else ctx.op("Mul", [g, ctx.scalar(beta, g)])
+        out[2] = ctx.unbroadcast(gc, c, node.output[0])
+    return out
+
+
+def _channel_axes(rank):
+    return [0] + list(range(2, rank))
+
+
+@rule("BatchNormalization")
+def batch_norm(ctx, node, grads):
+    """Inference mode: y = scale (x - mean) / sqrt(var + eps) + B, per channel (axis 1)."""
+    if attr(node, "training_mode", 0) or any(grads[1:]):
+        raise ctx.error("only inference-mode BatchNormalization is lowered (training_mode=0, one output)")
+    g = grads[0]
+    x, scale, bias, mean, var = node.input[:5]
+    rank = ctx.need_rank(x)
+    axes = _channel_axes(rank)
+    eps = ctx.scalar(attr(node, "epsilon", 1e-5), x)
+
+    def per_channel(t):  # [C] -> [1, C, 1, ...] so it broadcasts against x
+        return ctx.op("Unsqueeze", [t, ctx.ints([0] + list(range(2, rank)))])
+
+    inv = ctx.op("Reciprocal", [ctx.op("Sqrt", [ctx.op("Add", [var, eps])])])
+    scaled_inv = ctx.op("Mul", [scale, inv])
+    centered = ctx.op("Sub", [x, per_channel(mean)]) if any(ctx.wants(i) for i in (1, 4)) else None
+    gsum = ctx.reduce_sum(g, axes, keepdims=0) if any(ctx.wants(i) for i in (2, 3)) else None
+    out = [None] * 5
+    if ctx.wants(0):
+        out[0] = ctx.op("Mul", [g, per_channel(scaled_inv)])
+    if ctx.wants(1):
+        xhat = ctx.op("Mul", [centered, per_channel(inv)])
+        out[1] = ctx.reduce_sum(ctx.op("Mul", [g, xhat]), axes, keepdims=0)
+    if ctx.wants(2):
+        out[2] = gsum
+    if ctx.wants(3):
+        out[3] = ctx.op("Neg", [ctx.op("Mul", [gsum, scaled_inv])])
+    if ctx.wants(4):  # d/dvar of (var + eps)^(-1/2) is -1/2 inv^3
+        gc = ctx.reduce_sum(ctx.op("Mul", [g, centered]), axes, keepdims=0)
+        inv3 = ctx.op("Mul", [inv, ctx.op("Mul", [inv, inv])])
+        out[4] = ctx.op("Mul", [ctx.op("Mul", [gc, ctx.op("Mul", [scale, inv3])]), ctx.scalar(-0.5, x)])
+    return out
+
+
+@rule("LayerNormalization")
+def layer_norm(ctx, node, grads):
+    """y = scale x̂ + B, x̂ = (x - mean) / sqrt(var + eps) over the axes from `axis` to the last."""
+    if any(grads[1:]):
+        raise ctx.error("gradients through the Mean / InvStdDev outputs are not lowered")
+    g = grads[0]
+    x, scale = node.input[0], node.input[1]
+    bias = node.input[2] if len(node.input) > 2 else ""
+    rank = ctx.need_rank(x)
+    axis = attr(node, "axis", -1) % rank
+    axes = list(range(axis, rank))
+    y = node.output[0]
+
+    def mean(t):
+        return ctx.op("ReduceMean", [t], axes=axes, keepdims=1)
+
+    centered = ctx.op("Sub", [x, mean(x)])
+    var = mean(ctx.op("Mul", [centered, centered]))
+    inv = ctx.op("Reciprocal", [ctx.op("Sqrt", [ctx.op("Add", [var, ctx.scalar(attr(node, "epsilon", 1e-5), x)])])])
+    xhat = ctx.op("Mul", [centered, inv])
+    out = [None, None, None]
+    if ctx.wants(0):  # dx = inv (dx̂ - mean(dx̂) - x̂ mean(dx̂ x̂))
+        dxhat = ctx.op("Mul", [g, scale])
+        inner = ctx.op("Sub", [ctx.op("Sub", [dxhat, mean(dxhat)]),
+                               ctx.op("Mul", [xhat, mean(ctx.op("Mul", [dxhat, xhat]))])])
+        out[0] = ctx.op("Mul", [inv, inner])
+    if ctx.wants(1):
+        out[1] = ctx.unbroadcast(ctx.op("Mul", [g, xhat]), scale, y)
+    if bias and ctx.wants(2):
+        out[2] = ctx.unbroadcast(g, bias, y)
+    return out
+
+
+@rule("LRN")
+def lrn(ctx, node, grads):
+    """y = x / s^beta, s = bias + alpha/size * (window sum over channels of x²)."""
+    g, x, y = grads[0], node.input[0], node.output[0]
+    size = attr(node, "size")
+    alpha, beta, bias = attr(node, "alpha", 1e-4), attr(node, "beta", 0.75), attr(node, "bias", 1.0)
+    rank = ctx.need_rank(x)
+    before, after = (size - 1) // 2, size - 1 - (size - 1) // 2
+    ones = ctx.const(np.ones([1, 1, size] + [1] * (rank - 2), dtype=helper.tensor_dtype_to_np_dtype(ctx.elem(x))))
+
+    def window_sum(t, lo, hi):  # channels become a spatial axis of a one-channel Conv
+        t5 = ctx.op("Unsqueeze", [t, ctx.ints([1])])
+        pads = [lo] + [0] * (rank - 2) + [hi] + [0] * (rank - 2)
+        return ctx.op("Squeeze", [ctx.op("Conv", [t5, ones], pads=pads), ctx.ints([1])])
+
+    s = ctx.op("Add", [ctx.scalar(bias, x),
+                       ctx.op("Mul", [window_sum(ctx.op("Mul", [x, x]), before, after), ctx.scalar(alpha / size, x)])])
+    direct = ctx.op("Mul", [g, ctx.op("Pow", [s, ctx.scalar(-beta, x)])])
+    # the window of channel c covers c-before..c+after, so the transposed sum swaps the paddings
+    back = window_sum(ctx.op("Div", [ctx.op("Mul", [g, y]), s]), after, before)
+    coupling = ctx.op("Mul", [ctx.op("Mul", [x, back]), ctx.scalar(2.0 * alpha * beta / size, x)])
+    return [ctx.op("Sub", [direct, coupling])]
