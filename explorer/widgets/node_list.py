@@ -15,30 +15,58 @@ from textual.strip import Strip
 from textual.widgets import Input
 
 from ..guard import guarded
+from .labels import fit_labels
 
 MAX_HITS = 300
 
 
 @dataclass(frozen=True)
 class Entry:
-    key: str  # "n:<index>" or "t:<tensor>"
+    key: str  # "n:<index>", "t:<tensor>" or, for a group's heading, "g:<group>"
     name: str
     detail: str
     node_index: int | None
     tensor: str | None
+    group: str | None = None  # set on a heading row only: the group it opens and closes
+
+
+GROUPS = (("inputs", "Inputs"), ("outputs", "Outputs"), ("nodes", "Nodes"), ("weights", "Weights"))
+COLLAPSED = frozenset({"weights"})  # thousands of rows nobody reads first: opened on demand
+
+
+def grouped_entries(graph) -> dict[str, list[Entry]]:
+    """Inputs, outputs, nodes in topological order (each followed by the tensors it produces), weights."""
+    def tensor(t: str) -> Entry:
+        return Entry(f"t:{t}", t, _shape(graph, t), None, t)
+
+    nodes = []
+    for i, node in enumerate(graph.nodes):  # GraphIndex keeps nodes topologically sorted
+        nodes.append(Entry(f"n:{i}", graph.node_names[i], node.op_type, i, None))
+        nodes.extend(tensor(t) for t in node.output if t)
+    return {"inputs": [tensor(t) for t in graph.inputs], "outputs": [tensor(t) for t in graph.outputs],
+            "nodes": nodes, "weights": [tensor(t) for t in graph.initializers]}
 
 
 def entries_for(graph) -> list[Entry]:
-    """Inputs and initializers first, then each node followed by the tensors it produces."""
-    out = []
-    for t in list(graph.inputs) + list(graph.initializers):
-        out.append(Entry(f"t:{t}", t, _shape(graph, t), None, t))
-    for i, node in enumerate(graph.nodes):
-        out.append(Entry(f"n:{i}", graph.node_names[i], node.op_type, i, None))
-        for t in node.output:
-            if t:
-                out.append(Entry(f"t:{t}", t, _shape(graph, t), None, t))
-    return out
+    """Every node and tensor once, in navigator order (what search looks through)."""
+    seen: dict[str, Entry] = {}
+    for entries in grouped_entries(graph).values():
+        for e in entries:
+            seen.setdefault(e.key, e)
+    return list(seen.values())
+
+
+def rows_for(groups: dict[str, list[Entry]], collapsed) -> list[Entry]:
+    """The navigator's rows: a heading per non-empty group, its members unless collapsed."""
+    rows = []
+    for group, title in GROUPS:
+        members = groups.get(group, [])
+        if members:
+            count = sum(e.node_index is not None for e in members) if group == "nodes" else len(members)
+            rows.append(Entry(f"g:{group}", f"{title} ({count:,})", "", None, None, group))
+            if group not in collapsed:
+                rows.extend(members)
+    return rows
 
 
 def _shape(graph, t: str) -> str:
@@ -88,13 +116,14 @@ class EntryList(ScrollView, can_focus=True):
         Binding("end", "move(1000000000)", "Last", show=False, id="list.last"),
         Binding("enter", "choose", "Go to", show=False, id="list.choose"),
     ]
-    COMPONENT_CLASSES = {"entry-list--highlight", "entry-list--node", "entry-list--detail"}
+    COMPONENT_CLASSES = {"entry-list--highlight", "entry-list--node", "entry-list--detail", "entry-list--group"}
     DEFAULT_CSS = """
     EntryList { height: 1fr; }
     EntryList > .entry-list--highlight { background: $accent 40%; text-style: bold; }
     EntryList:focus > .entry-list--highlight { background: $accent; }
     EntryList > .entry-list--node { text-style: bold; }
     EntryList > .entry-list--detail { color: $text-muted; }
+    EntryList > .entry-list--group { color: $accent; text-style: bold; }
     """
 
     @dataclass
@@ -107,6 +136,19 @@ class EntryList(ScrollView, can_focus=True):
         super().__init__(id=id)
         self.entries: list[Entry] = []
         self.highlighted: int | None = None
+        self.names: list[str] = []  # every name the list can show: labels are unique among them
+        self.collapsed: frozenset[str] = frozenset()
+        self._labels: tuple[int, dict[str, str]] = (-1, {})
+
+    def set_names(self, names: list[str]) -> None:
+        self.names = names
+        self._labels = (-1, {})
+
+    def label(self, name: str, width: int) -> str:
+        """`name` cut to `width` cells, never into the label of another name (see labels.py)."""
+        if self._labels[0] != width:
+            self._labels = (width, fit_labels(self.names, width))
+        return self._labels[1].get(name) or name[:width]
 
     def set_entries(self, entries: list[Entry]) -> None:
         self.entries = entries
@@ -145,7 +187,8 @@ class EntryList(ScrollView, can_focus=True):
         index = event.y + int(self.scroll_y)
         if 0 <= index < len(self.entries):
             self.highlight(index)
-            self.post_message(self.Moved(self, index, chosen=event.chain > 1))
+            heading = self.entries[index].group is not None  # one click opens or closes a group
+            self.post_message(self.Moved(self, index, chosen=event.chain > 1 or heading))
 
     def render_line(self, y: int) -> Strip:
         width = self.scrollable_content_region.width
@@ -154,10 +197,14 @@ class EntryList(ScrollView, can_focus=True):
         if not 0 <= index < len(self.entries):
             return Strip([Segment(" " * width, base)], width)
         e = self.entries[index]
-        name_style = base + self.get_component_rich_style("entry-list--node") if e.node_index is not None else base
         detail_style = base + self.get_component_rich_style("entry-list--detail")
-        segments = [Segment("◆ " if e.node_index is not None else "  ", name_style), Segment(e.name, name_style),
-                    Segment(" " + e.detail, detail_style)]
+        if e.group is not None:
+            style = base + self.get_component_rich_style("entry-list--group")
+            segments = [Segment(("▸ " if e.group in self.collapsed else "▾ ") + e.name, style)]
+        else:
+            name_style = base + self.get_component_rich_style("entry-list--node") if e.node_index is not None else base
+            segments = [Segment("◆ " if e.node_index is not None else "  ", name_style),
+                        Segment(self.label(e.name, width - 2), name_style), Segment(" " + e.detail, detail_style)]
         if index == self.highlighted:
             hl = self.get_component_rich_style("entry-list--highlight")
             segments = [Segment(seg.text, seg.style + hl) for seg in segments]
@@ -189,7 +236,9 @@ class NodeList(Vertical):
 
     def __init__(self, *, id: str | None = None):
         super().__init__(id=id)
-        self.entries: list[Entry] = []
+        self.entries: list[Entry] = []  # every node and tensor once: what search looks through
+        self.groups: dict[str, list[Entry]] = {}
+        self.collapsed: set[str] = set(COLLAPSED)
         self.shown: list[Entry] = []
         self._index: dict[str, int] = {}
         self._last: tuple[int | None, str | None] | None = None
@@ -200,13 +249,28 @@ class NodeList(Vertical):
         yield EntryList(id="node-options")
 
     def set_graph(self, graph) -> None:
+        self.groups = grouped_entries(graph)
         self.entries = entries_for(graph)
-        self._show(self.entries)
+        self.collapsed = set(COLLAPSED)
+        self.query_one(EntryList).set_names([e.name for e in self.entries])
+        self._show(self._rows())
+
+    def _rows(self) -> list[Entry]:
+        return rows_for(self.groups, self.collapsed)
 
     def _show(self, entries: list[Entry]) -> None:
         self.shown = entries
-        self.query_one(EntryList).set_entries(entries)
-        self._index = {e.key: k for k, e in enumerate(entries)}
+        listing = self.query_one(EntryList)
+        listing.collapsed = frozenset(self.collapsed)
+        listing.set_entries(entries)
+        self._index = {}
+        for k, e in enumerate(entries):
+            self._index.setdefault(e.key, k)  # a graph output shows under Outputs first
+
+    def toggle_group(self, group: str) -> None:
+        self.collapsed ^= {group}
+        self._show(self._rows())
+        self.query_one(EntryList).highlight(self._index[f"g:{group}"])
 
     def open_search(self) -> None:
         self.query_one(Input).focus()
@@ -223,11 +287,11 @@ class NodeList(Vertical):
         box = self.query_one(Input)
         if box.value:
             box.value = ""
-            self._show(self.entries)
+            self._show(self._rows())
 
     def on_input_changed(self, event: Input.Changed) -> None:
         event.stop()
-        self._show(search(self.entries, event.value))
+        self._show(search(self.entries, event.value) if event.value else self._rows())
         if not event.value:  # search closed: back to the whole list, at the entry last picked
             if self._last is not None:
                 self.highlight(*self._last)
@@ -248,6 +312,10 @@ class NodeList(Vertical):
     def _announce(self, index: int, jump: bool) -> None:
         if 0 <= index < len(self.shown):
             e = self.shown[index]
+            if e.group is not None:  # a heading moves no cursor; Enter or a click opens/closes it
+                if jump:
+                    self.toggle_group(e.group)
+                return
             self._last = (e.node_index, e.tensor)
             self.post_message(self.Picked(e.node_index, e.tensor, jump=jump))
 
@@ -256,6 +324,12 @@ class NodeList(Vertical):
         self._last = (node_index, tensor)
         key = f"t:{tensor}" if tensor is not None and node_index is None else f"n:{node_index}"
         index = self._index.get(key)
+        if index is None and not self.query_one(Input).value:  # in a closed group: open it
+            group = next((g for g in self.collapsed if any(e.key == key for e in self.groups.get(g, ()))), None)
+            if group is not None:
+                self.collapsed.discard(group)
+                self._show(self._rows())
+                index = self._index.get(key)
         if index is not None:
             self.query_one(EntryList).highlight(index)
 
