@@ -1,0 +1,117 @@
+"""Random small graphs built from the ops that have backward rules: lowered, run by onnxruntime,
+compared with the engine's gradients w.r.t. every input (a random dy seeds a (2, 3) y)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from onnx import TensorProto, helper
+
+import engine
+from tests.lowering import assert_close, check_valid, ort_run
+
+pytest.importorskip("onnxruntime")
+ROWS, COLS = 2, 3
+INPUTS = {"a": (ROWS, COLS), "b": (ROWS, COLS), "bias": (COLS,), "W": (COLS, COLS), "scale": (COLS,)}
+
+
+class Builder:
+    """Nodes over a pool of (2, 3) tensors; every op keeps that shape so any two can be combined."""
+
+    def __init__(self):
+        self.nodes, self.consts, self.k = [], {}, 0
+
+    def op(self, op_type, inputs, **attrs):
+        self.k += 1
+        out = f"t{self.k}"
+        self.nodes.append(helper.make_node(op_type, inputs, [out], name=f"n{self.k}", **attrs))
+        return out
+
+    def const(self, values, dtype=np.float32):
+        name = f"c{len(self.consts)}"
+        self.consts[name] = np.asarray(values, dtype=dtype)
+        return name
+
+    def bounded(self, x, low):  # sigmoid(x) + low: a positive, bounded operand for Log/Sqrt/Pow/Div
+        return self.op("Add", [self.op("Sigmoid", [x]), self.const(low)])
+
+
+UNARY = {
+    "Tanh": lambda b, x: b.op("Tanh", [x]),
+    "Relu": lambda b, x: b.op("Relu", [x]),
+    "Abs": lambda b, x: b.op("Abs", [x]),
+    "Neg": lambda b, x: b.op("Neg", [x]),
+    "Erf": lambda b, x: b.op("Erf", [x]),
+    "Exp": lambda b, x: b.op("Exp", [b.op("Tanh", [x])]),
+    "Log": lambda b, x: b.op("Log", [b.bounded(x, 0.2)]),
+    "Sqrt": lambda b, x: b.op("Sqrt", [b.bounded(x, 0.2)]),
+    "Reciprocal": lambda b, x: b.op("Reciprocal", [b.bounded(x, 0.5)]),
+    "Pow": lambda b, x: b.op("Pow", [b.bounded(x, 0.5), b.const(1.5)]),
+    "Softmax": lambda b, x: b.op("Softmax", [x], axis=-1),
+    "LogSoftmax": lambda b, x: b.op("LogSoftmax", [x], axis=0),
+    "LayerNormalization": lambda b, x: b.op("LayerNormalization", [x, "scale", "bias"], axis=-1),
+    "MatMul": lambda b, x: b.op("MatMul", [x, "W"]),
+    "Gemm": lambda b, x: b.op("Gemm", [x, "W", "bias"], transB=1, alpha=0.5),
+    "Transpose": lambda b, x: b.op("Reshape", [b.op("Transpose", [x], perm=[1, 0]), b.const([ROWS, COLS], np.int64)]),
+    "ReduceMean": lambda b, x: b.op("Sub", [x, b.op("ReduceMean", [x], axes=[1], keepdims=1)]),
+    "ReduceSum": lambda b, x: b.op("Mul", [x, b.op("ReduceSum", [x, b.const([0], np.int64)], keepdims=1)]),
+    "Flatten": lambda b, x: b.op("Reshape", [b.op("Flatten", [x], axis=0), b.const([ROWS, COLS], np.int64)]),
+    "Conv": lambda b, x: b.op("Reshape", [
+        b.op("Conv", [b.op("Reshape", [x, b.const([1, 1, ROWS, COLS], np.int64)]),
+                      b.const(np.full((1, 1, 2, 2), 0.5))], pads=[0, 0, 1, 1]), b.const([ROWS, COLS], np.int64)]),
+    "MaxPool": lambda b, x: b.op("Reshape", [
+        b.op("MaxPool", [b.op("Reshape", [x, b.const([1, 1, ROWS, COLS], np.int64)])], kernel_shape=[2, 2],
+             pads=[0, 0, 1, 1]), b.const([ROWS, COLS], np.int64)]),
+    "AveragePool": lambda b, x: b.op("Reshape", [
+        b.op("AveragePool", [b.op("Reshape", [x, b.const([1, 1, ROWS, COLS], np.int64)])], kernel_shape=[2, 2],
+             pads=[1, 1, 0, 0]), b.const([ROWS, COLS], np.int64)]),
+}
+BINARY = {
+    "Add": lambda b, x, y: b.op("Add", [x, y]),
+    "Sub": lambda b, x, y: b.op("Sub", [x, y]),
+    "Mul": lambda b, x, y: b.op("Mul", [x, y]),
+    "Div": lambda b, x, y: b.op("Div", [x, b.bounded(y, 0.5)]),
+    "Max": lambda b, x, y: b.op("Max", [x, y]),
+    "Min": lambda b, x, y: b.op("Min", [x, y]),
+    "Sum": lambda b, x, y: b.op("Sum", [x, y, "bias"]),
+    "Where": lambda b, x, y: b.op("Where", [b.op("Greater", [x, y]), x, b.op("Tanh", [y])]),
+    "Concat": lambda b, x, y: b.op("Slice", [b.op("Concat", [x, y], axis=1), b.const([1], np.int64),
+                                             b.const([1 + COLS], np.int64), b.const([1], np.int64)]),
+    "BroadcastBias": lambda b, x, y: b.op("Mul", [b.op("Add", [x, "bias"]), y]),
+}
+
+
+@st.composite
+def graphs(draw):
+    b = Builder()
+    pool = ["a", "b"]
+    for _ in range(draw(st.integers(1, 6))):
+        if draw(st.booleans()):
+            fn = UNARY[draw(st.sampled_from(sorted(UNARY)))]
+            pool.append(fn(b, draw(st.sampled_from(pool))))
+        else:
+            fn = BINARY[draw(st.sampled_from(sorted(BINARY)))]
+            pool.append(fn(b, draw(st.sampled_from(pool)), draw(st.sampled_from(pool))))
+    y = b.op("Add", [pool[-1], b.op("Tanh", [draw(st.sampled_from(pool))])])
+    inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in INPUTS.items()]
+    inits = [helper.make_tensor(n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape, v.reshape(-1).tolist())
+             for n, v in b.consts.items()]
+    graph = helper.make_graph(b.nodes, "random", inputs, [helper.make_tensor_value_info(y, TensorProto.FLOAT,
+                                                                                          [ROWS, COLS])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), y, draw(st.integers(0, 2**16))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(graphs())
+def test_random_graphs_lower_to_the_engines_gradients(case):
+    model, y, seed = case
+    rng = np.random.default_rng(seed)
+    feeds = {n: rng.standard_normal(s).astype(np.float32) for n, s in INPUTS.items()}
+    dy = rng.standard_normal((ROWS, COLS)).astype(np.float32)
+    xs = list(INPUTS)
+    lowered = engine.lower(model, y, xs, dy=True, names=[f"g_{x}" for x in xs])
+    check_valid(lowered)
+    got = ort_run(lowered, {**feeds, f"d{y}": dy})
+    want = engine.load(model).gradient(y, xs, feeds=feeds, dy=dy).grads
+    assert_close(got, {f"g_{x}": g for x, g in want.items()})
