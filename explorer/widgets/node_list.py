@@ -1,4 +1,4 @@
-"""Every node and tensor in one list, with fuzzy search (`/`) and jump-to on Enter."""
+"""Every node and tensor in one list, with search (`/`, ranked in ../search.py) and jump-to on Enter."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -15,9 +15,8 @@ from textual.strip import Strip
 from textual.widgets import Input
 
 from ..guard import guarded
+from ..search import SearchIndex
 from .labels import fit_labels
-
-MAX_HITS = 300
 
 
 @dataclass(frozen=True)
@@ -74,32 +73,6 @@ def _shape(graph, t: str) -> str:
     if info is None or info.shape is None:
         return ""
     return "[" + ",".join(str(d) if d not in (None, "") else "?" for d in info.shape) + "]"
-
-
-def fuzzy_score(query: str, text: str) -> float:
-    """0 when `query` is not a subsequence of `text` (case-insensitive); more for runs and prefixes."""
-    q, t = query.lower(), text.lower()
-    if not q:
-        return 1.0
-    if q in t:
-        return 100.0 + (50.0 if t.startswith(q) else 0.0) - len(t) * 0.1
-    score, pos, run = 0.0, 0, 0
-    for ch in q:
-        found = t.find(ch, pos)
-        if found < 0:
-            return 0.0
-        run = run + 1 if found == pos else 0
-        score += 1.0 + run * 2.0 + (3.0 if found == 0 or not t[found - 1].isalnum() else 0.0)
-        pos = found + 1
-    return score - len(t) * 0.05
-
-
-def search(entries: list[Entry], query: str, limit: int = MAX_HITS) -> list[Entry]:
-    if not query.strip():
-        return entries
-    scored = [(fuzzy_score(query, f"{e.name} {e.detail}"), k, e) for k, e in enumerate(entries)]
-    hits = sorted((s for s in scored if s[0] > 0), key=lambda s: (-s[0], s[1]))
-    return [e for _, _, e in hits[:limit]]
 
 
 @guarded
@@ -237,6 +210,7 @@ class NodeList(Vertical):
     def __init__(self, *, id: str | None = None):
         super().__init__(id=id)
         self.entries: list[Entry] = []  # every node and tensor once: what search looks through
+        self.finder = SearchIndex([])
         self.groups: dict[str, list[Entry]] = {}
         self.collapsed: set[str] = set(COLLAPSED)
         self.shown: list[Entry] = []
@@ -251,6 +225,7 @@ class NodeList(Vertical):
     def set_graph(self, graph) -> None:
         self.groups = grouped_entries(graph)
         self.entries = entries_for(graph)
+        self.finder = SearchIndex(self.entries)
         self.collapsed = set(COLLAPSED)
         self.query_one(EntryList).set_names([e.name for e in self.entries])
         self._show(self._rows())
@@ -291,7 +266,7 @@ class NodeList(Vertical):
 
     def on_input_changed(self, event: Input.Changed) -> None:
         event.stop()
-        self._show(search(self.entries, event.value) if event.value else self._rows())
+        self._show(self.finder.search(event.value) if event.value else self._rows())
         if not event.value:  # search closed: back to the whole list, at the entry last picked
             if self._last is not None:
                 self.highlight(*self._last)

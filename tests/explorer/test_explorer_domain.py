@@ -14,9 +14,10 @@ from engine.errors import FeedError
 from engine.graphs import Canvas
 from explorer.feeding import FeedSource, evaluate_expression, materialize, referenced_names, source_from
 from explorer.rules import GENERIC, RULES, rule_lines
+from explorer.search import fuzzy_score, search
 from explorer.state import Session, active_nodes, array_stats
 from explorer.stepper import trace
-from explorer.widgets.node_list import entries_for, fuzzy_score, search
+from explorer.widgets.node_list import entries_for
 from explorer.widgets.visuals import heatmap, histogram, parse_slice
 
 from .conftest import sample
