@@ -72,8 +72,10 @@ class ExplorerApp(Workers, App):
     def check_action(self, action: str, parameters) -> bool | None:
         """Keys that mean nothing right now leave the footer (they still work from ctrl+p when they can)."""
         s = self.session
-        if len(self.screen_stack) > 1 and action not in ("quit", "command_palette"):
-            return False  # step mode and dialogs own the keys while they are open
+        if len(self.screen_stack) > 1:
+            # Step mode and dialogs own the keys while they are open: the main screen's keys stay off
+            # behind them, Textual's own (tab and shift+tab between fields, ctrl+p, ctrl+q) stay on.
+            return action == "quit" or action not in MAIN_ACTIONS
         if s is None:
             return action in ("quit", "help", "open_model", "command_palette") or None
         if action == "cancel":
@@ -363,6 +365,9 @@ class ExplorerApp(Workers, App):
         session = Session(message.model, message.label, seed=old.seed if old else 0)
         self.open_session(session)
         self.notify(f"opened {message.label}", timeout=3)
+
+
+MAIN_ACTIONS = frozenset(b.action.split("(")[0] for b in ExplorerApp.BINDINGS)
 
 
 def _first_output(graph, i: int) -> str | None:

@@ -19,6 +19,7 @@ from engine.errors import OnnxGradError
 from . import messages as m
 from .guard import guarded, one_line
 from .layout import layout_for
+from .screens.export import mismatch
 from .state import CheckJob, GradientJob
 
 LABELS = {"gradient": "computing gradients", "check": "verifying", "step": "tracing step mode",
@@ -115,6 +116,9 @@ class Workers:
     def start_export(self, what: str, path: str) -> None:
         """Gather what to write now (main thread), write it in a worker."""
         s = self.session
+        if (problem := mismatch(what, path)) is not None:
+            self.notify(problem, title="cannot export", severity="error")
+            return
         if what == "gradients" and s.gradient is None:
             self.notify("no gradients yet: press r to run first", title="nothing to export", severity="warning")
             return
@@ -156,16 +160,30 @@ class Workers:
         for group in CANCELLABLE:
             self.workers.cancel_group(self, group)
         if running:
-            self.query_one("#status").idle("cancelled")
+            self.query_one("#status").idle("cancelled: " + ", ".join(LABELS[w.group] for w in running))
             for w in running:
                 self.post_message(m.WorkFinished(w.group, "cancelled"))
+            if any(w.group == "check" for w in running):
+                self.query_one("#results").show_check_note("check cancelled: no verdict (v starts a new one)")
 
     # --- what work posts back ------------------------------------------------------------------------
+    def _work_live(self, group: str) -> bool:
+        """A worker of `group` is running and not cancelled (its late messages are not news)."""
+        return any(w.group == group and w.is_running and not w.is_cancelled for w in self.workers)
+
     def on_work_started(self, message: m.WorkStarted) -> None:
+        if not self._work_live(message.kind):
+            return
         self.query_one("#status").busy(message.label)
         self.refresh_footer(force=True)
+        if message.kind == "check":  # the verdict on screen is the one being computed, or none
+            self.session.check = None
+            self.results_changed()
+            self.query_one("#results").show_check_note("verifying… (esc cancels)")
 
     def on_work_progress(self, message: m.WorkProgress) -> None:
+        if not self._work_live(message.kind):
+            return
         self.query_one("#status").progress(LABELS.get(message.kind, message.kind), message.done, message.total,
                                            message.stage)
 

@@ -64,17 +64,24 @@ def describe(frame: Frame, k: int, trace: Trace) -> Group:
 
 @guarded
 class StepScreen(Screen):
+    # Priority: the graph and the details pane bind the arrows, home and end for themselves, and
+    # step mode promises (header, help, docs) that they step.
     BINDINGS = [
-        Binding("right,n,space", "step(1)", "Next", id="step.next"),
-        Binding("left,p", "step(-1)", "Back", id="step.back"),
-        Binding("home", "jump(0)", "First", id="step.first"),
-        Binding("end", "jump(-1)", "Last", id="step.last"),
+        Binding("right,n,space", "step(1)", "Next", id="step.next", priority=True),
+        Binding("left,p", "step(-1)", "Back", id="step.back", priority=True),
+        Binding("home", "jump(0)", "First", id="step.first", priority=True),
+        Binding("end", "jump(-1)", "Last", id="step.last", priority=True),
         Binding("escape,q", "close", "Close", id="step.close"),
+        Binding("shift+up", "pan(0, -4)", "Pan up", show=False, id="step.pan_up"),
+        Binding("shift+down", "pan(0, 4)", "Pan down", show=False, id="step.pan_down"),
+        Binding("shift+left", "pan(-8, 0)", "Pan left", show=False, id="step.pan_left"),
+        Binding("shift+right", "pan(8, 0)", "Pan right", show=False, id="step.pan_right"),
     ]
+    HEADER = "→ n space next · ← p back · home end first/last · ↑↓ scroll · shift+arrows pan · esc close"
     DEFAULT_CSS = """
     StepScreen GraphView { width: 1fr; }
-    StepScreen #step-details { width: 72; border-left: solid $panel; padding: 0 1; }
-    StepScreen #step-title { height: 1; background: $panel; padding: 0 1; }
+    StepScreen #step-details { width: 1fr; min-width: 36; max-width: 72; border-left: solid $panel; padding: 0 1; }
+    StepScreen #step-title { height: auto; background: $panel; padding: 0 1; }
     """
 
     def __init__(self, trace: Trace, layout):
@@ -86,7 +93,9 @@ class StepScreen(Screen):
     def compose(self) -> ComposeResult:
         yield Static(id="step-title")
         with Horizontal():
-            yield GraphView(id="step-graph")
+            graph = GraphView(id="step-graph")
+            graph.can_focus = False  # the keys step; the details pane scrolls with up/down
+            yield graph
             with VerticalScroll(id="step-details"):
                 yield Static(id="step-text")
         yield Footer()
@@ -102,6 +111,9 @@ class StepScreen(Screen):
     def action_step(self, delta: int) -> None:
         self.position = max(0, min(len(self.trace.frames) - 1, self.position + delta))
         self._show()
+
+    def action_pan(self, dx: int, dy: int) -> None:
+        self.query_one(GraphView).action_pan(dx, dy)
 
     def action_jump(self, where: int) -> None:
         self.position = where % max(1, len(self.trace.frames))
@@ -119,7 +131,7 @@ class StepScreen(Screen):
             text.update("The selection has no nodes between xs and y.")
             return
         title.update(Text.assemble(("Step mode ", "bold"), f"y {self.trace.spec.y}  xs "
-                                   f"{', '.join(self.trace.spec.xs)}   → n/space next · p back · esc close"))
+                                   f"{', '.join(self.trace.spec.xs)}   ", (self.HEADER, "dim")))
         text.update(describe(frame, self.position, self.trace))
         graph = self.query_one(GraphView)
         ids = graph.ids_for(node_index=frame.node_index)

@@ -5,7 +5,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Button, Checkbox, Input, Label, RadioButton, RadioSet
+from textual.widgets import Button, Checkbox, Input, Label, RadioButton, RadioSet, Static
 
 from ..guard import guarded
 from ..state import CHECK_MODES, CheckOptions
@@ -22,7 +22,8 @@ class VerifyScreen(ModalScreen):
     BINDINGS = [Binding("escape", "cancel", "Cancel", id="verify.cancel")]
     DEFAULT_CSS = """
     VerifyScreen { align: center middle; }
-    VerifyScreen > Vertical { width: 70; height: auto; border: thick $accent; background: $surface; padding: 1 2; }
+    VerifyScreen > Vertical { width: 70; max-width: 100%; height: auto; max-height: 100%;
+                              border: thick $accent; background: $surface; padding: 0 1; }
     VerifyScreen RadioSet { layout: horizontal; width: 100%; }
     VerifyScreen Horizontal { height: auto; }
     VerifyScreen Input { width: 1fr; }
@@ -59,7 +60,8 @@ class VerifyScreen(ModalScreen):
             with Horizontal():
                 yield Button("Run check", variant="primary", id="verify-run")
                 yield Button("Cancel", id="verify-cancel")
-            yield Label("tab / shift+tab move between fields; enter runs; esc cancels", classes="verify-caption")
+            yield Static("tab / shift+tab: next / previous field; ←/→ then enter: mode; space ticks a box; "
+                         "enter in a field or on Run check runs; esc cancels.", classes="verify-caption")
 
     def on_mount(self) -> None:
         self.query_one("#verify-run", Button).focus()

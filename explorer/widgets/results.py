@@ -97,6 +97,12 @@ class Results(Vertical):
                           _num(getattr(r, "analytic", None)), _num(getattr(r, "numeric", None)), key=r.name)
         self._worst = {r.name: getattr(r, "worst_index", None) for r in report.results}
 
+    def show_check_note(self, text: str) -> None:
+        """No verdict to show (a check running or cancelled): say so instead of leaving an old one up."""
+        self.query_one("#verify-table", DataTable).clear()
+        self.query_one("#verify-summary", Static).update(Text(text, style="bold yellow"))
+        self._worst = {}
+
     def show_tab(self, which: str) -> None:
         """Bring "gradients" or "verify" to the front (when its results arrive)."""
         self.query_one(TabbedContent).active = f"tab-{which}"

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import os
 
@@ -58,6 +59,17 @@ async def started(app, pilot) -> None:
             break
         await pilot.pause(0.02)
     await settle(app, pilot)
+
+
+@contextlib.asynccontextmanager
+async def opened(app, hook=None, size=SIZE, run: bool = False):
+    """A Pilot on `app` with its first layout drawn (and its gradients computed when `run`)."""
+    async with app.run_test(size=size, message_hook=hook) as pilot:
+        await started(app, pilot)
+        if run:
+            await pilot.press("r")
+            await settle(app, pilot)
+        yield pilot
 
 
 @pytest.fixture

@@ -282,12 +282,12 @@ async def test_export_writes_gradients_report_and_graph(tmp_path, monkeypatch, r
         await settle(app, pilot)
         with np.load(tmp_path / "spec_conv_gemm_grads.npz") as data:
             assert sorted(data.files) == ["W", "Z"]
-        for what in ("gradients", "report", "dot", "svg"):
-            app.start_export(what, f"out.{what}")
+        for what, name in (("gradients", "out.npz"), ("report", "out.json"), ("dot", "out.dot"), ("svg", "out.svg")):
+            app.start_export(what, name)
             await settle(app, pilot)
-        with np.load(tmp_path / "out.gradients") as data:
+        with np.load(tmp_path / "out.npz") as data:
             np.testing.assert_array_equal(data["W"], app.session.gradient.grads["W"])
-        report = json.loads((tmp_path / "out.report").read_text())
+        report = json.loads((tmp_path / "out.json").read_text())
         assert report["y"] == "Y" and "W" in report["gradients"]
         assert (tmp_path / "out.dot").read_text().startswith("digraph")
         assert (tmp_path / "out.svg").read_text().lstrip().startswith("<?xml")

@@ -14,7 +14,7 @@ from explorer.app import make_app
 from explorer.search import EXACT, EXACT_ANY_CASE, PREFIX, SUBSTRING, SearchIndex, rank
 from explorer.widgets.node_list import entries_for
 
-from .conftest import DENSENET, SIZE, of_type, settle, started
+from .conftest import DENSENET, of_type, opened, settle
 
 needs_densenet = pytest.mark.skipif(not os.path.exists(DENSENET), reason="the onnx package ships without light models")
 
@@ -86,8 +86,7 @@ async def test_typing_an_exact_name_and_enter_selects_that_tensor(query, recorde
     seen, hook = recorded
     app = make_app(model=_named_chain(), label="named")
     app.raise_errors = True
-    async with app.run_test(size=SIZE, message_hook=hook) as pilot:
-        await started(app, pilot)
+    async with opened(app, hook) as pilot:
         await pilot.press("slash", *query, "enter")
         await settle(app, pilot)
         want = next(t for t in app.session.graph.producer if t.lower() == query.lower())
