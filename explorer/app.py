@@ -10,7 +10,7 @@ import engine
 from engine.errors import OnnxGradError
 
 from . import messages as m
-from .commands import ExplorerCommands
+from .commands import ExplorerCommands, PaletteApp
 from .guard import guarded
 from .marks import graph_marks
 from .screens.export import ExportScreen
@@ -32,7 +32,7 @@ FULL_CHECK_ELEMENTS = 20_000  # beyond this many x elements the verify dialog pr
 
 
 @guarded
-class ExplorerApp(Workers, App):
+class ExplorerApp(Workers, PaletteApp, App):
     TITLE = "onnxgrad"
     CSS_PATH = "explorer.tcss"
     COMMANDS = App.COMMANDS | {ExplorerCommands}

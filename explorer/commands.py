@@ -3,7 +3,9 @@ from __future__ import annotations
 
 from functools import partial
 
-from textual.command import DiscoveryHit, Hit, Hits, Provider
+from textual.await_complete import AwaitComplete
+from textual.command import CommandPalette, DiscoveryHit, Hit, Hits, Provider, SimpleProvider
+from textual.theme import ThemeProvider
 
 # (palette text, help, action string run on the App)
 COMMANDS: list[tuple[str, str, str]] = [
@@ -45,3 +47,34 @@ class ExplorerCommands(Provider):
 
     async def _run(self, action: str) -> None:
         await self.app.run_action(action)
+
+
+class Palette(CommandPalette):
+    """Textual's palette without two races a fast typist (or the monkey test) hits, each of which
+    ended the app: page up/down before its list is laid out again (KeyError from OptionList), and
+    a second Enter in the frame the first one closed it (ScreenStackError: nothing to pop)."""
+
+    def dismiss(self, result=None) -> AwaitComplete:
+        if not self.is_current:
+            return AwaitComplete()
+        return super().dismiss(result)
+
+    def _action_command_list(self, action: str) -> None:
+        try:
+            super()._action_command_list(action)
+        except KeyError:
+            pass  # the list's lines are being rebuilt: this one page key is dropped
+
+
+class PaletteApp:
+    """App mixin: every palette the app opens (ctrl+p, the theme and command searches) is a Palette."""
+
+    def action_command_palette(self) -> None:
+        if self.use_command_palette and not Palette.is_open(self):
+            self.push_screen(Palette(id="--command-palette"))
+
+    def search_commands(self, commands, placeholder: str = "Search for commands…"):
+        return self.push_screen(Palette(providers=[SimpleProvider(self.screen, commands)], placeholder=placeholder))
+
+    def search_themes(self) -> None:
+        self.push_screen(Palette(providers=[ThemeProvider], placeholder="Search for themes…"))
