@@ -10,7 +10,14 @@ class ModelLoadError(OnnxGradError):
 
 
 class UnsupportedOpError(OnnxGradError):
-    """A node's (domain, op_type, opset) has no implementation in the registry."""
+    """A node's (domain, op_type, opset) has no implementation in the registry.
+
+    `op` ("com.example::MyOp") and `node` (its display name) say which, when known.
+    """
+
+    def __init__(self, message: str = "", op: str = "", node: str = ""):
+        super().__init__(message)
+        self.op, self.node = op, node
 
 
 class SelectionError(OnnxGradError):

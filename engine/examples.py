@@ -51,3 +51,19 @@ def spec_conv_gemm(with_gradient: bool = True) -> ModelProto:
 
 def default_feeds() -> dict[str, np.ndarray]:
     return {"X": np.random.default_rng(1).standard_normal((1, 1, 4, 4)).astype(np.float32)}
+
+
+def custom_op() -> ModelProto:
+    """A model with an op onnxgrad does not know, `com.example::MyCustomOp` (node 'custom'):
+    X -> Tanh -> A -> MyCustomOp -> B -> Add(A) -> Y; a branch A -> Mul(W) -> Z that avoids it;
+    C = B * W below it. `sample_models/my_ops.py` registers the op (`--ops`)."""
+    w = np.full((2, 3), 0.5, np.float32)
+    floats = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 3]) for n in ("X", "Y", "Z", "C", "B")]
+    graph = helper.make_graph(
+        [helper.make_node("Tanh", ["X"], ["A"], name="tanh"),
+         helper.make_node("MyCustomOp", ["A"], ["B"], name="custom", domain="com.example"),
+         helper.make_node("Add", ["B", "A"], ["Y"], name="add"),
+         helper.make_node("Mul", ["A", "W"], ["Z"], name="mul"),
+         helper.make_node("Mul", ["B", "W"], ["C"], name="below")],
+        "custom_op", floats[:1], floats[1:4], [numpy_helper.from_array(w, "W")], value_info=floats[4:])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)])

@@ -1,14 +1,21 @@
-"""Values for tensors: parsing SPEC strings (CLI, explorer) and seeded random defaults."""
+"""Values for tensors: parsing SPEC strings, checking feeds against the model, and the defaults for
+tensors nobody fed. The CLI, the explorer and Model.gradient all use these, so they agree.
+"""
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterable, Mapping
 
 import numpy as np
-from onnx import helper
+from onnx import TensorProto, helper
 
-from .errors import FeedError
+from .errors import FeedError, UnsupportedOpError
 from .feed_syntax import SPEC_HELP
 from .loader import GraphIndex
+
+if TYPE_CHECKING:
+    from .model import Model
 
 
 def declared_shape(graph: GraphIndex, name: str) -> tuple[int, ...]:
@@ -46,9 +53,12 @@ def parse_spec(graph: GraphIndex, name: str, spec: str, default_seed: int = 0, l
             raise FeedError(f"{who}: no such file {spec}")
         _require_magic(spec, b"\x93NUMPY", f"{who}: {spec} is not an .npy file (write one with numpy.save)")
         try:
-            return np.load(spec, allow_pickle=False)
+            value = np.load(spec, allow_pickle=False)
         except Exception as exc:
             raise FeedError(f"{who}: cannot read {spec} as .npy: {exc}") from None
+        if label is None:
+            check_feed(graph, name, value)
+        return value
     try:
         shape, dtype = declared_shape(graph, name), declared_dtype(graph, name)
     except FeedError as exc:
@@ -102,3 +112,153 @@ def load_npz(path: str) -> dict[str, np.ndarray]:
             return {k: data[k] for k in data.files}
     except Exception as exc:
         raise FeedError(f"cannot read {path} as .npz: {exc}") from None
+
+
+# --- checking a value against what the model declares ------------------------------------------
+def _kinds(elem_type: int | None) -> str | None:
+    """The numpy kinds a value of this ONNX element type may have (floats of any width for floats)."""
+    from .dtypes import FLOAT_ONNX_TYPES
+
+    if elem_type is None or elem_type == TensorProto.UNDEFINED:
+        return None
+    if elem_type in FLOAT_ONNX_TYPES:
+        return "f"
+    if elem_type == TensorProto.BOOL:
+        return "b"
+    if elem_type == TensorProto.STRING:
+        return "USO"
+    if elem_type in (TensorProto.COMPLEX64, TensorProto.COMPLEX128):
+        return "c"
+    return "iu"
+
+
+def _kind_of(value) -> tuple[str, str]:
+    """(numpy kind, dtype name) of an array or a torch tensor, without importing torch."""
+    dtype = value.dtype
+    if isinstance(dtype, np.dtype):
+        return dtype.kind, str(dtype)
+    name = str(dtype).removeprefix("torch.")
+    if value.is_floating_point():
+        return "f", name
+    if value.is_complex():
+        return "c", name
+    return ("b" if name == "bool" else "i"), name
+
+
+def type_text(graph: GraphIndex, name: str) -> str:
+    """What the model declares for `name`, as messages show it: "float32 [N, 8]"."""
+    info = graph.types.get(name)
+    if info is None:
+        return "any value"
+    dtype = "a tensor"
+    if info.elem_type == TensorProto.STRING:
+        dtype = "string"
+    elif info.elem_type:
+        try:
+            dtype = str(np.dtype(helper.tensor_dtype_to_np_dtype(info.elem_type)))
+        except Exception:
+            dtype = helper.tensor_dtype_to_string(info.elem_type).removeprefix("TensorProto.").lower()
+    if info.shape is None:
+        return f"{dtype} of any shape"
+    return f"{dtype} [{', '.join(str(d) if d not in (None, '') else '?' for d in info.shape)}]"
+
+
+def check_feed(graph: GraphIndex, name: str, value) -> None:
+    """FeedError (one line, naming the tensor and what it expects) when `value`'s shape or dtype
+    cannot be what the model declares for `name`. Symbolic and unknown dims accept any size; a
+    float tensor accepts floats of any width (they are converted), an integer tensor any integers.
+    """
+    info = graph.types.get(name)
+    if info is None or isinstance(value, (list, tuple)) or not hasattr(value, "dtype"):
+        return
+    kind, got = _kind_of(value)
+    want = _kinds(info.elem_type)
+    shape = tuple(int(d) for d in value.shape)
+    dtype_ok = want is None or kind in want
+    shape_ok = info.shape is None or (len(shape) == len(info.shape) and all(
+        not isinstance(d, int) or d <= 0 or d == s for d, s in zip(info.shape, shape)))
+    if not (dtype_ok and shape_ok):
+        raise FeedError(f"feed {name!r}: expected {type_text(graph, name)}, got {got} {list(shape)}")
+
+
+# --- defaults for tensors nobody fed -----------------------------------------------------------
+@dataclass(frozen=True)
+class Default:
+    """A value the engine chose for a tensor nobody fed; `how` is a SPEC or a phrase."""
+
+    name: str
+    how: str
+
+    @property
+    def note(self) -> str:
+        return f"{self.name} not fed: using {self.how}"
+
+
+def default_spec(graph: GraphIndex, name: str, seed: int = 0) -> str:
+    """The SPEC a tensor nobody fed gets: `random:S` for floats, `zeros` for other types.
+
+    S is `seed` + 1 + the tensor's position in the model (graph inputs first), so each tensor's
+    default is fixed by the model and the seed alone: feeding or selecting another tensor never
+    changes it, and the explorer and the CLI draw the same numbers.
+    """
+    info = graph.types.get(name)
+    if info is not None and info.elem_type and not info.is_float:
+        return "zeros"
+    position = graph.inputs.index(name) if name in graph.inputs else graph.all_tensors().index(name)
+    return f"random:{seed + 1 + position}"
+
+
+def defaults_for(model: "Model", names: Iterable[str], feeds: Mapping[str, object], *, seed: int = 0,
+                 device="cpu", dtype=None) -> tuple[dict[str, object], tuple[Default, ...]]:
+    """Values for those of `names` that `feeds` lacks: (values, what was chosen).
+
+    1. an initializer takes its value (not listed as a choice);
+    2. a graph input takes `default_spec` (random floats, zeros for integers and bools);
+    3. an intermediate takes its forward value, computed from the feeds and these same defaults
+       for the graph inputs above it (which are returned too); when its producer cannot run
+       (an unsupported op upstream), `default_spec` instead.
+    """
+    from .plan import needed_nodes
+
+    graph = model.graph
+    values: dict[str, object] = {}
+    chosen: list[Default] = []
+
+    def by_spec(name: str, why: str = "") -> None:
+        spec = default_spec(graph, name, seed)
+        values[name] = parse_spec(graph, name, spec)
+        chosen.append(Default(name, spec + why))
+
+    unfed = [n for n in dict.fromkeys(names) if n not in feeds]
+    computed = [n for n in unfed if n in graph.producer]
+    upstream = needed_nodes(graph, set(feeds), computed)[1] if computed else []
+    for n in dict.fromkeys(upstream + [n for n in unfed if n in graph.inputs]):
+        by_spec(n)
+    for n in unfed:
+        if n in graph.initializers:
+            values[n] = model.constants()[n].detach().cpu().numpy()
+    if computed:
+        base = {**feeds, **{n: values[n] for n in upstream}}
+        try:
+            values.update(model.run(base, outputs=computed, device=device, dtype=dtype))
+            chosen.extend(Default(n, "its forward value") for n in computed)
+        except UnsupportedOpError as exc:
+            chosen = [d for d in chosen if d.name not in upstream or d.name in unfed]  # not used after all
+            for n in computed:
+                by_spec(n, f" (its forward value needs {exc.op or 'an unsupported op'})")
+    return values, tuple(chosen)
+
+
+def complete_feeds(model: "Model", feeds: Mapping[str, object], *, targets: Iterable[str] = (),
+                   members: Iterable[str] = (), seed: int = 0, device="cpu", dtype=None
+                   ) -> tuple[dict[str, object], tuple[Default, ...]]:
+    """`feeds` plus a default (`defaults_for`) for every unfed member of xs ∪ zs and every unfed
+    graph input that computing `targets` reads; and what was chosen, for the user to see."""
+    from .plan import needed_nodes
+
+    members = list(members)
+    needed = needed_nodes(model.graph, set(feeds) | set(members), list(targets))[1] if targets else []
+    values, chosen = defaults_for(model, members + needed, feeds, seed=seed, device=device, dtype=dtype)
+    out = dict(feeds)
+    out.update((d.name, values[d.name]) for d in chosen)
+    return out, chosen

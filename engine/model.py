@@ -11,24 +11,26 @@ from onnx import ModelProto, helper
 from . import loader
 from .attributes import array_to_tensor, tensor_from_proto
 from .dtypes import parse_device, parse_float_dtype, to_numpy
-from .errors import FeedError, OnnxGradError, SelectionError
+from .errors import FeedError, OnnxGradError, SelectionError, UnsupportedOpError
+from .feeds import check_feed
 from .gradient import GradientResult, PreparedGradient
 from .loader import TRAINING_DOMAIN, GraphIndex
 from .plan import Plan, needed_nodes
 from .registry import require
+from .registry import version as registry_version
 from .selection import GradientSpec, names, validate
 
 
 class Model:
-    """A loaded ONNX model. Every op is resolved at construction, so an unsupported op fails here."""
+    """A loaded ONNX model. A node whose op is not registered does not stop the load: it is listed
+    by `unsupported_nodes()`, and only a run or gradient that reaches it fails (one line)."""
 
     def __init__(self, graph: GraphIndex):
         self.graph = graph
         for i, node in enumerate(graph.nodes):
             if node.domain == TRAINING_DOMAIN and node.op_type == "Gradient":
                 self._check_gradient_node(i)
-            else:
-                require(node.domain, node.op_type, graph.opset(node.domain), graph.node_names[i])
+        self._unsupported: tuple[int, dict[int, str]] | None = None
         self._constants: dict[tuple, dict[str, torch.Tensor]] = {}
         self._plans: dict[tuple, Plan] = {}
         self._grads: dict[tuple, PreparedGradient] = {}
@@ -49,6 +51,37 @@ class Model:
     @property
     def outputs(self) -> list[str]:
         return list(self.graph.outputs)
+
+    def unsupported_nodes(self) -> dict[int, str]:
+        """Node index -> the one-line reason its op cannot run (no registered implementation).
+
+        Looked up again whenever the registry changes, so an op registered after the load counts.
+        """
+        if self._unsupported is None or self._unsupported[0] != registry_version():
+            found = {}
+            for i, node in enumerate(self.graph.nodes):
+                if node.domain == TRAINING_DOMAIN and node.op_type == "Gradient":
+                    continue
+                try:
+                    require(node.domain, node.op_type, self.graph.opset(node.domain), self.graph.node_names[i])
+                except UnsupportedOpError as exc:
+                    found[i] = str(exc)
+            self._unsupported = (registry_version(), found)
+        return dict(self._unsupported[1])
+
+    def unsupported_summary(self) -> str | None:
+        """One line on the nodes that cannot run (None when every op is supported)."""
+        bad = self.unsupported_nodes()
+        if not bad:
+            return None
+        ops = {}
+        for i in bad:
+            node = self.graph.nodes[i]
+            ops.setdefault(f"{node.domain}::{node.op_type}" if node.domain else node.op_type, []).append(i)
+        parts = [f"{op} ({', '.join(self.graph.node_names[i] for i in idx[:3])}{', ...' if len(idx) > 3 else ''})"
+                 for op, idx in ops.items()]
+        return (f"{len(bad)} node(s) use ops onnxgrad cannot run: {'; '.join(parts)}. Runs and gradients that "
+                "avoid them work; register an op with --ops FILE.py")
 
     def __repr__(self) -> str:
         return f"<Model {self.name!r}: {len(self.graph.nodes)} nodes, inputs {self.inputs}, outputs {self.outputs}>"
@@ -119,8 +152,8 @@ class Model:
                  device="cpu", dtype=None, seed: int = 0) -> GradientResult:
         """dy/dx for each x in xs, at the values in `feeds`.
 
-        A member of xs ∪ zs without a feed takes its initializer value if it has one, else seeded
-        random values (`seed`). Feeds may also override initializers that are graph inputs. Feeds
+        A member of xs ∪ zs without a feed takes the shared default (`selection_values`, seeded by
+        `seed`). Feeds may also override initializers that are graph inputs. Feeds
         for tensors the cut graph does not read are ignored; a feed for a tensor *inside* the cut
         graph is refused, since it would silently change what is differentiated.
         """
@@ -131,18 +164,18 @@ class Model:
         extras = self.gradient_extras(spec, feeds)
         prepared = self.prepare_gradient(spec.y, spec.xs, spec.zs, device=dev, dtype=fdt, extra_inputs=extras)
         # Unfed initializers are used as the cached constants (no numpy round trip per call).
-        from .feeds import random_value
-
         consts = self.constants(dev, fdt)
+        rest = [n for n in spec.inputs if n not in feeds and n not in consts]
+        defaults = self.selection_values(spec, feeds, seed=seed, names=rest) if rest else {}
         tensors = []
-        for k, n in enumerate(spec.inputs):
+        for n in spec.inputs:
             if n in feeds:
                 v = feeds[n]
                 tensors.append(self.to_tensor(n, v if isinstance(v, torch.Tensor) else np.asarray(v), dev, fdt))
             elif n in consts:
                 tensors.append(consts[n])
-            else:  # as selection_values does
-                tensors.append(self.to_tensor(n, random_value(self.graph, n, seed + k), dev, fdt))
+            else:
+                tensors.append(self.to_tensor(n, defaults[n], dev, fdt))
         tensors += [self.to_tensor(n, feeds[n], dev, fdt) for n in extras]
         dy_t = None
         if dy is not None:
@@ -160,18 +193,19 @@ class Model:
             values={n: _read_only(to_numpy(t)) for n, t in zip(spec.inputs, tensors)},
         )
 
-    def selection_values(self, spec: GradientSpec, feeds: Mapping[str, object], seed: int = 0) -> dict[str, np.ndarray]:
-        """A value for every member of xs ∪ zs: the feed, else the initializer, else seeded random."""
-        from .feeds import random_value
+    def selection_values(self, spec: GradientSpec, feeds: Mapping[str, object], seed: int = 0,
+                         names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+        """A value for every member of xs ∪ zs (or of `names`): the feed, else the shared default
+        (`feeds.defaults_for`: the initializer, a seeded default for a graph input, the forward
+        value for an intermediate)."""
+        from .feeds import defaults_for
 
+        names = spec.inputs if names is None else names
+        defaults, _ = defaults_for(self, names, feeds, seed=seed)
         out = {}
-        for k, n in enumerate(spec.inputs):
-            if n in feeds:
-                out[n] = to_numpy(feeds[n]) if isinstance(feeds[n], torch.Tensor) else np.asarray(feeds[n])
-            elif n in self.graph.initializers:
-                out[n] = to_numpy(self.constants()[n])
-            else:
-                out[n] = random_value(self.graph, n, seed + k)
+        for n in names:
+            v = feeds[n] if n in feeds else defaults[n]
+            out[n] = to_numpy(v) if isinstance(v, torch.Tensor) else np.asarray(v)
         return out
 
     def gradient_extras(self, spec: GradientSpec, feeds: Mapping[str, object]) -> tuple[str, ...]:
@@ -204,10 +238,13 @@ class Model:
                 raise FeedError(f"feed {n!r} names no tensor in this model{self.graph.did_you_mean(n)}")
 
     def to_tensor(self, name: str, value, device: torch.device, float_dtype) -> torch.Tensor:
-        """A feed as a tensor of the declared type on `device`; shape checked against the model."""
+        """A feed as a tensor of the declared type on `device`; shape and dtype checked (`check_feed`)."""
         info = self.graph.types.get(name)
         if isinstance(value, (list, tuple)) and not (info and info.shape is not None):  # an ONNX sequence
             return [self.to_tensor(name + "[]", v, device, float_dtype) for v in value]
+        if not isinstance(value, torch.Tensor):
+            value = np.asarray(value)
+        check_feed(self.graph, name, value)
         if isinstance(value, np.ndarray) and value.dtype.kind in "USO":
             return value.astype(object)  # strings stay numpy: only string ops read them
         if isinstance(value, torch.Tensor):
@@ -225,14 +262,6 @@ class Model:
 
             if info.elem_type in FLOAT_ONNX_TYPES:
                 t = t.to(onnx_to_torch(info.elem_type))
-        if info is not None and info.shape is not None:
-            shape = tuple(t.shape)
-            ok = len(shape) == len(info.shape) and all(
-                not isinstance(d, int) or d <= 0 or d == s for d, s in zip(info.shape, shape)
-            )
-            if not ok:
-                want = tuple(d if isinstance(d, int) and d > 0 else (d or "?") for d in info.shape)
-                raise FeedError(f"feed {name!r} has shape {shape} but the model declares {want}")
         return t
 
     def _to_numpy(self, name: str, t) -> np.ndarray:
@@ -287,5 +316,5 @@ def _read_only(arr: np.ndarray) -> np.ndarray:
 
 
 def load(source: str | os.PathLike | ModelProto | bytes, *, check: bool = True) -> Model:
-    """Load an ONNX model from a path, bytes or ModelProto; every op is resolved now."""
+    """Load an ONNX model from a path, bytes or ModelProto (ops it cannot run: `Model.unsupported_nodes`)."""
     return Model(loader.load(source, check=check))

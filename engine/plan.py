@@ -273,7 +273,8 @@ def bind(node, opset: int, name: str, device: torch.device, float_dtype):
     kwargs = {}
     for attr in node.attribute:
         if accepted is not None and attr.name not in accepted:
-            raise UnsupportedOpError(f"node {name!r}: {node.op_type} attribute {attr.name!r} is not supported")
+            raise UnsupportedOpError(f"node {name!r}: {node.op_type} attribute {attr.name!r} is not supported",
+                                     node.op_type, name)
         kwargs[attr.name] = attributes.convert(attr, device, float_dtype)
     context = {"n_outputs": len(node.output), "device": device, "float_dtype": float_dtype}
     for ctx in impl.context:

@@ -62,6 +62,11 @@ def _accepted(fn: Callable) -> frozenset[str] | None:
 
 
 _REGISTRY: dict[tuple[str, str], list[OpImpl]] = {}
+_VERSION = [0]  # bumped on every change, so callers can cache what they looked up
+
+
+def version() -> int:
+    return _VERSION[0]
 _builtins = "absent"  # -> "loading" -> "loaded": engine.ops fills the registry on first use, not at `import engine`
 
 
@@ -105,6 +110,7 @@ def add(impl: OpImpl, *, replace: bool = False) -> None:
         raise ValueError(f"{impl.op_type} opsets {impl.opset_range} overlap an existing registration")
     for e in clashes:
         entries.remove(e)
+    _VERSION[0] += 1
     entries.append(impl)
     entries.sort(key=lambda e: e.since)
 
@@ -112,6 +118,7 @@ def add(impl: OpImpl, *, replace: bool = False) -> None:
 def remove(domain: str, op_type: str, since: int | None = None) -> None:
     _ensure_builtins()
     entries = _REGISTRY.get((_norm_domain(domain), op_type), [])
+    _VERSION[0] += 1
     entries[:] = [e for e in entries if since is not None and e.since != since]
     if not entries:
         _REGISTRY.pop((_norm_domain(domain), op_type), None)
@@ -141,11 +148,17 @@ def require(domain: str, op_type: str, opset: int, node_name: str) -> OpImpl:
     if known:
         ranges = ", ".join(e.opset_range for e in known)
         raise UnsupportedOpError(
-            f"node {node_name!r}: {qual} is supported for opsets {ranges}, not opset {opset}"
+            f"node {node_name!r}: {qual} is supported for opsets {ranges}, not opset {opset}", qual, node_name
         )
+    # One line, not the whole registry: the closest names, and where the full list is.
+    import difflib
+
     names = sorted({(d + "::" if d else "") + op for d, op in _REGISTRY})
+    close = difflib.get_close_matches(qual, names, n=3, cutoff=0.75)
+    hint = f"did you mean {', '.join(close)}? " if close else ""
     raise UnsupportedOpError(
-        f"node {node_name!r}: op {qual} (opset {opset}) is not supported; supported ops: {', '.join(names)}"
+        f"node {node_name!r}: op {qual} (opset {opset}) is not supported ({hint}`onnxgrad ops` lists the "
+        "supported ops; `--ops FILE.py` registers your own)", qual, node_name
     )
 
 

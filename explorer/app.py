@@ -126,7 +126,7 @@ class ExplorerApp(Workers, PaletteApp, App):
     def open_session(self, session: Session) -> None:
         self.session, self.layouts = session, {}
         self.sub_title = session.label
-        self.query_one(NodeList).set_graph(session.graph)
+        self.query_one(NodeList).set_graph(session.graph, frozenset(session.model.unsupported_nodes()))
         graph = self.query_one(GraphView)
         graph.set_layout(None, "laying out the graph…")
         graph.focus()
@@ -135,6 +135,8 @@ class ExplorerApp(Workers, PaletteApp, App):
         self.move_cursor(*first, announce=True)
         self.selection_changed()
         self.request_layout()
+        if summary := session.model.unsupported_summary():
+            self.notify(summary, title="unsupported ops", severity="warning", timeout=20)
 
     # --- cursor --------------------------------------------------------------------------------
     def move_cursor(self, node_index: int | None, tensor: str | None, origin: str = "", announce: bool = True) -> None:
@@ -376,13 +378,15 @@ def _first_output(graph, i: int) -> str | None:
 
 def make_app(model_path: str | None = None, *, model: engine.Model | None = None, label: str | None = None,
              seed: int = 0, device: str = "cpu", dtype: str = "float32", select_from_gradient_node: bool = True,
-             placement: str = "auto") -> ExplorerApp:
+             placement: str = "auto", ops: tuple[str, ...] = ()) -> ExplorerApp:
     """The explorer on a path, a loaded Model, or (neither) the bundled spec example.
 
     A model that fails to load still opens the app, which shows the one-line reason.
     `placement="layered"` makes the drawing independent of the installed Graphviz (snapshots).
+    `ops`: Python files that register ops (`--ops`), imported before the model is loaded.
     """
-    session, load_error = open_session(model_path, model=model, label=label, seed=seed, device=device, dtype=dtype)
+    session, load_error = open_session(model_path, model=model, label=label, seed=seed, device=device, dtype=dtype,
+                                       ops=ops)
     if session is not None and select_from_gradient_node:
         session.select_from_gradient_node()
     return ExplorerApp(session, load_error, placement)

@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 import sys
 
+from engine.cli.common import add_ops_argument, load_ops
+
 EPILOG = ("onnxgrad MODEL.onnx is short for onnxgrad explore MODEL.onnx; "
           "onnxgrad alone opens the explorer on the bundled example (the Gradient spec's Conv -> Gemm model).")
 
@@ -22,10 +24,12 @@ def add_explore_parser(sub) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed for random values of unfed tensors (default 0)")
     p.add_argument("--dtype", choices=["float32", "float64"], default="float32",
                    help="compute dtype in the app (default float32)")
+    add_ops_argument(p)
     p.set_defaults(handler=explore)
 
 
 def explore(args) -> int:
+    load_ops(args)  # before the model, and registered while the app runs; a bad file: one line, exit 2
     model = label = None
     if args.model is not None:
         import engine

@@ -23,12 +23,13 @@ def check_statuses(report) -> dict[str, str]:
 
 
 def graph_marks(session, layout) -> dict[str, str]:
-    """Layout id -> the one mark that wins: check status > y > x > z > on the slice > dimmed."""
+    """Layout id -> the one mark that wins: check status > unsupported op > y > x > z > on the slice > dimmed."""
     if layout is None:
         return {}
     g = session.graph
     spec = session.spec
     on_slice = session.slice_nodes()
+    unsupported = session.model.unsupported_nodes()
     statuses = check_statuses(session.check)
     marks: dict[str, str] = {}
     for n in layout.nodes:
@@ -40,6 +41,8 @@ def graph_marks(session, layout) -> dict[str, str]:
             roles = {session.role_of(t) for t in outs} - {None}
             if status in ("pass", "fail", "inconclusive"):
                 mark = status
+            elif n.node_index in unsupported:
+                mark = "unsupported"
             elif roles:
                 mark = next(r for r in ("y", "x", "z") if r in roles)
             elif spec is not None:

@@ -14,8 +14,9 @@ import numpy as np
 
 import engine
 from engine.errors import FeedError, SelectionError
+from engine.feeds import default_spec
 
-from .feeding import FeedSource, materialize
+from .feeding import FeedSource, materialize, source_from
 
 VIEWS = ("forward", "backward", "combined")
 DTYPES = ("float32", "float64")
@@ -48,13 +49,13 @@ class GradientJob:
     device: str
     dtype: str
     generation: int
+    seed: int = 0  # for a default the engine draws (an intermediate member it cannot compute)
 
     def run(self):
         """(GradientResult, GraphStats): the stats are what flowed along each edge of the backward graph."""
-        feeds = with_member_values(self.model, self.spec, self.feeds)
         spec = self.spec
-        return engine.gradient_with_stats(self.model, spec.y, spec.xs, spec.zs, feeds, None,
-                                          device=self.device, dtype=self.dtype)
+        return engine.gradient_with_stats(self.model, spec.y, spec.xs, spec.zs, self.feeds, None,
+                                          device=self.device, dtype=self.dtype, seed=self.seed)
 
 
 @dataclass(frozen=True)
@@ -85,24 +86,9 @@ class CheckJob:
 
     def run(self, progress: Callable | None = None, should_stop: Callable | None = None):
         o, spec = self.options, self.spec
-        feeds = with_member_values(self.model, spec, self.feeds)
-        return engine.check(self.model, spec.y, spec.xs, spec.zs, feeds=feeds, mode=o.mode, order=o.order,
+        return engine.check(self.model, spec.y, spec.xs, spec.zs, feeds=self.feeds, mode=o.mode, order=o.order,
                             rtol=o.rtol, atol=o.atol, seed=o.seed, per_node=o.per_node, device=self.device,
                             progress=progress, should_stop=should_stop)
-
-
-def with_member_values(model: engine.Model, spec: engine.GradientSpec, feeds: Mapping[str, np.ndarray]):
-    """Feeds plus the forward value of every unfed intermediate member of xs ∪ zs.
-
-    The engine would give such a member random values; a user who marks H as x means "at the H
-    this model computes", so the explorer computes it.
-    """
-    out = dict(feeds)
-    missing = [n for n in spec.inputs if n not in out and n in model.graph.producer]
-    if missing:
-        base = {k: v for k, v in out.items() if k not in spec.inputs}
-        out.update(model.run(base, outputs=missing))
-    return out
 
 
 @dataclass
@@ -211,10 +197,10 @@ class Session:
 
     # --- feeds -------------------------------------------------------------------------------
     def default_source(self, name: str) -> FeedSource | None:
-        """Graph inputs nobody fed get seeded random values: seed 1, 2, ... (seed 0 made the spec
-        example's X start with the same numbers as its W, which puzzles a reader)."""
+        """A graph input nobody fed gets the engine's default (`engine.feeds.default_spec`, as the CLI):
+        seeded random floats, zeros for integer and bool inputs."""
         if name in self.graph.inputs:
-            return FeedSource("random", seed=self.seed + 1 + self.graph.inputs.index(name))
+            return source_from("", default_spec(self.graph, name, self.seed))
         return None
 
     def feed_source(self, name: str) -> tuple[FeedSource | None, bool]:
@@ -282,7 +268,7 @@ class Session:
 
     def gradient_job(self) -> GradientJob:
         return GradientJob(self.model, self.require_spec(), self.feed_values(), self.device, self.dtype,
-                           self.generation)
+                           self.generation, self.seed)
 
     def check_job(self, options: CheckOptions | None = None) -> CheckJob:
         if options is not None:
@@ -337,15 +323,22 @@ class Session:
 
 
 def open_session(model_path: str | None = None, *, model: engine.Model | None = None, label: str | None = None,
-                 **settings) -> tuple[Session | None, str | None]:
-    """(session, None), or (None, the one-line reason the model cannot be loaded).
+                 ops: tuple[str, ...] = (), **settings) -> tuple[Session | None, str | None]:
+    """(session, None), or (None, the one-line reason the model or an `ops` file cannot be loaded).
 
     Neither a path nor a model: the bundled spec example (Conv -> Gemm with its Gradient node).
     """
     import os
 
+    from engine.opsfile import load_ops_file
+
     from .guard import one_line
 
+    try:
+        for path in ops:
+            load_ops_file(path)
+    except engine.OnnxGradError as exc:
+        return None, str(exc)
     if model is None:
         try:
             if model_path is None:

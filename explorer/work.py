@@ -102,12 +102,11 @@ class Workers:
 
     @work(thread=True, exclusive=True, group="step", exit_on_error=False)
     def run_trace(self, model, spec, feeds, device, dtype, generation) -> None:
-        from .state import with_member_values
         from .stepper import trace
 
         worker = get_current_worker()
         self.post_message(m.WorkStarted("step", LABELS["step"]))
-        result = trace(model, spec, with_member_values(model, spec, feeds), device=device, dtype=dtype,
+        result = trace(model, spec, feeds, device=device, dtype=dtype,
                        should_stop=lambda: worker.is_cancelled,
                        progress=lambda done, total: self.post_message(m.WorkProgress("step", done, total, "reverse")))
         if not worker.is_cancelled:

@@ -46,8 +46,11 @@ def main(argv: list[str] | None = None, extra: Sequence[AddParser] = ()) -> int:
     if args.command is None:
         parser.print_help()
         return 2
+    from ..opsfile import registrations_undone
+
     try:
-        return int(args.handler(args) or 0)
+        with registrations_undone():  # --ops files register for this command only
+            return int(args.handler(args) or 0)
     except (OnnxGradError, OSError) as exc:
         if args.debug:
             raise

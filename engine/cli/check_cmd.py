@@ -56,7 +56,7 @@ def run(args) -> int:
     from ..verify import check  # after the model: an unreadable file is refused without torch
 
     spec = model.selection(args.y, args.xs, args.zs)
-    feeds = collect_feeds(model, args, seed=args.seed)
+    feeds = collect_feeds(model, args, seed=args.seed, members=spec.inputs)
     dy = parse_dy(model, spec.y, args.dy, args.seed)
     with _progress_bar() as progress:
         report = check(model, spec.y, spec.xs, spec.zs, feeds=feeds, dy=dy, mode=args.mode, order=args.order,

@@ -19,8 +19,23 @@ if TYPE_CHECKING:
     from ..model import Model
 
 
+OPS_HELP = "a Python file that registers ops (forward + VJP) when imported; repeatable (docs/cli.md)"
+
+
 def add_model_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", metavar="MODEL", help="path to an .onnx file")
+    add_ops_argument(p)
+
+
+def add_ops_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--ops", action="append", default=[], metavar="FILE.py", help=OPS_HELP)
+
+
+def load_ops(args) -> None:
+    from ..opsfile import load_ops_file
+
+    for path in getattr(args, "ops", None) or []:
+        load_ops_file(path)
 
 
 def add_feed_arguments(p: argparse.ArgumentParser) -> None:
@@ -39,11 +54,14 @@ def add_device_arguments(p: argparse.ArgumentParser, dtype: bool = True) -> None
 def open_model(args) -> Model:
     from .. import load
 
+    load_ops(args)
     return load(args.model)
 
 
-def collect_feeds(model: Model, args, seed: int = 0) -> dict[str, np.ndarray]:
-    from ..feeds import load_npz, parse_assignment, parse_spec
+def collect_feeds(model: Model, args, seed: int = 0, *, targets=(), members=()) -> dict[str, np.ndarray]:
+    """--feeds and --feed values, plus the engine's default for every unfed member of xs ∪ zs and
+    every unfed graph input computing `targets` reads (one note per default on stderr)."""
+    from ..feeds import check_feed, complete_feeds, load_npz, parse_assignment, parse_spec
 
     feeds: dict[str, np.ndarray] = {}
     if getattr(args, "feeds", None):
@@ -52,6 +70,17 @@ def collect_feeds(model: Model, args, seed: int = 0) -> dict[str, np.ndarray]:
         name, spec = parse_assignment(text)
         model.check_feed_names({name: None})
         feeds[name] = parse_spec(model.graph, name, spec, default_seed=seed)
+    for name, value in feeds.items():
+        if model.graph.has_tensor(name):
+            check_feed(model.graph, name, value)
+    if not (targets or members):
+        return feeds
+    from ..dtypes import parse_device
+
+    parse_device(getattr(args, "device", "cpu"))  # a bad device is the one error, before any note
+    feeds, chosen = complete_feeds(model, feeds, targets=targets, members=members, seed=seed)
+    for d in chosen:
+        err(f"note: {d.note}")
     return feeds
 
 

@@ -21,7 +21,7 @@ def add_parser(sub) -> None:
     p.add_argument("--zs", default="", help="comma-separated tensors held fixed")
     add_feed_arguments(p)
     p.add_argument("--dy", metavar="SPEC", help="seed for a non-scalar y (default: ones, i.e. the gradient of sum(y))")
-    p.add_argument("--seed", type=int, default=0, help="seed for random values of unfed xs/zs (default 0)")
+    p.add_argument("--seed", type=int, default=0, help="seed for the default values of unfed tensors (default 0)")
     add_device_arguments(p)
     p.add_argument("--out", metavar="FILE.npz", help="save the gradients; keys are the xs names")
     p.set_defaults(handler=run)
@@ -30,10 +30,7 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     model = open_model(args)
     spec = model.selection(args.y, args.xs, args.zs)
-    feeds = collect_feeds(model, args, seed=args.seed)
-    randoms = [n for n in spec.inputs if n not in feeds and n not in model.graph.initializers]
-    if randoms:
-        print(f"random values (seed {args.seed}) for: {', '.join(randoms)}")
+    feeds = collect_feeds(model, args, seed=args.seed, members=spec.inputs)
     dy = parse_dy(model, spec.y, args.dy, args.seed)
     result = model.gradient(spec.y, spec.xs, spec.zs, feeds=feeds, dy=dy, device=args.device,
                             dtype=args.dtype, seed=args.seed)

@@ -23,7 +23,7 @@ def add_parser(sub) -> None:
     p.add_argument("--stats", action="store_true",
                    help="run the gradient and label backward edges with shape, norm, min, max, NaN/Inf")
     add_feed_arguments(p)
-    p.add_argument("--seed", type=int, default=0, help="seed for random values of unfed xs/zs (default 0)")
+    p.add_argument("--seed", type=int, default=0, help="seed for the default values of unfed tensors (default 0)")
     p.add_argument("-o", "--output", metavar="FILE",
                    help="FILE.dot, FILE.svg, FILE.png (svg/png need Graphviz's dot) or FILE.txt "
                         "(box drawing); default: DOT on stdout")
@@ -50,7 +50,7 @@ def run(args) -> int:
     if args.stats:
         from ..graphs.stats import gradient_with_stats
 
-        feeds = collect_feeds(model, args, seed=args.seed)
+        feeds = collect_feeds(model, args, seed=args.seed, members=spec.inputs)
         _, stats = gradient_with_stats(model, spec.y, spec.xs, spec.zs, feeds=feeds, seed=args.seed)
     view = build_view(model, spec, args.view, stats, collapse_chains=args.collapse_chains,
                       needs_edges=fmt != ".txt")

@@ -1,10 +1,13 @@
 """onnxgrad ops: what the registry supports."""
 from __future__ import annotations
 
+from .common import add_ops_argument, load_ops
+
 
 def add_parser(sub) -> None:
     p = sub.add_parser("ops", help="list supported ops and opset ranges")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    add_ops_argument(p)
     p.set_defaults(handler=run)
 
 
@@ -14,6 +17,7 @@ def run(args) -> int:
     from .. import registry
     from ..catalog import builtin_ops
 
+    load_ops(args)
     # The catalog reads the op modules' source, so listing them costs no torch import; once the
     # registry is live (custom ops registered), it is the truth.
     rows = None if registry.builtins_loaded() else builtin_ops()

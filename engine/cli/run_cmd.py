@@ -1,7 +1,6 @@
 """onnxgrad run MODEL: graph outputs, Gradient nodes included."""
 from __future__ import annotations
 
-from ..errors import FeedError
 from .common import (
     add_device_arguments,
     add_feed_arguments,
@@ -18,6 +17,7 @@ def add_parser(sub) -> None:
     add_model_argument(p)
     add_feed_arguments(p)
     add_device_arguments(p)
+    p.add_argument("--seed", type=int, default=0, help="seed for the default values of unfed inputs (default 0)")
     p.add_argument("--output", action="append", default=None, metavar="NAME",
                    help="tensor to return (repeatable; default: the graph outputs)")
     p.add_argument("--out", metavar="FILE.npz", help="save the outputs, keyed by tensor name")
@@ -26,10 +26,7 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     model = open_model(args)
-    feeds = collect_feeds(model, args)
-    unfed = [n for n in model.inputs if n not in feeds]
-    if unfed:
-        raise FeedError(f"no value for graph input(s) {', '.join(map(repr, unfed))}: use --feed NAME=SPEC or --feeds FILE.npz")
+    feeds = collect_feeds(model, args, seed=args.seed, targets=args.output or model.outputs)
     outputs = model.run(feeds, outputs=args.output, device=args.device, dtype=args.dtype)
     for name, value in outputs.items():
         print(f"{name}: {describe(value)}")

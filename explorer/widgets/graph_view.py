@@ -17,7 +17,7 @@ from engine.graphs import Canvas
 from ..guard import guarded
 from ..marks import box_tensor
 
-MARKS = ("current", "fail", "inconclusive", "pass", "y", "x", "z", "slice", "dim")
+MARKS = ("current", "fail", "inconclusive", "pass", "unsupported", "y", "x", "z", "slice", "dim")
 
 
 @guarded
@@ -47,6 +47,7 @@ class GraphView(ScrollView, can_focus=True):
     GraphView > .graph-view--fail { color: $error; text-style: bold; }
     GraphView > .graph-view--inconclusive { color: $warning; }
     GraphView > .graph-view--pass { color: $success; }
+    GraphView > .graph-view--unsupported { color: $error; text-style: italic strike; }
     GraphView > .graph-view--y { color: $accent; text-style: bold; }
     GraphView > .graph-view--x { color: $success; text-style: bold; }
     GraphView > .graph-view--z { color: $primary; text-style: bold; }

@@ -18,6 +18,8 @@ from ..guard import guarded
 from ..search import SearchIndex
 from .labels import fit_labels
 
+UNSUPPORTED = "✗ unsupported"
+
 
 @dataclass(frozen=True)
 class Entry:
@@ -33,23 +35,26 @@ GROUPS = (("inputs", "Inputs"), ("outputs", "Outputs"), ("nodes", "Nodes"), ("we
 COLLAPSED = frozenset({"weights"})  # thousands of rows nobody reads first: opened on demand
 
 
-def grouped_entries(graph) -> dict[str, list[Entry]]:
-    """Inputs, outputs, nodes in topological order (each followed by the tensors it produces), weights."""
+def grouped_entries(graph, unsupported=frozenset()) -> dict[str, list[Entry]]:
+    """Inputs, outputs, nodes in topological order (each followed by the tensors it produces), weights.
+
+    Nodes in `unsupported` (their op cannot run) say so after their op type."""
     def tensor(t: str) -> Entry:
         return Entry(f"t:{t}", t, _shape(graph, t), None, t)
 
     nodes = []
     for i, node in enumerate(graph.nodes):  # GraphIndex keeps nodes topologically sorted
-        nodes.append(Entry(f"n:{i}", graph.node_names[i], node.op_type, i, None))
+        detail = f"{node.op_type} {UNSUPPORTED}" if i in unsupported else node.op_type
+        nodes.append(Entry(f"n:{i}", graph.node_names[i], detail, i, None))
         nodes.extend(tensor(t) for t in node.output if t)
     return {"inputs": [tensor(t) for t in graph.inputs], "outputs": [tensor(t) for t in graph.outputs],
             "nodes": nodes, "weights": [tensor(t) for t in graph.initializers]}
 
 
-def entries_for(graph) -> list[Entry]:
+def entries_for(graph, unsupported=frozenset()) -> list[Entry]:
     """Every node and tensor once, in navigator order (what search looks through)."""
     seen: dict[str, Entry] = {}
-    for entries in grouped_entries(graph).values():
+    for entries in grouped_entries(graph, unsupported).values():
         for e in entries:
             seen.setdefault(e.key, e)
     return list(seen.values())
@@ -222,9 +227,9 @@ class NodeList(Vertical):
         yield Input(placeholder="/ search nodes, tensors", id="node-search", compact=True)
         yield EntryList(id="node-options")
 
-    def set_graph(self, graph) -> None:
-        self.groups = grouped_entries(graph)
-        self.entries = entries_for(graph)
+    def set_graph(self, graph, unsupported=frozenset()) -> None:
+        self.groups = grouped_entries(graph, unsupported)
+        self.entries = entries_for(graph, unsupported)
         self.finder = SearchIndex(self.entries)
         self.collapsed = set(COLLAPSED)
         self.query_one(EntryList).set_names([e.name for e in self.entries])

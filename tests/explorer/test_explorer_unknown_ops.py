@@ -1,0 +1,89 @@
+"""The explorer on a model with an unknown op: it opens, marks the node, says so once, runs every
+selection that avoids the op, and explains in one line a selection that reaches it."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+
+import engine
+from explorer import messages as m
+from explorer.app import make_app
+from explorer.widgets.node_list import UNSUPPORTED, NodeList
+
+from ..feed_models import custom_op_model
+from ..test_unknown_ops import OPS_FILE
+from .conftest import SIZE, of_type, settle, started
+
+
+@pytest.fixture
+def path(tmp_path):
+    p = tmp_path / "custom.onnx"
+    onnx.save(custom_op_model(), p)
+    return str(p)
+
+
+@pytest.fixture
+def ops_file(tmp_path):
+    p = tmp_path / "my_ops.py"
+    p.write_text(OPS_FILE)
+    yield str(p)
+    if any(e.domain == "com.example" for e in engine.supported_ops()):
+        engine.unregister_op("MyCustomOp", domain="com.example")
+
+
+async def _run(app, pilot, y, xs):
+    app.session.select(y, xs)
+    app.selection_changed()
+    await pilot.press("r")
+    await settle(app, pilot)
+
+
+async def test_the_app_opens_marks_the_node_and_runs_around_it(path, recorded):
+    seen, hook = recorded
+    app = make_app(path)
+    app.raise_errors = True
+    async with app.run_test(size=SIZE, message_hook=hook) as pilot:
+        await started(app, pilot)
+        warnings = [n for n in app._notifications if n.title == "unsupported ops"]
+        assert len(warnings) == 1 and "com.example::MyCustomOp (custom)" in warnings[0].message
+        custom = app.session.graph.node_names.index("custom")
+        entry = next(e for e in app.query_one(NodeList).entries if e.node_index == custom)
+        assert entry.detail == f"MyCustomOp {UNSUPPORTED}"
+        graph = app.query_one("#graph")
+        box = graph.ids_for(node_index=custom)[0]
+        assert graph.marks[box] == "unsupported"
+        assert [graph.marks.get(b) for b in graph.ids_for(node_index=0)] != ["unsupported"]
+
+        await _run(app, pilot, "Z", ["A"])
+        want = app.session.model.gradient("Z", ["A"], feeds=app.session.feed_values())
+        np.testing.assert_allclose(app.session.gradient.grads["A"], want.grads["A"], rtol=1e-6)
+
+        await _run(app, pilot, "Y", ["A"])
+        assert app.session.gradient is None
+        failed = of_type(seen, m.WorkFinished)[-1]
+        assert failed.kind == "gradient" and failed.outcome == "failed"
+        assert failed.detail.startswith("node 'custom': op com.example::MyCustomOp")
+        assert len(failed.detail.splitlines()) == 1 and len(failed.detail) < 300
+
+
+async def test_ops_files_register_the_op_before_the_model_opens(path, ops_file):
+    app = make_app(path, ops=(ops_file,))
+    app.raise_errors = True
+    async with app.run_test(size=SIZE) as pilot:
+        await started(app, pilot)
+        assert not [n for n in app._notifications if n.title == "unsupported ops"]
+        await _run(app, pilot, "Y", ["A"])
+        a = np.tanh(app.session.feed_values()["X"].astype(np.float64))
+        np.testing.assert_allclose(app.session.gradient.grads["A"], 2 * a + np.cos(a) + 1, rtol=1e-5)
+
+
+async def test_a_bad_ops_file_is_explained_in_the_app(tmp_path, path):
+    bad = tmp_path / "bad_ops.py"
+    bad.write_text("raise RuntimeError('no torch here')\n")
+    app = make_app(path, ops=(str(bad),))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        assert app.session is None
+        texts = [n.message for n in app._notifications]
+        assert texts == [f"--ops {bad}: RuntimeError on line 1: no torch here"]
