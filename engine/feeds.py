@@ -136,7 +136,10 @@ def _kind_of(value) -> tuple[str, str]:
     """(numpy kind, dtype name) of an array or a torch tensor, without importing torch."""
     dtype = value.dtype
     if isinstance(dtype, np.dtype):
-        return dtype.kind, str(dtype)
+        name = str(dtype)
+        if dtype.kind == "V":  # ml_dtypes' bfloat16, float8_*, int4, uint4
+            return ("f" if "float" in name else "i" if "int" in name else "V"), name
+        return dtype.kind, name
     name = str(dtype).removeprefix("torch.")
     if value.is_floating_point():
         return "f", name
