@@ -69,6 +69,19 @@ class Model:
             self._unsupported = (registry_version(), found)
         return dict(self._unsupported[1])
 
+    def blocked(self, targets: Sequence[str], feeds: Sequence[str] = ()) -> dict[str, int]:
+        """Target -> the first unsupported node computing it from `feeds` needs, for the targets
+        that cannot be computed; the others run."""
+        bad = self.unsupported_nodes()
+        if not bad:
+            return {}
+        out = {}
+        for t in targets:
+            hit = next((i for i in needed_nodes(self.graph, set(feeds), [t])[0] if i in bad), None)
+            if hit is not None:
+                out[t] = hit
+        return out
+
     def unsupported_summary(self) -> str | None:
         """One line on the nodes that cannot run (None when every op is supported)."""
         bad = self.unsupported_nodes()

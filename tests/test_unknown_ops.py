@@ -88,8 +88,20 @@ def test_cli_works_where_the_op_is_not_reached(path, capsys, argv):
     assert main([a.replace("{m}", path) for a in argv]) == 0, capsys.readouterr().err
 
 
+def test_cli_run_computes_the_outputs_the_op_does_not_block(path, tmp_path, capsys):
+    assert main(["run", path, "--out", str(tmp_path / "o.npz")]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert [line for line in err if "skipped" in line] == [
+        f"note: {t} skipped: it needs node 'custom' (com.example::MyCustomOp), an op onnxgrad cannot run "
+        "(--ops FILE.py registers it)" for t in ("Y", "C")]
+    with np.load(tmp_path / "o.npz") as out:
+        assert out.files == ["Z"]
+        np.testing.assert_allclose(out["Z"], np.tanh(x_default()) * 0.5, rtol=1e-6)
+
+
 @pytest.mark.parametrize("argv", [
-    ["run", "{m}"],
+    ["run", "{m}", "--output", "Y"],
+    ["run", "{m}", "--output", "Z", "--output", "C"],
     ["grad", "{m}", "--y", "Y", "--xs", "A"],
     ["check", "{m}", "--y", "Y", "--xs", "A"],
     ["graph", "{m}", "--y", "Y", "--xs", "A", "--stats", "-o", "{tmp}/g.txt"],

@@ -7,6 +7,7 @@ from .common import (
     add_model_argument,
     collect_feeds,
     describe,
+    err,
     open_model,
     save_npz,
 )
@@ -26,11 +27,28 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     model = open_model(args)
-    feeds = collect_feeds(model, args, seed=args.seed, targets=args.output or model.outputs)
-    outputs = model.run(feeds, outputs=args.output, device=args.device, dtype=args.dtype)
+    targets = args.output or model.outputs
+    if not args.output:  # the default outputs: those an unsupported op blocks are skipped, with a note
+        blocked = model.blocked(targets, [n.split("=", 1)[0] for n in args.feed] + _npz_names(args))
+        for name, i in blocked.items():
+            node = model.graph.nodes[i]
+            op = f"{node.domain}::{node.op_type}" if node.domain else node.op_type
+            err(f"note: {name} skipped: it needs node {model.graph.node_names[i]!r} ({op}), an op onnxgrad "
+                "cannot run (--ops FILE.py registers it)")
+        targets = [t for t in targets if t not in blocked] or targets
+    feeds = collect_feeds(model, args, seed=args.seed, targets=targets)
+    outputs = model.run(feeds, outputs=targets, device=args.device, dtype=args.dtype)
     for name, value in outputs.items():
         print(f"{name}: {describe(value)}")
     if args.out:
         save_npz(args.out, outputs)
         print(f"saved {len(outputs)} array(s) to {args.out}")
     return 0
+
+
+def _npz_names(args) -> list[str]:
+    if not args.feeds:
+        return []
+    from ..feeds import load_npz
+
+    return list(load_npz(args.feeds))

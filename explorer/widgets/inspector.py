@@ -121,6 +121,9 @@ class Inspector(VerticalScroll):
         t = Text()
         t.append(f"{g.node_names[i]}", style="bold")
         t.append(f"  {node.domain + '::' if node.domain else ''}{node.op_type}\n", style="italic")
+        if i in s.model.unsupported_nodes():
+            t.append("unsupported: onnxgrad has no implementation of this op; register one with --ops FILE.py\n",
+                     style="bold red")
         for a in node.attribute:
             v = helper.get_attribute_value(a)
             v = v.decode() if isinstance(v, bytes) else v

@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import engine
 from engine.cli import main
@@ -12,7 +14,9 @@ from engine.errors import FeedError
 from engine.feeds import check_feed
 from explorer import messages as m
 from explorer.app import make_app
+from explorer.feeding import FeedSource
 from explorer.screens.feed import FeedScreen
+from explorer.state import open_session
 
 from ..feed_models import int_input_model
 from .conftest import SIZE, of_type, plain, sample, settle, started
@@ -103,3 +107,22 @@ def test_the_cli_prints_the_same_message_for_the_same_file(tmp_path, capsys):
     with pytest.raises(FeedError) as want:
         check_feed(engine.load(sample("spec_conv_gemm.onnx")).graph, "X", value)
     assert capsys.readouterr().err.strip() == f"onnxgrad: error: {want.value}"
+
+
+@settings(max_examples=40, deadline=None)
+@given(shape=st.lists(st.integers(1, 5), min_size=0, max_size=5).map(tuple),
+       dtype=st.sampled_from([np.float32, np.float64, np.int64, np.int32, np.bool_, np.uint8]))
+def test_any_file_fed_in_the_app_fits_or_gets_the_cli_message(tmp_path_factory, shape, dtype):
+    session, _ = open_session()
+    path = tmp_path_factory.mktemp("npy") / "v.npy"
+    value = np.ones(shape, dtype)
+    np.save(path, value)
+    fits = shape == (1, 1, 4, 4) and np.dtype(dtype).kind == "f"
+    try:
+        session.set_feed("X", FeedSource("npy", path=str(path)))
+    except FeedError as exc:
+        assert not fits
+        assert str(exc) == f"feed 'X': expected float32 [1, 1, 4, 4], got {np.dtype(dtype)} {list(shape)}"
+        assert "X" not in session.feeds
+    else:
+        assert fits and session.feeds["X"].kind == "npy"

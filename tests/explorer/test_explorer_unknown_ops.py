@@ -13,7 +13,7 @@ from explorer.widgets.node_list import UNSUPPORTED, NodeList
 
 from ..feed_models import custom_op_model
 from ..test_unknown_ops import OPS_FILE
-from .conftest import SIZE, of_type, settle, started
+from .conftest import SIZE, of_type, plain, settle, started
 
 
 @pytest.fixture
@@ -53,6 +53,8 @@ async def test_the_app_opens_marks_the_node_and_runs_around_it(path, recorded):
         graph = app.query_one("#graph")
         box = graph.ids_for(node_index=custom)[0]
         assert graph.marks[box] == "unsupported"
+        app.move_cursor(custom, None)
+        assert "unsupported: onnxgrad has no implementation" in plain(app.query_one("#inspector-info"))
         assert [graph.marks.get(b) for b in graph.ids_for(node_index=0)] != ["unsupported"]
 
         await _run(app, pilot, "Z", ["A"])
