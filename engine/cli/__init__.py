@@ -48,9 +48,13 @@ def main(argv: list[str] | None = None, extra: Sequence[AddParser] = ()) -> int:
         return 2
     from ..opsfile import registrations_undone
 
+    args.notes = []  # defaults the command chose; printed after it, so a failure stays one line
     try:
         with registrations_undone():  # --ops files register for this command only
-            return int(args.handler(args) or 0)
+            code = int(args.handler(args) or 0)
+        for note in args.notes:
+            print(f"note: {note}", file=sys.stderr)
+        return code
     except (OnnxGradError, OSError) as exc:
         if args.debug:
             raise

@@ -22,9 +22,10 @@ if TYPE_CHECKING:
 OPS_HELP = "a Python file that registers ops (forward + VJP) when imported; repeatable (docs/cli.md)"
 
 
-def add_model_argument(p: argparse.ArgumentParser) -> None:
+def add_model_argument(p: argparse.ArgumentParser, ops: bool = True) -> None:
     p.add_argument("model", metavar="MODEL", help="path to an .onnx file")
-    add_ops_argument(p)
+    if ops:  # commands that run the model can run ops registered by a file
+        add_ops_argument(p)
 
 
 def add_ops_argument(p: argparse.ArgumentParser) -> None:
@@ -80,8 +81,17 @@ def collect_feeds(model: Model, args, seed: int = 0, *, targets=(), members=()) 
     parse_device(getattr(args, "device", "cpu"))  # a bad device is the one error, before any note
     feeds, chosen = complete_feeds(model, feeds, targets=targets, members=members, seed=seed)
     for d in chosen:
-        err(f"note: {d.note}")
+        note(args, d.note)
     return feeds
+
+
+def note(args, text: str) -> None:
+    """A line for stderr: after the command's output when run by `engine.cli.main`, else now."""
+    notes = getattr(args, "notes", None)
+    if isinstance(notes, list):
+        notes.append(text)
+    else:
+        err(f"note: {text}")
 
 
 def parse_dy(model: Model, y: str, spec: str | None, seed: int) -> np.ndarray | None:

@@ -9,7 +9,7 @@ def add_parser(sub) -> None:
         "lower", help="write a copy of MODEL whose gradients any ONNX runtime computes",
         description="Replace every Gradient node of MODEL (nested ones too) by standard ai.onnx ops; with --y and "
                     "--xs, also add the gradients of that selection as graph outputs named d{y}_d{x}.")
-    add_model_argument(p)
+    add_model_argument(p, ops=False)  # lowering writes ONNX ops: a custom op has no lowering
     p.add_argument("-o", "--output", required=True, metavar="OUT.onnx", help="where to write the lowered model")
     p.add_argument("--y", help="the tensor to differentiate (adds gradients as new outputs)")
     p.add_argument("--xs", help="comma-separated tensors to differentiate with respect to")

@@ -7,7 +7,7 @@ from .common import (
     add_model_argument,
     collect_feeds,
     describe,
-    err,
+    note,
     open_model,
     save_npz,
 )
@@ -33,8 +33,8 @@ def run(args) -> int:
         for name, i in blocked.items():
             node = model.graph.nodes[i]
             op = f"{node.domain}::{node.op_type}" if node.domain else node.op_type
-            err(f"note: {name} skipped: it needs node {model.graph.node_names[i]!r} ({op}), an op onnxgrad "
-                "cannot run (--ops FILE.py registers it)")
+            note(args, f"{name} skipped: it needs node {model.graph.node_names[i]!r} ({op}), an op onnxgrad "
+                       "cannot run (--ops FILE.py registers it)")
         targets = [t for t in targets if t not in blocked] or targets
     feeds = collect_feeds(model, args, seed=args.seed, targets=targets)
     outputs = model.run(feeds, outputs=targets, device=args.device, dtype=args.dtype)
