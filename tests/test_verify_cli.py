@@ -71,7 +71,8 @@ def test_bad_input_exits_2_with_one_line(spec_path, argv, fragment, capsys):
 
 def test_console_script_in_a_subprocess_has_no_progress_bar_when_not_a_tty(spec_path):
     proc = subprocess.run([sys.executable, "-m", "engine", "check", spec_path, "--y", "Y", "--xs", "W",
-                           "--zs", "X,Z", "--mode", "fast", "--seed", "3"], capture_output=True, text=True, timeout=120)
+                           "--zs", "X,Z", "--mode", "fast", "--seed", "3", "--feed", "X=random:1"],  # no default note
+                          capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == "" and "mode fast (4 directions)" in proc.stdout and "seed 3" in proc.stdout
 
