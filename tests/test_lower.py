@@ -129,3 +129,21 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path, capsys, args, message):
     assert cli_main(["lower", _path("mlp"), "-o", str(tmp_path / "o.onnx"), *args]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
+
+
+def test_embedding_gather_adds_repeated_rows_and_reduce_max_splits_ties():
+    table = np.arange(20, dtype=np.float32).reshape(5, 4) % 3  # rows with tied maxima
+    ids = np.array([[1, 3, 1], [-1, 0, 1]], dtype=np.int64)  # row 1 three times, row 4 as -1
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["e"], axis=0),
+             helper.make_node("ReduceMax", ["e"], ["m"], axes=[-1], keepdims=0),
+             helper.make_node("Mul", ["m", "m"], ["y"])]
+    graph = helper.make_graph(nodes, "embed", [helper.make_tensor_value_info("table", TensorProto.FLOAT, [5, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+                              [numpy_helper.from_array(ids, "ids")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    lowered = lower(model, "y", "table")
+    check_valid(lowered)
+    got = ort_run(lowered, {"table": table})["dy_dtable"]
+    want = engine.load(model).gradient("y", ["table"], feeds={"table": table}).grads["table"]
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert got[1].sum() == pytest.approx(3 * 2 * table[1].max())  # three lookups of row 1, ties share

@@ -1,5 +1,6 @@
-"""Random small graphs built from the ops that have backward rules: lowered, run by onnxruntime,
-compared with the engine's gradients w.r.t. every input (a random dy seeds a (2, 3) y)."""
+"""Random small graphs built from the ops that have backward rules (a repeated Gather index included):
+lowered, run by onnxruntime, compared with the engine's gradients w.r.t. every input (a random dy
+seeds a (2, 3) y)."""
 from __future__ import annotations
 
 import numpy as np
@@ -56,6 +57,11 @@ UNARY = {
     "Transpose": lambda b, x: b.op("Reshape", [b.op("Transpose", [x], perm=[1, 0]), b.const([ROWS, COLS], np.int64)]),
     "ReduceMean": lambda b, x: b.op("Sub", [x, b.op("ReduceMean", [x], axes=[1], keepdims=1)]),
     "ReduceSum": lambda b, x: b.op("Mul", [x, b.op("ReduceSum", [x, b.const([0], np.int64)], keepdims=1)]),
+    "Softplus": lambda b, x: b.op("Softplus", [x]),
+    "Clip": lambda b, x: b.op("Clip", [x, b.const(-0.5), b.const(0.7)]),
+    "ReduceMax": lambda b, x: b.op("Sub", [x, b.op("ReduceMax", [x], axes=[1], keepdims=1)]),
+    "ReduceMin": lambda b, x: b.op("Mul", [x, b.op("ReduceMin", [x], axes=[0], keepdims=0)]),
+    "Gather": lambda b, x: b.op("Gather", [x, b.const([2, -3, -1], np.int64)], axis=1),
     "Flatten": lambda b, x: b.op("Reshape", [b.op("Flatten", [x], axis=0), b.const([ROWS, COLS], np.int64)]),
     "Conv": lambda b, x: b.op("Reshape", [
         b.op("Conv", [b.op("Reshape", [x, b.const([1, 1, ROWS, COLS], np.int64)]),

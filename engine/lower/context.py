@@ -110,6 +110,9 @@ class Ctx:
     def ints(self, values) -> str:
         return self.const(np.asarray(list(values), dtype=np.int64))
 
+    def value_like(self, value, like: str) -> np.ndarray:
+        return np.asarray(value, dtype=helper.tensor_dtype_to_np_dtype(self.elem(like)))
+
     def scalar(self, value: float, like: str) -> str:
         return self.const(np.asarray(value, dtype=helper.tensor_dtype_to_np_dtype(self.elem(like))))
 

@@ -189,3 +189,27 @@ def where(ctx, node, grads):
 @rule("Cast")
 def cast(ctx, node, grads):
     return [ctx.op("Cast", [grads[0]], to=ctx.elem(node.input[0]))]
+
+
+@rule("Softplus")
+def softplus(ctx, node, grads):
+    return _times(ctx, grads[0], ctx.op("Sigmoid", [node.input[0]]))
+
+
+@rule("Clip")
+def clip(ctx, node, grads):
+    """As torch.clamp: x gets the gradient inside [min, max] (bounds included), a bound where it clamps."""
+    g, x, out = grads[0], node.input[0], node.output[0]
+    low = node.input[1] if len(node.input) > 1 and node.input[1] else ""
+    high = node.input[2] if len(node.input) > 2 and node.input[2] else ""
+    zero = ctx.scalar(0.0, x)
+    result, inside = [None, None, None], None
+    for i, bound, outside_op in ((1, low, "Less"), (2, high, "Greater")):
+        if not bound:
+            continue
+        outside = ctx.op(outside_op, [x, bound])
+        inside = ctx.op("Not", [outside]) if inside is None else ctx.op("And", [inside, ctx.op("Not", [outside])])
+        if ctx.wants(i):
+            result[i] = ctx.unbroadcast(ctx.op("Where", [outside, g, zero]), bound, out)
+    result[0] = g if inside is None else ctx.op("Where", [inside, g, zero])
+    return result

@@ -79,3 +79,14 @@ def log_softmax(ctx, node, grads):
     g, y = grads[0], node.output[0]
     total = ctx.op("ReduceSum", [g, ctx.ints([_axis(ctx, node)])], keepdims=1)
     return [ctx.op("Sub", [g, ctx.op("Mul", [ctx.op("Exp", [y]), total])])]
+
+
+@rule("ReduceMax", "ReduceMin")
+def reduce_max_min(ctx, node, grads):
+    """The gradient goes to the extreme elements, split evenly among ties (as torch.amax / amin)."""
+    x, out = node.input[0], node.output[0]
+    hits = ctx.op("Cast", [ctx.op("Equal", [x, spread(ctx, node, out)])], to=ctx.elem(x))
+    axes = reduced_axes(ctx, node)
+    counts = hits if axes is None else ctx.op("ReduceSum", [hits, ctx.ints(axes)], keepdims=1)
+    share = ctx.op("Div", [hits, counts if axes is None else ctx.op("Expand", [counts, ctx.op("Shape", [x])])])
+    return [ctx.op("Mul", [spread(ctx, node, grads[0]), share])]
