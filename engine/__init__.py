@@ -57,8 +57,9 @@ __all__ = [
 ]
 
 
-def load(source, *, check: bool = True):
+def load(source, *, check: bool = True, compile: bool = False):
     """Load an ONNX model from a path, bytes or ModelProto; every op is resolved now. Returns a Model.
+    `compile=True`: its plans run under torch.compile (optional, never required; docs/compile.md).
 
     The file is read and checked before torch is imported, so a bad file costs no torch start-up.
     """
@@ -67,7 +68,7 @@ def load(source, *, check: bool = True):
     graph = read_graph(source, check=check)
     from .model import Model
 
-    return Model(graph)
+    return Model(graph, compile=compile)
 
 
 def __getattr__(name: str):

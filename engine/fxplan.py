@@ -13,7 +13,8 @@ data-dependent shapes (If, Loop, Scan, sequences, strings, Unique, NonZero...) a
 opaque calls here: they run exactly as in the interpreter.
 
 How each step's result is unpacked (one value, a tuple holding one value, or n values) is taken
-from one interpreted run, so `Plan` builds the module on its second run. A call that raises is
+from one interpreted run, so `Plan` builds the module on its second run; under torch.compile,
+which traces through small helpers at no cost, generic unpacking lets the first run compile. A call that raises is
 re-run by the interpreter, which names the failing node in its error.
 """
 from __future__ import annotations
@@ -32,39 +33,47 @@ ALL = "all"  # `outputs=ALL`: return every slot's value (Plan.run_all), not only
 class FxPlan:
     """`plan`'s steps as one GraphModule; call with the source values in order."""
 
-    def __init__(self, plan, shapes: Sequence[int], outputs=None, compile: bool = False):
+    def __init__(self, plan, shapes: Sequence[int] | None, outputs=None, compile: bool = False,
+                 seen_shapes: dict | None = None):
         graph = torch.fx.Graph()
         env: dict[int, torch.fx.Node | None] = {}
         constants: list = []
+        known = {k: v for k, v in enumerate(plan._template) if v is not None}  # slot -> constant value
 
         def placeholder(name: str) -> torch.fx.Node:
             return graph.placeholder(name)
 
         for k in plan.source_slots:
             env[k] = placeholder(f"s{k}")
-        for k, value in enumerate(plan._template):
-            if value is not None and k not in env:
-                env[k] = placeholder(f"c{k}")
-                constants.append(value)
+            known.pop(k, None)
+        folded = _fold(plan, known, seen_shapes or {})
+        for k, value in known.items():
+            env[k] = placeholder(f"c{k}")
+            constants.append(value)
         kwarg_nodes: list[dict] = []
-        for step in plan.steps:
+        for i, step in enumerate(plan.steps):
             kw = {}
-            for name, value in step.kwargs.items():
+            for name, value in step.kwargs.items() if i not in folded else ():
                 kw[name] = placeholder(f"k{len(constants)}")
                 constants.append(value)
             kwarg_nodes.append(kw)
-        for step, kw, shape in zip(plan.steps, kwarg_nodes, shapes):
+        for i, (step, kw) in enumerate(zip(plan.steps, kwarg_nodes)):
+            if i in folded:
+                if i in (seen_shapes or {}):  # its value stands only while the input keeps that shape
+                    graph.call_function(_same_shape, (env[step.in_slots[0]], seen_shapes[i][0]))
+                continue
             args = tuple(None if k is None else env.get(k) for k in step.in_slots)
             out = graph.call_function(_nameable(step.fn), args, kw)
+            # shape -1: the function returned the value itself; 1 (one output): a tuple, unwrapped as
+            # the interpreter does, checking each time; n: n values. None (not seen run): generic.
+            shape = None if shapes is None else shapes[i]
             if len(step.out_slots) == 1:
-                # shape -1: the function returned the value itself; else a tuple (unwrapped as the
-                # interpreter does, checking again each time).
                 if step.out_slots[0] is not None:
                     env[step.out_slots[0]] = out if shape == -1 else graph.call_function(_first, (out,))
             else:
-                for j, k in enumerate(step.out_slots[:shape]):
+                for j, k in enumerate(step.out_slots if shape is None else step.out_slots[:shape]):
                     if k is not None:
-                        env[k] = graph.call_function(operator.getitem, (out, j))
+                        env[k] = graph.call_function(operator.getitem if shape is not None else _nth, (out, j))
         if outputs == ALL:
             self.slots = tuple(k for k in range(len(plan.names)) if k in env)
         else:
@@ -103,6 +112,52 @@ class FxPlan:
         self.forward = first_call
 
 
+# Never evaluated ahead of time: their values change from call to call.
+RANDOM = frozenset({"RandomUniform", "RandomNormal", "RandomUniformLike", "RandomNormalLike", "Bernoulli",
+                    "Multinomial", "Dropout"})
+SHAPE_OPS = frozenset({"Shape", "Size"})
+
+
+class ShapeChanged(Exception):
+    """A folded Shape/Size met an input of another shape than when it was folded."""
+
+
+def _same_shape(x, shape: tuple) -> None:
+    if tuple(x.shape) != shape:
+        raise ShapeChanged
+
+
+def _fold(plan, known: dict, seen_shapes: dict) -> set[int]:
+    """Evaluate now the steps whose inputs are all constants (Constant nodes, shape arithmetic on
+    initializers...) with the same function and arguments the run would use, so their values are
+    the run's; add them to `known`. A Shape/Size seen on the first run counts as constant under a
+    guard on its input's shape. Returns the folded step indices."""
+    folded = set()
+    for i, step in enumerate(plan.steps):
+        if i in seen_shapes:
+            value = seen_shapes[i][1]
+        elif (step.op_type in RANDOM or step.op_type in SHAPE_OPS or getattr(step.fn, "no_fold", False)
+              or any(k is not None and k not in known for k in step.in_slots)):
+            continue
+        else:
+            try:
+                with torch.no_grad():
+                    value = step.fn(*[None if k is None else known[k] for k in step.in_slots], **step.kwargs)
+            except Exception:  # noqa: BLE001 - left to fail at run time, where the error names the node
+                continue
+        if len(step.out_slots) == 1:
+            values = [value[0] if isinstance(value, tuple) else value]
+        else:
+            values = list(value)
+        if len(values) < len(step.out_slots) or not all(isinstance(v, torch.Tensor) for v in values):
+            continue  # sequences and absent outputs: left to the run
+        folded.add(i)
+        for k, v in zip(step.out_slots, values):
+            if k is not None:
+                known[k] = v
+    return folded
+
+
 def _nameable(fn):
     """`fn`, or a wrapper when fx would call it by a torch name that may be another object: a
     function that claims torch as its module (functools.wraps of torch.tanh) is emitted by
@@ -118,6 +173,11 @@ def _nameable(fn):
 
 def _first(out):
     return out[0] if isinstance(out, tuple) else out
+
+
+def _nth(out, j: int):
+    """Output j of a multi-output step, None when it returned fewer (the interpreter's zip)."""
+    return out[j] if j < len(out) else None
 
 
 _warned: set[str] = set()

@@ -98,4 +98,5 @@ class PreparedGradient:
             nested = torch.is_grad_enabled() and any(v is not None and v.requires_grad for v in values)
             return self(*values, create_graph=nested).grads
 
+        gradient_node.no_fold = True  # a nested gradient: always computed in the run
         return gradient_node

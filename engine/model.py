@@ -1,6 +1,7 @@
 """The public Model: load once, run or differentiate many times on any device and dtype."""
 from __future__ import annotations
 
+import copy
 import os
 from typing import Mapping, Sequence
 
@@ -25,8 +26,9 @@ class Model:
     """A loaded ONNX model. A node whose op is not registered does not stop the load: it is listed
     by `unsupported_nodes()`, and only a run or gradient that reaches it fails (one line)."""
 
-    def __init__(self, graph: GraphIndex):
+    def __init__(self, graph: GraphIndex, compile: bool = False):
         self.graph = graph
+        self.compile = compile  # plans run their fx module under torch.compile (see docs/compile.md)
         for i, node in enumerate(graph.nodes):
             if node.domain == TRAINING_DOMAIN and node.op_type == "Gradient":
                 self._check_gradient_node(i)
@@ -101,7 +103,7 @@ class Model:
 
     # --- forward ---------------------------------------------------------------------------------
     def run(self, feeds: Mapping[str, object] | None = None, *, outputs: Sequence[str] | None = None,
-            device="cpu", dtype=None) -> dict[str, np.ndarray]:
+            device="cpu", dtype=None, compile: bool | None = None) -> dict[str, np.ndarray]:
         """Run the graph. `feeds` may set any tensor, intermediates included; returns numpy arrays."""
         dev, fdt = parse_device(device), parse_float_dtype(dtype)
         feeds = dict(feeds or {})
@@ -110,22 +112,24 @@ class Model:
             if not self.graph.has_tensor(t):
                 raise FeedError(f"output {t!r} is not a tensor of this model{self.graph.did_you_mean(t)}")
         self.check_feed_names(feeds)
-        plan = self.prepare(list(feeds), targets, device=dev, dtype=fdt)
+        plan = self.prepare(list(feeds), targets, device=dev, dtype=fdt, compile=compile)
         values = [self.to_tensor(n, feeds[n], dev, fdt) for n in plan.sources]
         with torch.no_grad():
             out = plan.run(values)
         return {t: self._to_numpy(t, v) for t, v in zip(targets, out)}
 
     def prepare(self, sources: Sequence[str], targets: Sequence[str], *, device="cpu", dtype=None,
-                keep_all: bool = False) -> Plan:
-        """A Plan computing `targets` from `sources`: call `plan.run([tensors...])` repeatedly."""
+                keep_all: bool = False, compile: bool | None = None) -> Plan:
+        """A Plan computing `targets` from `sources`: call `plan.run([tensors...])` repeatedly.
+        `compile` (default: the model's `compile`) runs it under torch.compile."""
         dev, fdt = parse_device(device), parse_float_dtype(dtype)
-        key = (tuple(sources), tuple(targets), str(dev), fdt, keep_all)
+        mode = "compile" if (self.compile if compile is None else compile) else None
+        key = (tuple(sources), tuple(targets), str(dev), fdt, keep_all, mode)
         plan = self._plans.get(key)
         if plan is None:
             plan = Plan(self.graph, sources, targets, device=dev, float_dtype=fdt,
                         constants=self.constants(dev, fdt), gradient_step=self._gradient_step(dev, fdt),
-                        keep_all=keep_all)
+                        keep_all=keep_all, mode=mode)
             self._plans[key] = plan
         return plan
 
@@ -150,19 +154,20 @@ class Model:
         return spec
 
     def prepare_gradient(self, y: str, xs, zs=(), *, device="cpu", dtype=None,
-                         extra_inputs: Sequence[str] = ()) -> PreparedGradient:
+                         extra_inputs: Sequence[str] = (), compile: bool | None = None) -> PreparedGradient:
         """Compile dy/dxs once; call the result with torch tensors (xs, then zs, then extra_inputs)."""
         spec = self.selection(y, xs, zs)
         dev, fdt = parse_device(device), parse_float_dtype(dtype)
-        key = (spec, tuple(extra_inputs), str(dev), fdt)
+        compile = self.compile if compile is None else compile
+        key = (spec, tuple(extra_inputs), str(dev), fdt, compile)
         prepared = self._grads.get(key)
         if prepared is None:
-            plan = self.prepare(spec.inputs + tuple(extra_inputs), [spec.y], device=dev, dtype=fdt)
+            plan = self.prepare(spec.inputs + tuple(extra_inputs), [spec.y], device=dev, dtype=fdt, compile=compile)
             prepared = self._grads[key] = PreparedGradient(spec, plan)
         return prepared
 
     def gradient(self, y: str, xs, zs=(), feeds: Mapping[str, object] | None = None, dy=None, *,
-                 device="cpu", dtype=None, seed: int = 0) -> GradientResult:
+                 device="cpu", dtype=None, seed: int = 0, compile: bool | None = None) -> GradientResult:
         """dy/dx for each x in xs, at the values in `feeds`.
 
         A member of xs ∪ zs without a feed takes the shared default (`selection_values`, seeded by
@@ -175,7 +180,8 @@ class Model:
         feeds = dict(feeds or {})
         self.check_feed_names(feeds)
         extras = self.gradient_extras(spec, feeds)
-        prepared = self.prepare_gradient(spec.y, spec.xs, spec.zs, device=dev, dtype=fdt, extra_inputs=extras)
+        prepared = self.prepare_gradient(spec.y, spec.xs, spec.zs, device=dev, dtype=fdt, extra_inputs=extras,
+                                         compile=compile)
         # Unfed initializers are used as the cached constants (no numpy round trip per call).
         consts = self.constants(dev, fdt)
         rest = [n for n in spec.inputs if n not in feeds and n not in consts]
@@ -244,6 +250,12 @@ class Model:
         return tuple(sorted(n for n in feeds if n in read and n in self.graph.initializers and n not in members))
 
     # --- helpers ---------------------------------------------------------------------------------
+    def compiled(self) -> "Model":
+        """This model with `compile` on; it shares the loaded graph and every cache (keyed by mode)."""
+        other = copy.copy(self)
+        other.compile = True
+        return other
+
     def check_feed_names(self, feeds: Mapping[str, object]) -> None:
         """FeedError for a feed that names no tensor of the model."""
         for n in feeds:
@@ -328,6 +340,7 @@ def _read_only(arr: np.ndarray) -> np.ndarray:
     return arr
 
 
-def load(source: str | os.PathLike | ModelProto | bytes, *, check: bool = True) -> Model:
-    """Load an ONNX model from a path, bytes or ModelProto (ops it cannot run: `Model.unsupported_nodes`)."""
-    return Model(loader.load(source, check=check))
+def load(source: str | os.PathLike | ModelProto | bytes, *, check: bool = True, compile: bool = False) -> Model:
+    """Load an ONNX model from a path, bytes or ModelProto (ops it cannot run: `Model.unsupported_nodes`).
+    `compile=True`: plans run under torch.compile (optional, never required; docs/compile.md)."""
+    return Model(loader.load(source, check=check), compile=compile)

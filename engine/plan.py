@@ -72,6 +72,7 @@ class Plan:
             raise OnnxGradError(f"plan mode {mode!r} is not one of {', '.join(MODES)}")
         self.mode = mode
         self._shapes: list[int] | None = None  # how each step's result unpacks, seen on the first run
+        self._seen_shapes: dict[int, tuple] = {}
         self._fx: dict[str, object] = {}
         self.graph = graph
         self.sources = tuple(sources)
@@ -155,7 +156,7 @@ class Plan:
         compiled = self._compiled("targets", inputs)
         if compiled is not None:
             try:
-                return list(compiled(inputs))
+                return list(self._call(compiled, "targets", inputs))
             except STEP_ERRORS:
                 pass  # the interpreter below fails again and names the node
         return self.interpret(inputs)
@@ -170,7 +171,8 @@ class Plan:
         compiled = self._compiled("all", inputs)
         if compiled is not None:
             try:
-                values = compiled(inputs)
+                values = self._call(compiled, "all", inputs)
+                compiled = self._fx["all"]
             except STEP_ERRORS:
                 pass
             else:
@@ -182,16 +184,29 @@ class Plan:
         env = self._execute(inputs, free=False)
         return {self.names[k]: v for k, v in enumerate(env) if v is not None}
 
+    def _call(self, compiled, which: str, inputs):
+        from .fxplan import ShapeChanged
+
+        try:
+            return compiled(inputs)
+        except ShapeChanged:  # inputs of new shapes: a module without shape-specialised folding
+            compiled = self._fx[which] = self._build(which, seen_shapes=False)
+            return compiled(inputs)
+
+    def _build(self, which: str, seen_shapes: bool = True):
+        from .fxplan import ALL, FxPlan
+
+        return FxPlan(self, self._shapes, ALL if which == "all" else None, compile=self.mode == "compile",
+                      seen_shapes=self._seen_shapes if seen_shapes else None)
+
     def _compiled(self, which: str, inputs):
         """The fx module for `which` once a run has shown how each step's results unpack; else None."""
-        if self.mode == "interpret" or self._shapes is None or len(inputs) != len(self.source_slots):
+        if self.mode == "interpret" or len(inputs) != len(self.source_slots) or (
+                self._shapes is None and self.mode != "compile"):
             return None
         compiled = self._fx.get(which)
         if compiled is None:
-            from .fxplan import ALL, FxPlan
-
-            compiled = self._fx[which] = FxPlan(self, self._shapes, ALL if which == "all" else None,
-                                                compile=self.mode == "compile")
+            compiled = self._fx[which] = self._build(which)
         return compiled
 
     def run_observed(self, inputs: Sequence[torch.Tensor], observer: "StepObserver") -> list[torch.Tensor]:
@@ -204,6 +219,7 @@ class Plan:
             raise FeedError(f"plan expects {len(self.source_slots)} input values, got {len(inputs)}")
         env = list(self._template)
         shapes = [] if self._shapes is None and observer is None else None
+        seen: dict[int, tuple] = {}  # Shape/Size steps: (input shape, value), folded under a guard
         for s, v in zip(self.source_slots, inputs):
             env[s] = v if observer is None else observer.source(self.names[s], v)
         step = None
@@ -216,6 +232,8 @@ class Plan:
                 if shapes is not None:
                     single = len(step.out_slots) == 1
                     shapes.append((-1 if not isinstance(out, tuple) else 1) if single else len(out))
+                    if step.op_type in ("Shape", "Size") and isinstance(args[0], torch.Tensor):
+                        seen[len(shapes) - 1] = (tuple(args[0].shape), out)
                 if observer is not None:
                     outs = [out[0] if isinstance(out, tuple) else out] if len(step.out_slots) == 1 else list(out)
                     out = observer.outputs(step, args, [None if k is None else self.names[k] for k in step.out_slots],
@@ -236,7 +254,7 @@ class Plan:
         except STEP_ERRORS as exc:
             raise step_error(step, exc) from (None if isinstance(exc, OnnxGradError) else exc)
         if shapes is not None:
-            self._shapes = shapes
+            self._shapes, self._seen_shapes = shapes, seen
         return env
 
 
@@ -302,6 +320,7 @@ def _scoped(fn: Callable, n_explicit: int, outer: tuple[str, ...], compiler: "_S
         scope = Scope(dict(zip(outer, values[n_explicit:])), compiler)
         return fn(*values[:n_explicit], scope=scope, **kwargs)
 
+    step.no_fold = True  # control flow: never evaluated ahead of a run
     return step
 
 

@@ -34,14 +34,17 @@ def same(a, b) -> bool:
     return a is b or a == b
 
 
-def assert_fx_matches_interpreter(plan, values) -> None:
-    """The interpreter's results, then the fx module's (forced to be used), identical."""
+def assert_fx_matches_interpreter(plan, values, all_values: bool = True) -> None:
+    """The interpreter's results, then the fx module's (forced to be used), identical; also every
+    intermediate (run_all) unless `all_values` is off (big models: the sample and node models cover it)."""
     reference = plan.interpret(values)
     plan.run(values)
     got = plan.run(values)
     assert "targets" in plan._fx, "the compiled module was not used"
     for name, a, b in zip(plan.targets, reference, got):
         assert same(a, b), f"{name}: fx differs from the interpreter"
+    if not all_values:
+        return
     everything = plan.interpret_all(values)
     compiled_all = plan.run_all(values)
     assert "all" in plan._fx and everything.keys() == compiled_all.keys()
@@ -84,7 +87,7 @@ def test_light_models(path):
     model = engine.load(path)
     (name,) = model.inputs
     x = torch.from_numpy(np.random.default_rng(0).standard_normal((1, 3, 224, 224)).astype(np.float32))
-    assert_fx_matches_interpreter(model.prepare([name], model.outputs), [x])
+    assert_fx_matches_interpreter(model.prepare([name], model.outputs), [x], all_values=False)
     weights = [n.output[0] for n in model.graph.nodes if n.op_type == "ConstantOfShape"][-2:]
     with torch.no_grad():
         made = model.run({name: x.numpy()}, outputs=weights)
@@ -143,3 +146,26 @@ def test_a_registered_function_named_like_torchs_is_not_swapped_for_torchs():
         model = engine.load(deep_chain(depth=2, width=4, batch=3))
     x = torch.randn(3, 4, dtype=torch.float32, generator=torch.Generator().manual_seed(0))
     assert_gradients_identical(model, "y", ["x"], (), [x])
+
+
+def test_folded_shapes_are_guarded_when_the_batch_changes():
+    """Shape(x) is folded into a constant under a guard on x's shape: a new batch size must give the
+    interpreter's answer again, not the first call's shape."""
+    from onnx import TensorProto, helper
+
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Slice", ["s", "zero", "one"], ["n"]),
+             helper.make_node("Concat", ["n", "minus_one"], ["target"], axis=0),
+             helper.make_node("Reshape", ["x", "target"], ["flat"]),
+             helper.make_node("ReduceSum", ["flat", "one"], ["y"], keepdims=0)]
+    ints = [helper.make_tensor(n, TensorProto.INT64, [1], [v]) for n, v in (("zero", 0), ("one", 1), ("minus_one", -1))]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 2, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N"])], initializer=ints)
+    model = engine.load(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]))
+    plan = model.prepare(["x"], ["y"])
+    for n in (2, 2, 2, 5, 5, 1):
+        x = torch.randn(n, 2, 3, generator=torch.Generator().manual_seed(n))
+        (got,) = plan.run([x])
+        assert got.shape == (n,) and same(got, plan.interpret([x])[0])
+    assert "targets" in plan._fx
+    assert_gradients_identical(model, "y", ["x"], (), [torch.randn(4, 2, 3)])

@@ -5,7 +5,7 @@ import os
 import sys
 
 from ..errors import FeedError
-from .common import add_feed_arguments, add_model_argument, collect_feeds, open_model, parse_dy
+from .common import add_compile_argument, add_feed_arguments, add_model_argument, collect_feeds, open_model, parse_dy
 
 EXIT = {"pass": 0, "fail": 1, "inconclusive": 3, "cancelled": 3}
 
@@ -39,6 +39,7 @@ def add_parser(sub) -> None:
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
     p.add_argument("--json", metavar="FILE", help="write the report as JSON (docs/check-json.md); - for stdout")
     p.add_argument("--junit", metavar="FILE", help="write the report as JUnit XML")
+    add_compile_argument(p)
     p.set_defaults(handler=run)
 
 

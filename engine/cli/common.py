@@ -56,7 +56,12 @@ def open_model(args) -> Model:
     from .. import load
 
     load_ops(args)
-    return load(args.model)
+    return load(args.model, compile=getattr(args, "compile", False))
+
+
+def add_compile_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--compile", action="store_true",
+                   help="run the compiled plan under torch.compile (slow first call; falls back with a warning)")
 
 
 def collect_feeds(model: Model, args, seed: int = 0, *, targets=(), members=()) -> dict[str, np.ndarray]:

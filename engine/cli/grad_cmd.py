@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from .common import (
+    add_compile_argument,
     add_device_arguments,
     add_feed_arguments,
     add_model_argument,
@@ -24,6 +25,7 @@ def add_parser(sub) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed for the default values of unfed tensors (default 0)")
     add_device_arguments(p)
     p.add_argument("--out", metavar="FILE.npz", help="save the gradients; keys are the xs names")
+    add_compile_argument(p)
     p.set_defaults(handler=run)
 
 

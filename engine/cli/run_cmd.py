@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from .common import (
+    add_compile_argument,
     add_device_arguments,
     add_feed_arguments,
     add_model_argument,
@@ -22,6 +23,7 @@ def add_parser(sub) -> None:
     p.add_argument("--output", action="append", default=None, metavar="NAME",
                    help="tensor to return (repeatable; default: the graph outputs)")
     p.add_argument("--out", metavar="FILE.npz", help="save the outputs, keyed by tensor name")
+    add_compile_argument(p)
     p.set_defaults(handler=run)
 
 

@@ -32,7 +32,7 @@ def check(model, y: str, xs, zs=(), feeds: Mapping | None = None, dy=None, mode:
           claimed=None, rtol: float | None = None, atol: float | None = None, seed: int = 0,
           per_node: bool = False, samples: int | None = None, directions: int | None = None,
           time_budget: float | None = None, device="cpu", progress: Callable | None = None,
-          should_stop: Callable[[], bool] | None = None) -> CheckReport:
+          should_stop: Callable[[], bool] | None = None, compile: bool = False) -> CheckReport:
     """Cross-check dy/dxs against float64 central differences; see docs/check-json.md for the report.
 
     `model` is a Model, a path or a ModelProto. Modes: full (every element), sample (`samples`
@@ -43,6 +43,8 @@ def check(model, y: str, xs, zs=(), feeds: Mapping | None = None, dy=None, mode:
     opts = _options(mode, order, rtol, atol, seed, samples, directions, time_budget)
     if not isinstance(model, Model):
         model = load(model)
+    if compile:  # the forwards run under torch.compile
+        model = model.compiled()
     claimed_map = parse_claimed(claimed)
     ctx = build(model, y, xs, zs, feeds, dy, seed, device, ones_dy=bool(claimed_map))
     for x in claimed_map:
