@@ -4,7 +4,6 @@ from __future__ import annotations
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
-from textual.widgets import Footer
 
 import engine
 from engine.errors import OnnxGradError
@@ -20,6 +19,7 @@ from .screens.prompt import PromptScreen
 from .screens.step import StepScreen
 from .screens.verify import VerifyScreen
 from .state import CheckOptions, Session, available_devices, open_session
+from .widgets.footer import FittingFooter
 from .widgets.graph_view import GraphView
 from .widgets.inspector import Inspector
 from .widgets.node_list import NodeList
@@ -113,7 +113,7 @@ class ExplorerApp(Workers, PaletteApp, App):
             yield Inspector(id="inspector")
         yield Results(id="results")
         yield StatusLine(id="status")
-        yield Footer(compact=True)
+        yield FittingFooter(compact=True)
 
     def on_mount(self) -> None:
         if self.load_error:

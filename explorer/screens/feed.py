@@ -32,7 +32,8 @@ class FeedScreen(ModalScreen):
     BINDINGS = [Binding("escape", "cancel", "Cancel", id="feed.cancel")]
     DEFAULT_CSS = """
     FeedScreen { align: center middle; }
-    FeedScreen > Vertical { width: 84; height: auto; border: thick $accent; background: $surface; padding: 1 2; }
+    FeedScreen > Vertical { width: 84; max-width: 100%; height: auto; max-height: 100%;
+                            border: thick $accent; background: $surface; padding: 0 1; }
     FeedScreen RadioSet { width: 100%; }
     FeedScreen #feed-hint, FeedScreen #feed-spec-hint { color: $text-muted; }
     FeedScreen #feed-error { color: $error; text-style: bold; }

@@ -11,15 +11,17 @@ from textual.widgets import Static
 
 from ..guard import guarded
 
-WORKFLOW = """\
-1. Move to a tensor (arrows in the graph, or / to search the list; o cycles a node's tensors).
-2. y marks it as the tensor to differentiate; x / z add tensors to xs / zs.
-   An invalid selection is explained in the bar at the top, in the engine's own words.
-3. f feeds the current tensor: random(seed), zeros, ones, a constant, a .npy file or an
-   expression over other tensors. Feeding an intermediate (put it in xs or zs) works the same.
-4. r computes the gradients (table below); v checks them against finite differences;
-   s steps through forward and reverse mode node by node; e exports; g switches the view.
-Long work runs in the background: esc cancels it. ctrl+p lists every action."""
+WORKFLOW = "\n".join([  # one line per step: the dialog wraps them to its width
+    "1. Move to a tensor (arrows in the graph, or / to search the list; o cycles a node's tensors).",
+    "2. y marks it as the tensor to differentiate; x / z add tensors to xs / zs. An invalid selection "
+    "is explained in the bar at the top, in the engine's own words.",
+    "3. f feeds the current tensor: random(seed), zeros, ones, a constant, a .npy file or an expression "
+    "over other tensors. Feeding an intermediate (put it in xs or zs) works the same.",
+    "4. r computes the gradients (table below); v checks them against finite differences; s steps "
+    "through forward and reverse mode node by node; e exports; g switches the view.",
+    "Long work runs in the background: esc cancels it. tab / shift+tab move between the panes and "
+    "between a dialog's fields. ctrl+p lists every action.",
+])
 
 
 def binding_table(groups: list[tuple[str, list[Binding]]]) -> Table:
@@ -39,7 +41,8 @@ class HelpScreen(ModalScreen):
     BINDINGS = [Binding("escape,q,question_mark", "dismiss", "Close", id="help.close")]
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }
-    HelpScreen > VerticalScroll { width: 96; height: 34; border: thick $accent; background: $surface; padding: 1 2; }
+    HelpScreen > VerticalScroll { width: 96; max-width: 100%; height: 34; max-height: 100%;
+                                  border: thick $accent; background: $surface; padding: 0 1; }
     """
 
     def __init__(self, groups: list[tuple[str, list[Binding]]]):

@@ -17,7 +17,8 @@ class PromptScreen(ModalScreen):
     BINDINGS = [Binding("escape", "cancel", "Cancel", id="prompt.cancel")]
     DEFAULT_CSS = """
     PromptScreen { align: center middle; }
-    PromptScreen > Vertical { width: 72; height: auto; border: thick $accent; background: $surface; padding: 1 2; }
+    PromptScreen > Vertical { width: 72; max-width: 100%; height: auto; border: thick $accent; background: $surface;
+                              padding: 1 2; }
     """
 
     def __init__(self, question: str, value: str = "", placeholder: str = ""):

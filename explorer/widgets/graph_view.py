@@ -1,6 +1,7 @@
 """The DAG in the terminal: boxes and arrows from a GraphLayout, drawing only the visible rows."""
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass
 
 from rich.segment import Segment
@@ -186,7 +187,8 @@ class GraphView(ScrollView, can_focus=True):
         width = self.scrollable_content_region.width
         base = self.rich_style
         if self.canvas is None:
-            text = self.placeholder.center(width)[:width] if y == 1 else " " * width
+            lines = textwrap.wrap(self.placeholder, max(1, width - 2))  # a narrow pane wraps, never cuts
+            text = lines[y - 1].center(width)[:width] if 1 <= y <= len(lines) else " " * width
             return Strip([Segment(text, base + Style(dim=True))], width)
         sx, sy = int(self.scroll_x), int(self.scroll_y)
         segments = []

@@ -6,6 +6,9 @@ Update after an intended change with `pytest tests/explorer --snapshot-update` a
 """
 from __future__ import annotations
 
+import pytest
+from textual.widgets import Input
+
 from engine.verify import CheckReport, XCheck
 from explorer.messages import CheckReady
 
@@ -71,3 +74,23 @@ def test_step_mode(snap_compare):
         await pilot.press("n", "n", "n")
 
     assert snap_compare(_app(), terminal_size=SIZE, run_before=stepping)
+
+
+SIZES = {"80x24": (80, 24), "120x40": (120, 40), "200x50": (200, 50)}
+SCREENS = {"main": [], "verify": ["v"], "feed": ["f"], "export": ["e"], "help": ["question_mark"],
+           "combined": ["g", "g"]}
+
+
+@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("screen", SCREENS)
+def test_every_screen_at_every_size(snap_compare, screen, size):
+    """What a user sees at 80x24, 120x40 and 200x50: panes share the width, dialogs fit, nothing is cut."""
+    async def opened(pilot):
+        await _ran(pilot)
+        await pilot.press(*SCREENS[screen])
+        await settle(pilot.app, pilot)
+        for box in pilot.app.screen.query(Input):
+            box.cursor_blink = False  # a blinking cursor would make the picture depend on timing
+        await pilot.pause()
+
+    assert snap_compare(_app(), terminal_size=SIZES[size], run_before=opened)
