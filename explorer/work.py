@@ -178,7 +178,9 @@ class Workers:
         if message.kind == "check":  # the verdict on screen is the one being computed, or none
             self.session.check = None
             self.results_changed()
-            self.query_one("#results").show_check_note("verifying… (esc cancels)")
+            results = self.query_one("#results")
+            results.show_check_note("verifying… (esc cancels)")
+            results.show_tab("verify")
 
     def on_work_progress(self, message: m.WorkProgress) -> None:
         if not self._work_live(message.kind):

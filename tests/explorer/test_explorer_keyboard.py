@@ -168,6 +168,7 @@ async def test_cancelled_check_clears_progress_and_the_old_verdict(recorded):
         status = app.query_one("#status")
         assert "verifying: elements" in plain(status.query_one("#status-text"))
         assert "verifying" in plain(app.query_one("#verify-summary")) and app.session.check is None
+        assert app.query_one("#results-tabs").active == "tab-verify"
         await pilot.press("escape")
         await settle(app, pilot)
         await pilot.pause(0.1)
