@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import textwrap
+from bisect import bisect_left
 from dataclasses import dataclass
 
 from rich.segment import Segment
@@ -91,9 +92,23 @@ class GraphView(ScrollView, can_focus=True):
         """Layout ids of the boxes that show a forward node (or its backward twin) or a tensor."""
         if self.canvas is None:
             return []
-        return [n.id for n in self.canvas.layout.nodes
-                if (node_index is not None and n.node_index == node_index)
-                or (tensor is not None and n.node_index is None and box_tensor(n) == tensor)]
+        by_node, by_tensor = self._box_index()
+        ids = by_node.get(node_index, []) if node_index is not None else []
+        return ids + by_tensor.get(tensor, []) if tensor is not None else ids
+
+    def _box_index(self) -> tuple[dict, dict]:
+        """Boxes by node index and by tensor, made once per layout (a key must not scan 12,000 boxes)."""
+        index = getattr(self.canvas, "box_index", None)
+        if index is None:
+            by_node: dict[int, list[str]] = {}
+            by_tensor: dict[str, list[str]] = {}
+            for n in self.canvas.layout.nodes:
+                if n.node_index is not None:
+                    by_node.setdefault(n.node_index, []).append(n.id)
+                elif (t := box_tensor(n)) is not None:
+                    by_tensor.setdefault(t, []).append(n.id)
+            index = self.canvas.box_index = (by_node, by_tensor)
+        return index
 
     def select(self, node_id: str | None, scroll: bool = True, announce: bool = False) -> None:
         if self.canvas is None or node_id not in self.canvas.nodes:
@@ -116,6 +131,15 @@ class GraphView(ScrollView, can_focus=True):
             n = self._first_box()
         if not self._visible(n):
             self._reveal(n)
+
+    def _rows_of_boxes(self) -> tuple[list[int], dict[int, list]]:
+        rows = getattr(self.canvas, "box_tops", None)
+        if rows is None:
+            by_top: dict[int, list] = {}
+            for n in self.canvas.layout.nodes:
+                by_top.setdefault(n.y, []).append(n)
+            rows = self.canvas.box_tops = (sorted(by_top), by_top)
+        return rows
 
     def _first_box(self):
         first = getattr(self.canvas, "first_box", None)
@@ -145,21 +169,38 @@ class GraphView(ScrollView, can_focus=True):
         if self.selected is None:
             self.select(self._first_box().id, announce=True)
             return
-        cur = self.canvas.nodes[self.selected]
-        cx, cy = cur.x + cur.width / 2, cur.y + cur.height / 2
-        best, best_score = None, None
-        for n in self.canvas.nodes.values():
-            if n.id == cur.id:
-                continue
-            ox, oy = n.x + n.width / 2 - cx, n.y + n.height / 2 - cy
-            along, across = (ox * dx, abs(oy)) if dx else (oy * dy, abs(ox))
-            if along <= 0:
-                continue
-            score = along + 2.5 * across
-            if best_score is None or score < best_score:
-                best, best_score = n, score
+        best = self.nearest(self.canvas.nodes[self.selected], dx, dy)
         if best is not None:
             self.select(best.id, announce=True)
+
+    def nearest(self, cur, dx: int, dy: int):
+        """The box an arrow key moves to from `cur`: ahead in the direction, the least
+        distance along it plus 2.5 times the distance across."""
+        cx, cy = cur.x + cur.width / 2, cur.y + cur.height / 2
+        best, best_score = None, None
+        # Rows of boxes nearest first; a row |oy| away scores at least |oy| (moving up or down) or
+        # 2.5 |oy| (sideways), so the walk stops as soon as no farther row can win.
+        tops, rows = self._rows_of_boxes()
+        k = bisect_left(tops, cur.y)
+        below, above = k, k - 1
+        while below < len(tops) or above >= 0:
+            if above < 0 or (below < len(tops) and tops[below] - cur.y <= cur.y - tops[above]):
+                y, below = tops[below], below + 1
+            else:
+                y, above = tops[above], above - 1
+            if best_score is not None and abs(y - cur.y) * (2.5 if dx else 1.0) > best_score:
+                break
+            for n in rows[y]:
+                if n.id == cur.id:
+                    continue
+                ox, oy = n.x + n.width / 2 - cx, n.y + n.height / 2 - cy
+                along, across = (ox * dx, abs(oy)) if dx else (oy * dy, abs(ox))
+                if along <= 0:
+                    continue
+                score = along + 2.5 * across
+                if best_score is None or score < best_score or (score == best_score and n.id < best.id):
+                    best, best_score = n, score
+        return best
 
     def action_pan(self, dx: int, dy: int) -> None:
         self.scroll_to(self.scroll_x + dx, self.scroll_y + dy, animate=False)

@@ -64,3 +64,33 @@ async def test_view_switch_search_jump_and_resize_keep_the_selection_in_view():
             await pilot.resize_terminal(*size)
             await settle(app, pilot)
             assert_selection_in_view(graph)
+
+
+def brute_force_nearest(layout, cur, dx, dy):
+    """The rule as first written: every box scored, the least score wins (ties: the smaller id)."""
+    cx, cy = cur.x + cur.width / 2, cur.y + cur.height / 2
+    scored = []
+    for n in layout.nodes:
+        ox, oy = n.x + n.width / 2 - cx, n.y + n.height / 2 - cy
+        along, across = (ox * dx, abs(oy)) if dx else (oy * dy, abs(ox))
+        if n.id != cur.id and along > 0:
+            scored.append((along + 2.5 * across, n.id))
+    return min(scored)[1] if scored else None
+
+
+def test_arrow_moves_walk_nearby_rows_only_and_agree_with_scoring_every_box():
+    from engine.graphs import Canvas
+    from explorer.widgets.graph_view import GraphView
+
+    from ..big_models import residual_chain
+
+    for model, view in ((wide_fan(12), "forward"), (residual_chain(6), "forward"), (residual_chain(6), "backward")):
+        m = engine.load(model)
+        spec = m.selection("loss", ["input"]) if view == "backward" else None
+        layout = engine.layout_graph(m, spec, view, engine="layered")
+        graph = GraphView()
+        graph.canvas = Canvas(layout)
+        for cur in layout.nodes:
+            for dx, dy in ((1, 0), (-1, 0), (0, 1), (0, -1)):
+                got = graph.nearest(cur, dx, dy)
+                assert (got.id if got else None) == brute_force_nearest(layout, cur, dx, dy), (cur.id, dx, dy)
