@@ -117,6 +117,19 @@ class EntryList(ScrollView, can_focus=True):
         self.names: list[str] = []  # every name the list can show: labels are unique among them
         self.collapsed: frozenset[str] = frozenset()
         self._labels: tuple[int, dict[str, str]] = (-1, {})
+        self._styles: dict[str, object] = {}
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._styles = {}
+
+    def _style(self, name: str):
+        """The list's style plus a component class's, cached until the styles change."""
+        style = self._styles.get(name)
+        if style is None:
+            base = self.rich_style
+            style = self._styles[name] = base + self.get_component_rich_style(f"entry-list--{name}") if name else base
+        return style
 
     def set_names(self, names: list[str]) -> None:
         self.names = names
@@ -171,24 +184,21 @@ class EntryList(ScrollView, can_focus=True):
     def render_line(self, y: int) -> Strip:
         width = self.scrollable_content_region.width
         index = y + int(self.scroll_y)
-        base = self.rich_style
+        base = self._style("")
         if not 0 <= index < len(self.entries):
             return Strip([Segment(" " * width, base)], width)
         e = self.entries[index]
-        detail_style = base + self.get_component_rich_style("entry-list--detail")
+        detail_style = self._style("detail")
         if e.group is not None:
-            style = base + self.get_component_rich_style("entry-list--group")
-            segments = [Segment(("▸ " if e.group in self.collapsed else "▾ ") + e.name, style)]
+            segments = [Segment(("▸ " if e.group in self.collapsed else "▾ ") + e.name, self._style("group"))]
         else:
-            name_style = base + self.get_component_rich_style("entry-list--node") if e.node_index is not None else base
+            name_style = self._style("node") if e.node_index is not None else base
             segments = [Segment("◆ " if e.node_index is not None else "  ", name_style),
                         Segment(self.label(e.name, width - 2), name_style), Segment(" " + e.detail, detail_style)]
         if index == self.highlighted:
             hl = self.get_component_rich_style("entry-list--highlight")
             segments = [Segment(seg.text, seg.style + hl) for seg in segments]
-        strip = Strip(segments).crop_extend(0, width, base if index != self.highlighted else
-                                            base + self.get_component_rich_style("entry-list--highlight"))
-        return strip
+        return Strip(segments).crop_extend(0, width, base if index != self.highlighted else self._style("highlight"))
 
 
 class NodeList(Vertical):
