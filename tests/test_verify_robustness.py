@@ -3,6 +3,7 @@ import json
 
 import numpy as np
 import pytest
+import torch
 from onnx import helper
 
 import engine
@@ -48,6 +49,41 @@ def test_a_perturbation_that_changes_the_output_shape_is_inconclusive(mode):
     feeds["l"] = np.array(2.5)
     report = engine.check(_range_model(), "y", ["l"], ["s", "d"], feeds=feeds, mode=mode, dy=np.ones(3))
     assert report.verdict == "pass" and report.results[0].numeric == pytest.approx(3.0, rel=1e-6)
+
+
+@pytest.mark.parametrize("kwargs", [dict(mode="full"), dict(mode="sample"), dict(mode="fast"), dict(order=2),
+                                    dict(per_node=True)])
+def test_value_dependent_shapes_inside_a_batch_are_inconclusive(kwargs):
+    """onnx's Unique case: X has ties, so a perturbation splits them and Y gains a column. Batched,
+    the entries' outputs stack to another shape (native batching) or none (vmap): each entry must
+    be judged alone, as unbatched, not crash on the stacked shape."""
+    from engine.conformance.cases import case_named
+
+    case = case_named("test_unique_sorted_with_negative_axis")
+    x = case.data_sets[0][0][0]
+    assert len(np.unique(x, axis=-1)[0]) < x.shape[-1]  # the tie the test is about
+    report = engine.check(engine.load(case.model), "Y", ["X"], feeds={"X": x}, **kwargs)
+    assert report.verdict == "inconclusive", report.summary()
+    for r in (*report.results, *report.second_order):
+        assert r.status == "inconclusive" and r.failed == 0
+        assert "the output shape changes under perturbation (a step in the function)" in r.reason
+    # Without ties the shapes hold and the same check passes.
+    distinct = np.arange(9, dtype=np.float32).reshape(3, 3) * 0.37
+    assert engine.check(engine.load(case.model), "Y", ["X"], feeds={"X": distinct}, **kwargs).verdict == "pass"
+
+
+def test_a_batch_stacked_to_another_shape_falls_back_to_single_calls():
+    from engine.verify.batching import BatchEvaluator
+
+    def head(x):  # as many leading entries as the last row has positive ones: a data-dependent shape
+        return x[..., : int((x.reshape(-1, x.shape[-1])[-1] > 0).sum())]
+
+    # Stacked, the last entry decides the shape for all: (3, 3), and that entry checks out alone.
+    ev = BatchEvaluator(head, shape=(2,))
+    xb = torch.tensor([[1.0, 2.0, -1.0], [3.0, 4.0, -1.0], [1.0, 2.0, 3.0]])
+    out = ev(xb)
+    assert ev.strategy == "loop" and ev.changed == [False, False, True]
+    assert out.shape == (3, 2) and torch.equal(out[:2], xb[:2, :2]) and torch.isnan(out[2]).all()
 
 
 def test_a_gradient_that_is_zero_up_to_roundoff_passes():

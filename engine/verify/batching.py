@@ -81,6 +81,10 @@ class BatchEvaluator:
             return None
         if not isinstance(out, torch.Tensor) or out.shape[:1] != (k,):
             return None
+        if self.shape is not None and tuple(out.shape[1:]) != self.shape:
+            # Value-dependent shapes (Unique, NonZero) batch into one common shape, or none: only the
+            # loop can tell which entries changed shape.
+            return None
         # vmap is exact by construction: one check per strategy suffices; native batching is only
         # right by luck of the graph, so it is checked at every batch size.
         if k in self._verified or not verify or (strategy == "vmap" and self._verified):
