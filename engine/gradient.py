@@ -6,7 +6,7 @@ result is the gradient of sum(y). Members of xs that y does not reach get zeros 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import NamedTuple, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 import torch
@@ -66,7 +66,7 @@ class PreparedGradient:
     def input_names(self) -> tuple[str, ...]:
         return self.plan.sources
 
-    def __call__(self, *values: torch.Tensor, dy: torch.Tensor | None = None,
+    def __call__(self, *values: torch.Tensor, dy: torch.Tensor | Callable[[torch.Tensor], torch.Tensor] | None = None,
                  create_graph: bool = False) -> GradientOutput:
         spec = self.spec
         n = len(spec.xs)
@@ -78,6 +78,8 @@ class PreparedGradient:
             leaves.append(v if v.requires_grad else v.detach().requires_grad_())
         with torch.enable_grad():
             (y,) = self.plan.run(leaves + list(values[n:]))
+            if callable(dy):  # a seed made from y itself (the verifier's random dy needs y's shape)
+                dy = dy(y.detach())
             if dy is not None and tuple(dy.shape) != tuple(y.shape):
                 raise FeedError(f"dy has shape {tuple(dy.shape)} but y {spec.y!r} has shape {tuple(y.shape)}")
             wanted = [i for i, name in enumerate(spec.xs) if name not in spec.disconnected]

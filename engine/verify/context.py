@@ -33,12 +33,38 @@ class Context:
     dy_label: str
     grads64: dict[str, torch.Tensor]
     disconnected: frozenset[str]
-    keep_plan: Plan  # the same slice keeping every value (per-node checks, NaN search)
-    all_values: dict[str, torch.Tensor]  # its values at the point, float64
-    y_again: torch.Tensor  # y from the gradient's own forward: a second run, for the determinism check
     # What later checks of the same (model, selection, device) can reuse: per x, the frontier, the
     # batching strategy that worked and whether rows mix (see xcheck.XProbe). Structure, not values.
     memo: dict = dataclasses.field(default_factory=dict)
+    _all_values: dict | None = None
+
+    # y0 comes from the gradient's own forward; the forward that keeps every value runs only for
+    # what needs it (a frontier, per-node checks, the NaN search, the first sizing of the batches).
+    @property
+    def keep_plan(self) -> Plan:
+        """The y <- sources slice keeping every value (per-node checks, NaN search)."""
+        return self.model.prepare(self.sources, [self.spec.y], device=self.device, dtype=F64, keep_all=True)
+
+    @property
+    def all_values(self) -> dict[str, torch.Tensor]:
+        """Every value of the slice at the point, float64."""
+        if self._all_values is None:
+            with torch.no_grad():
+                self._all_values = self.keep_plan.run_all(self.tensors64)
+        return self._all_values
+
+    def y_again(self) -> torch.Tensor:
+        """y from a second forward run, for the determinism check."""
+        with torch.no_grad():
+            return self.plan64.run(self.tensors64)[0]
+
+    def bytes_per_forward(self) -> int:
+        """Bytes of values one forward of the slice holds (a property of the graph and the shapes)."""
+        key = ("bytes per forward", tuple(tuple(t.shape) for t in self.tensors64))
+        if key not in self.memo:
+            self.memo[key] = sum(v.numel() * v.element_size() for v in self.all_values.values()
+                                 if isinstance(v, torch.Tensor))
+        return self.memo[key]
 
     def x_memo(self, name: str, shape) -> dict:
         return self.memo.setdefault((name, tuple(shape), tuple(self.y0.shape)), {})
@@ -114,17 +140,18 @@ def build(model: Model, y: str, xs, zs, feeds: Mapping | None, dy, seed: int, de
     sources = tuple(spec.inputs) + tuple(extras)
     tensors64 = [model.to_tensor(n, values[n] if n in values else feeds[n], dev, F64) for n in sources]
     plan64 = model.prepare(sources, [spec.y], device=dev, dtype=F64)
-    keep = model.prepare(sources, [spec.y], device=dev, dtype=F64, keep_all=True)
-    with torch.no_grad():
-        all_values = keep.run_all(tensors64)
-    y0 = all_values.get(spec.y)
-    if not isinstance(y0, torch.Tensor) or not y0.is_floating_point():
-        raise SelectionError(f"y {spec.y!r} is not a float tensor: gradients need a float y")
-    dy_t, label = _seed(y0, dy, seed, ones_dy, spec.y)
-    out = prepared(*tensors64, dy=dy_t)
+    seeded = {}
+
+    def seed_of(y0: torch.Tensor) -> torch.Tensor:  # dy's shape is y's: known once the forward ran
+        if not isinstance(y0, torch.Tensor) or not y0.is_floating_point():
+            raise SelectionError(f"y {spec.y!r} is not a float tensor: gradients need a float y")
+        seeded["dy"], seeded["label"] = _seed(y0, dy, seed, ones_dy, spec.y)
+        return seeded["dy"]
+
+    out = prepared(*tensors64, dy=seed_of)
     grads = {n: g.detach() for n, g in zip(spec.xs, out.grads)}
-    return Context(model, spec, dev, sources, feeds, values, tensors64, plan64, y0.detach(), dy_t, label,
-                   grads, out.disconnected, keep, all_values, out.y.detach(), memo)
+    return Context(model, spec, dev, sources, feeds, values, tensors64, plan64, out.y.detach(), seeded["dy"],
+                   seeded["label"], grads, out.disconnected, memo)
 
 
 def _seed(y0: torch.Tensor, dy, seed: int, ones: bool, y_name: str) -> tuple[torch.Tensor, str]:
