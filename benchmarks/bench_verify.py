@@ -131,10 +131,10 @@ def compare(name: str, proto, x_shape, runs: int, gc_runs: int) -> dict:
     ours, gc_full = t["ours"], t["gradcheck"]
     t = interleaved({
         "fast": lambda: engine.check(model, "y", ["x"], feeds=feeds, mode="fast"),
-        "fast1": lambda: engine.check(model, "y", ["x"], feeds=feeds, mode="fast", directions=1),
+        "fast4": lambda: engine.check(model, "y", ["x"], feeds=feeds, mode="fast", directions=4),
         "gc_fast": lambda: torch.autograd.gradcheck(f, (xg,), fast_mode=True),
     }, runs)
-    fast, fast1, gc_fast = t["fast"], t["fast1"], t["gc_fast"]
+    fast, fast4, gc_fast = t["fast"], t["fast4"], t["gc_fast"]
     # A model of its own: checks of one Model remember whether rows mix (engine/verify/context.py).
     plain_model = engine.load(proto)
     ours_plain = without_rows(lambda: median_time(lambda: engine.check(plain_model, "y", ["x"], feeds=feeds), runs))
@@ -164,9 +164,9 @@ def compare(name: str, proto, x_shape, runs: int, gc_runs: int) -> dict:
         "speedup_full_back_to_back": warm_gc / warm_ours,
         "speedup_full": gc_full / ours, "speedup_full_no_rows": gc_full / ours_plain,
         "floor_s": floor, "ours_over_floor": ours / floor, "ours_no_rows_over_floor": ours_plain / floor,
-        "ours_fast_s": fast, "ours_fast_1dir_s": fast1, "gradcheck_fast_s": gc_fast,
+        "ours_fast_s": fast, "ours_fast_4dir_s": fast4, "gradcheck_fast_s": gc_fast,
         "wall_s": dict(WALL), "timing": "median CPU seconds of the process, one torch thread, runs interleaved",
-        "speedup_fast": gc_fast / fast, "speedup_fast_1dir": gc_fast / fast1,
+        "speedup_fast": gc_fast / fast, "speedup_fast_4dir": gc_fast / fast4,
     }
 
 
@@ -178,6 +178,40 @@ SAMPLE_CASES = [
     ("lstm_step", "loss", "X,W,R,B,initial_h,initial_c", "", None), ("residual_fanout", "loss", "X,W", "", None),
     ("handwritten_backward", "y", "W,X", "", None),
 ]
+
+
+def detection(seeds: int) -> dict:
+    """The injected-bug catalogue (tests/test_verify_injected.py), each bug at `seeds` points x:
+    how often each checker flags it. gradcheck checks the same float64 plan, whose autograd runs
+    the wrong VJP; its fast mode draws its vectors from a fixed generator, so x is what varies."""
+    from onnx import numpy_helper
+
+    from engine.verify import register_op_with_vjp
+    from tests.test_verify_injected import BUGS, N, _model, _selection
+
+    rows = {}
+    for bug in sorted(BUGS):
+        op, since, inputs, forward, wrong, _ = BUGS[bug]
+        counts = {"ours_fast": 0, "ours_full": 0, "gradcheck_fast": 0, "gradcheck_full": 0}
+        with register_op_with_vjp(op, forward, lambda g, i, o, wrong=wrong: wrong(g, i, o), since=since):
+            model = engine.load(_model(op, inputs, since))
+            xs = _selection(inputs)
+            plan = model.prepare(xs, ["y"], dtype="float64")
+            for seed in range(seeds):
+                x = np.random.default_rng(seed).standard_normal((N, N))
+                for mode in ("fast", "full"):
+                    counts[f"ours_{mode}"] += engine.check(model, "y", xs, feeds={"x": x}, mode=mode,
+                                                           seed=seed).verdict == "fail"
+                leaves = [torch.tensor(x, requires_grad=True)] + [
+                    torch.tensor(numpy_helper.to_array(model.graph.initializers[n]), dtype=torch.float64,
+                                 requires_grad=True) for n in xs[1:]]
+                for fast in (True, False):
+                    ok = torch.autograd.gradcheck(lambda *a, plan=plan: plan.run(list(a))[0], tuple(leaves), fast_mode=fast,
+                                                  raise_exception=False)
+                    counts["gradcheck_fast" if fast else "gradcheck_full"] += not ok
+        rows[bug] = counts
+        print(f"  {bug:28} " + "  ".join(f"{k} {v}/{seeds}" for k, v in counts.items()), flush=True)
+    return {"seeds": seeds, "bugs": rows}
 
 
 def false_alarms_samples(seeds: int) -> dict:
@@ -235,6 +269,7 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1: steadier on a shared machine)")
     ap.add_argument("--light", nargs="*", default=None, help="also light/ models (all, or the stems given)")
     ap.add_argument("--seeds", type=int, default=2, help="seeds per sample model for the false-alarm count")
+    ap.add_argument("--detect-seeds", type=int, default=10, help="points x per injected bug for the detection count")
     ap.add_argument("--only-light", action="store_true", help="only the light/ false-alarm sweep (merged into --out)")
     ap.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results", "verify.json"))
     args = ap.parse_args()
@@ -262,10 +297,12 @@ def main() -> int:
               f"{r['speedup_full_no_rows']:7.1f}x {r['floor_s']:8.4f} {r['ours_no_rows_over_floor']:6.2f}x "
               f"{r['ours_fast_s']:8.4f} {r['gradcheck_fast_s']:8.4f} {r['speedup_fast']:7.2f}x")
     print("  no-rows: the verifier with row sharing off; /floor: no-rows time over the floor; "
-          "fast: 4 directions (1 direction: "
-          + ", ".join(f"{r['speedup_fast_1dir']:.2f}x" for r in rows) + " vs gradcheck fast)")
+          "fast: 1 direction, the default (4 directions: "
+          + ", ".join(f"{r['speedup_fast_4dir']:.2f}x" for r in rows) + " vs gradcheck fast)")
     print("  runs interleaved with the peer; back to back (each side's runs in a row): "
           + ", ".join(f"{r['speedup_full_back_to_back']:.1f}x" for r in rows))
+    print("\ninjected bugs caught (fast mode: 1 direction vs gradcheck's fast mode):")
+    caught = detection(args.detect_seeds)
     print("\nfalse alarms on the sample models (float32 and float64, seeds x modes):")
     samples = false_alarms_samples(args.seeds)
     print(f"  {samples}")
@@ -277,7 +314,7 @@ def main() -> int:
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     result = {"machine": {"python": platform.python_version(), "torch": torch.__version__,
                           "threads": args.threads, "cpu": platform.processor() or platform.machine()},
-              "runs": args.runs, "speed": rows, "false_alarms_samples": samples}
+              "runs": args.runs, "speed": rows, "detection": caught, "false_alarms_samples": samples}
     if light is not None:
         result["false_alarms_light"] = light
     elif os.path.exists(args.out):  # keep the last light/ run rather than dropping it

@@ -74,7 +74,7 @@ def test_console_script_in_a_subprocess_has_no_progress_bar_when_not_a_tty(spec_
                            "--zs", "X,Z", "--mode", "fast", "--seed", "3", "--feed", "X=random:1"],  # no default note
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stderr == "" and "mode fast (4 directions)" in proc.stdout and "seed 3" in proc.stdout
+    assert proc.stderr == "" and "mode fast (1 direction)" in proc.stdout and "seed 3" in proc.stdout
 
 
 def test_a_missing_model_file_exits_2(capsys):

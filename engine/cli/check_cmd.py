@@ -24,7 +24,7 @@ def add_parser(sub) -> None:
                    help="full: every element; sample: --samples random elements per x; "
                         "fast: --directions random directions per x (default full)")
     p.add_argument("--samples", type=int, default=None, metavar="N", help="elements per x in sample mode (64)")
-    p.add_argument("--directions", type=int, default=None, metavar="K", help="directions per x in fast mode (4)")
+    p.add_argument("--directions", type=int, default=None, metavar="K", help="directions per x in fast mode (1)")
     p.add_argument("--order", type=int, choices=[1, 2], default=1, help="2 also checks the gradient of the gradient")
     p.add_argument("--claimed", action="append", default=[], metavar="X=OUT",
                    help="check model output OUT as the gradient of y with respect to X (repeatable)")

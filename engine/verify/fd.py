@@ -255,6 +255,22 @@ def _roundoff(objective: Objective, pert: Perturbations, m: Measurement, probe_i
     return np.maximum(PROBE_SAFETY * np.nan_to_num(noise_l, nan=np.inf), floor)
 
 
+def measure_roundoff(objective: Objective, x: torch.Tensor, pert: Perturbations, m: Measurement,
+                     vectors: np.ndarray, chunk: int, control: Control) -> None:
+    """The roundoff of L measured after the first pass (vectors re-differenced at a PROBE_SCALE
+    times smaller step), for when the eps*S bound left items undecided; m.noise follows it."""
+    ids = torch.as_tensor(np.asarray(vectors, dtype=np.int64))
+    control.plan(2 * len(ids))
+    plus, minus, done, _ = run_pairs(objective, x, pert, ids, m.scale * PROBE_SCALE, chunk, control, "roundoff",
+                                     budget_applies=False)
+    if not done:
+        return
+    m.noise_l = _roundoff(objective, pert, m, ids.numpy()[:done], plus[:done], minus[:done], m.scale)
+    measured = np.unique(np.nonzero(m.evaluated)[0] // pert.rows)
+    h = pert.step_np[measured].reshape(-1) * m.scale
+    m.noise[_items(measured, pert.rows)] = np.tile(m.noise_l, len(measured)) / h
+
+
 def refine(objective: Objective, x: torch.Tensor, pert: Perturbations, m: Measurement, items: np.ndarray,
            chunk: int, control: Control, stage: str = "refining") -> None:
     """Richardson's second step (half the measurement's step) for the vectors holding `items`."""

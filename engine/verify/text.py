@@ -7,6 +7,10 @@ MARK = {"pass": "PASS", "fail": "FAIL", "inconclusive": "INCONCLUSIVE", "skipped
         "cancelled": "cancelled"}
 
 
+def _s(n: int) -> str:
+    return "" if n == 1 else "s"
+
+
 def _num(v) -> str:
     return "-" if v is None else f"{v:.3g}"
 
@@ -34,7 +38,8 @@ def _x_line(prefix: str, r: XCheck) -> list[str]:
 def format_report(report: CheckReport) -> str:
     head = (f"check d{report.y}/d[{', '.join(report.xs)}]  mode {report.mode}"
             f"{f' ({report.samples} samples)' if report.samples else ''}"
-            f"{f' ({report.directions} directions)' if report.directions else ''}  order {report.order}  "
+            f"{f' ({report.directions} direction{_s(report.directions)})' if report.directions else ''}  "
+            f"order {report.order}  "
             f"dy {report.dy}  seed {report.seed}  rtol {report.rtol:g}  "
             f"atol {'auto' if report.atol is None else format(report.atol, 'g')}")
     lines = [head]

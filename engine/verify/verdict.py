@@ -89,6 +89,13 @@ def _first_pass(a: np.ndarray, m: Measurement, tol: Tolerance):
     return thr, diff, clear_pass, clear_fail
 
 
+def doubtful(a: np.ndarray, m: Measurement, tol: Tolerance) -> np.ndarray:
+    """Items the step-h quotients leave undecided: neither a clear pass nor a clear fail."""
+    ev = m.evaluated & np.isfinite(a) & np.isfinite(m.d1)
+    _, _, clear_pass, clear_fail = _first_pass(a, m, tol)
+    return np.nonzero(ev & ~clear_pass & ~clear_fail)[0]
+
+
 def one_sided_gaps(a: np.ndarray, m: Measurement, tol: Tolerance) -> np.ndarray:
     """Items whose one-sided quotients at step h disagree beyond what curvature or noise explain."""
     with np.errstate(invalid="ignore"):

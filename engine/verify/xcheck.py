@@ -60,13 +60,14 @@ class XProbe:
     def _perturbations(self, salt: int):
         x, opts = self.x, self.opts
         n = x.numel()
+        rng = np.random.default_rng([opts.seed, salt])
         if opts.mode == "fast":
-            # Gaussian, not random signs: an error spread over a few equal entries cancels along a
-            # sign vector with probability 1/2 per direction, along a Gaussian one never.
-            self.directions = fd.normal((opts.directions,) + tuple(x.shape), [opts.seed, salt], x).to(x.dtype)
+            # Random signs, not Gaussian entries: every coordinate moves by the same step, so no
+            # coordinate's move is several times the step and crosses kinks the others do not.
+            signs = rng.integers(0, 2, size=(opts.directions,) + tuple(x.shape))
+            self.directions = torch.from_numpy(2.0 * signs - 1.0).to(dtype=x.dtype, device=x.device)
             pert = fd.direction_perturbations(x, self.directions)
             return pert, torch.arange(pert.count)
-        rng = np.random.default_rng([opts.seed, salt])
         if opts.mode == "sample" and opts.samples < n:
             chosen = np.sort(rng.choice(n, size=opts.samples, replace=False))
             groups = torch.as_tensor(chosen, device=x.device).reshape(-1, 1)
@@ -93,6 +94,16 @@ class XProbe:
         if scale is None:
             scale = verdict.element_scale(a[self.m.evaluated], self.m.d1[self.m.evaluated])
         tol = verdict.tolerance(len(a), self.opts.rtol, self.opts.atol, scale, self.m.noise)
+        undecided = verdict.doubtful(a, self.m, tol) if self.noise_l is None else ()
+        if len(undecided):  # the roundoff bound was too coarse to decide: measure it, then judge again
+            # Probe decided vectors first: an undecided one's quotient may carry truncation error,
+            # which the probe would count as roundoff.
+            doubt = np.unique(undecided // self.rows)
+            probes = max(1, min(fd.PROBES, self.pert.count // 4))
+            vectors = np.concatenate([np.setdiff1d(self.order.numpy(), doubt), doubt])[:probes]
+            fd.measure_roundoff(self.objective, self.x, self.pert, self.m, vectors, self.opts.chunk, self.control)
+            self.noise_l = self.m.noise_l
+            tol = verdict.tolerance(len(a), self.opts.rtol, self.opts.atol, scale, self.m.noise)
         # Refining a clear pass only buys its Richardson error estimate (else: the measured roundoff):
         # worth a batched call when it is a small part of the whole.
         picks = verdict.to_refine(a, self.m, tol, worst_too=self.pert.count >= 64)
