@@ -295,7 +295,7 @@ class ExplorerApp(Workers, PaletteApp, App):
 
     def action_help(self) -> None:
         groups = [("explorer", list(self.BINDINGS)), ("graph", list(GraphView.BINDINGS)),
-                  ("step mode", list(StepScreen.BINDINGS))]
+                  ("inspector", list(Inspector.BINDINGS)), ("step mode", list(StepScreen.BINDINGS))]
         self.push_screen(HelpScreen(groups))
 
     # --- long work --------------------------------------------------------------------------------

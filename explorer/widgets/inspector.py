@@ -6,6 +6,7 @@ from onnx import helper
 from rich.console import Group
 from rich.text import Text
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.widgets import Input, Static
 
@@ -18,6 +19,8 @@ ROLE_NAMES = {"x": "in xs", "z": "in zs", "y": "is y"}
 
 @guarded
 class Inspector(VerticalScroll):
+    # Tab can land in the slice box, where letters are text, not keys: escape hands them back.
+    BINDINGS = [Binding("escape", "leave", "Back to the graph", show=False, id="inspector.leave")]
     DEFAULT_CSS = """
     Inspector { width: 50; border-left: solid $panel; padding: 0 1; }
     Inspector > #inspector-info { height: auto; }
@@ -52,6 +55,13 @@ class Inspector(VerticalScroll):
         self.focus_element = tuple(int(i) for i in index)
         self.lead = self.focus_element[:-2] if len(self.focus_element) > 2 else ()
         self.refresh_content()
+
+    def action_leave(self) -> None:
+        """Escape here cancels running work first, as it does everywhere; else it returns to the graph."""
+        if self.app.check_action("cancel", ()):
+            self.app.action_cancel()
+        else:
+            self.app.query_one("#graph").focus()
 
     def toggle_heat_source(self) -> str:
         self.heat_source = "gradient" if self.heat_source == "value" else "value"

@@ -178,3 +178,20 @@ async def test_cancelled_check_clears_progress_and_the_old_verdict(recorded):
         summary = plain(app.query_one("#verify-summary"))
         assert "check cancelled" in summary and "pass" not in summary
         assert app.session.check is None and app.query_one("#verify-table").row_count == 0
+
+
+async def test_escape_in_the_inspector_hands_the_keys_back_to_the_graph():
+    app = spec_app()
+    async with opened(app) as pilot:
+        graph, box = app.query_one("#graph"), app.query_one("#inspector-slice")
+        assert app.focused is graph and box.display  # X is 4-d: the slice box is shown
+        for _ in range(12):
+            if app.focused is box:
+                break
+            await pilot.press("tab")
+        assert app.query_one("#inspector").has_class("-sliceable")
+        await pilot.press("s", "n")  # letters in a text box are text: no step mode
+        assert box.value == "sn" and not isinstance(app.screen, StepScreen)
+        await pilot.press("escape", "s")
+        await settle(app, pilot)
+        assert app.focused is not box and isinstance(app.screen, StepScreen)
