@@ -124,6 +124,7 @@ def test_cli_writes_a_model_onnxruntime_runs(tmp_path, capsys):
     (["--y", "loss", "--xs", "W9"], "xs member 'W9' is not a tensor of this model"),
     (["--xs", "W1"], "--y and --xs go together"),
     (["--y", "loss", "--xs", "W1", "--names", "logits"], "output name 'logits' is already a tensor"),
+    ([], "the model has no Gradient node: name a selection"),
 ])
 def test_cli_bad_input_is_one_line_exit_2(tmp_path, capsys, args, message):
     assert cli_main(["lower", _path("mlp"), "-o", str(tmp_path / "o.onnx"), *args]) == 2

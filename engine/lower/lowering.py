@@ -175,6 +175,8 @@ def lower(model, y: str | None = None, xs=None, zs=None, *, dy: str | bool | Non
 
     proto = as_proto(model)
     load(proto)  # one-line errors for bad models, unknown ops and invalid Gradient nodes
+    if not (y or xs) and not any(n.domain == TRAINING_DOMAIN and n.op_type == "Gradient" for n in proto.graph.node):
+        raise LoweringError("the model has no Gradient node: name a selection with y and xs (--y, --xs)")
     state = Lowering(upgraded(proto))
     while state.gradient_nodes():
         state.lower_gradient_node(state.innermost())
