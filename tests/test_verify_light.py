@@ -19,14 +19,19 @@ def squeezenet():
     return model, feeds, made
 
 
-def test_squeezenet_image_gradient_fast_mode_passes(squeezenet):
+def test_squeezenet_image_gradient_fast_mode_raises_no_false_alarm(squeezenet):
     model, feeds, _ = squeezenet
     xs = [model.inputs[0]]
     y, zs = light_selection(model, xs)
     report = engine.check(model, y, xs, zs, feeds=feeds, mode="fast", directions=2)
-    assert report.verdict == "pass", report.summary()
     (r,) = report.results
     assert r.kind == "directions" and r.checked == 2 and r.strategy in ("vmap", "loop")
+    # No false alarm. A direction through this many Relu/MaxPool kinks may cross some within the
+    # step; whether finite differences then resolve rtol 1e-4 depends on the CPU's summation order,
+    # so such a direction may end inconclusive, with that reason, never failed.
+    assert r.failed == 0 and report.verdict in ("pass", "inconclusive"), report.summary()
+    assert r.inconclusive < r.checked, report.summary()
+    assert "finite differences are not accurate enough" in report.summary() or report.verdict == "pass"
 
 
 def test_squeezenet_late_weights_sampled_and_the_nodes_checked(squeezenet):

@@ -121,20 +121,23 @@ class XProbe:
 
         A kink crossed at distance c from x (not at x) spoils every step above c: the ladder
         h/4, h/32, h/256 walks under it while roundoff allows. Roundoff that swamps the
-        discrepancy shrinks at 8h instead.
+        discrepancy shrinks at 8h, then 64h (how much roundoff a forward carries depends on the
+        machine's summation order, so one rung settles an item on one CPU and not on another).
         """
         adopted = False
         kinks = [i for i, c in v.causes.items() if c == verdict.KINK]
         for scale in (1 / 4, 1 / 32, 1 / 256):
-            kinks, settled = self._retry_at(a, tol, kinks, scale, keep_kinked=True)
+            kinks, settled = self._retry_at(a, tol, kinks, scale, keep=verdict.KINK)
             adopted |= settled
         inaccurate = [i for i, c in v.causes.items() if c == verdict.INACCURATE]
-        _, settled = self._retry_at(a, tol, inaccurate, 8.0)
-        return adopted | settled
+        for scale in (8.0, 64.0):
+            inaccurate, settled = self._retry_at(a, tol, inaccurate, scale, keep=verdict.INACCURATE)
+            adopted |= settled
+        return adopted
 
-    def _retry_at(self, a, tol, items, scale: float, keep_kinked: bool = False):
-        """(items still kinked, for the next rung of the ladder; whether any item settled) after
-        measuring `items` at scale * h."""
+    def _retry_at(self, a, tol, items, scale: float, keep: str):
+        """(items still inconclusive for the `keep` cause, for the next rung of the ladder; whether
+        any item settled) after measuring `items` at scale * h."""
         items = np.array(sorted(items), dtype=np.int64)
         if len(items) == 0 or self.control.stopped == "cancelled":
             return [], False
@@ -147,8 +150,9 @@ class XProbe:
         settled = [i for i in items if again.status[i] in (PASS, FAIL)]
         if settled:
             self.m.take(m, np.array(settled, dtype=np.int64))
-        still = [i for i in items if again.causes.get(i) == verdict.KINK and (i // self.rows) in set(vectors)]
-        return (still if keep_kinked else []), bool(settled)
+        measured = set(vectors.tolist())
+        still = [i for i in items if again.causes.get(i) == keep and (i // self.rows) in measured]
+        return still, bool(settled)
 
     def _confirm_directions(self, grad: torch.Tensor, v: verdict.Verdicts) -> None:
         """A failing direction is re-measured along two nearby directions before it counts.
