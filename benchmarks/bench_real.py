@@ -27,7 +27,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import real_models  # noqa: E402
+import _real_models as real_models  # noqa: E402
 
 import engine  # noqa: E402
 from engine import plan as plan_module  # noqa: E402

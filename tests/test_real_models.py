@@ -12,7 +12,7 @@ import pytest
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
-import real_models  # noqa: E402
+import _real_models as real_models  # noqa: E402
 
 import engine  # noqa: E402
 
