@@ -70,6 +70,8 @@ class ValuesJob:
     def run(self) -> dict[str, np.ndarray]:
         found = {n: self.feeds[n] for n in self.names if n in self.feeds}
         rest = [n for n in self.names if n not in found]
+        blocked = self.model.blocked(rest, list(self.feeds))  # the inspector says why these have no value
+        rest = [n for n in rest if n not in blocked]
         if rest:
             found.update(self.model.run(self.feeds, outputs=rest, device=self.device, dtype=self.dtype))
         return found

@@ -185,6 +185,9 @@ class Inspector(VerticalScroll):
         if source is not None:
             t.append(f"  feed: {source.describe()}{'' if explicit else ' (default)'}\n", style="cyan")
         value = s.values.get(name)
+        blocked = s.model.blocked([name], list(s.feeds)) if value is None and s.model.unsupported_nodes() else {}
+        if blocked:
+            t.append(f"  no value: it needs {g.node_names[blocked[name]]}, an op onnxgrad cannot run\n", style="red")
         if value is not None and not isinstance(value, list):
             t.append_text(stats_text(value, "value"))
             t.append("\n")

@@ -53,8 +53,12 @@ async def test_the_app_opens_marks_the_node_and_runs_around_it(path, recorded):
         graph = app.query_one("#graph")
         box = graph.ids_for(node_index=custom)[0]
         assert graph.marks[box] == "unsupported"
-        app.move_cursor(custom, None)
-        assert "unsupported: onnxgrad has no implementation" in plain(app.query_one("#inspector-info"))
+        app.move_cursor(custom, None)  # its output B has no value: said in the inspector, no error toast
+        await settle(app, pilot)
+        info = plain(app.query_one("#inspector-info"))
+        assert "unsupported: onnxgrad has no implementation" in info
+        assert "no value: it needs custom, an op onnxgrad cannot run" in info
+        assert not [n for n in app._notifications if n.severity == "error"]
         assert [graph.marks.get(b) for b in graph.ids_for(node_index=0)] != ["unsupported"]
 
         await _run(app, pilot, "Z", ["A"])
