@@ -4,7 +4,9 @@ Each model (small config, random perturbed weights, eval mode) is exported by bo
 exporters; onnxgrad computes dy/d(input if float, every float initializer) through the public
 `Model.gradient` (numpy in, numpy out), torch computes dy/d(input, every parameter) on the very
 module that was exported, with the same dy. Gradients are compared first (initializers matched to
-parameters by value). Timing: process CPU time with one torch thread (--threads), paired runs
+parameters by value), in float32 as run and again with both sides in float64: a float32 error
+with no float64 one is a Relu kink whose side float32 round-off decides (densenet121), not a wrong
+op. Timing: process CPU time with one torch thread (--threads), paired runs
 alternating the sides, each timing `calls` calls; the ratio is the median of per-pair ratios.
 Plan modes: `interpret` (the step list, the old path), `fx` (the default) and, with --compile,
 `compile` (torch.compile on the fx module).
@@ -14,6 +16,7 @@ Plan modes: `interpret` (the step list, the old path), `fx` (the default) and, w
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import platform
@@ -65,7 +68,15 @@ def setup(case, exporter: str, mode: str):
         out = module(leaves[0] if x.is_floating_point() else x)
         return torch.autograd.grad(out, leaves, dy)
 
-    return module, model, x, xs, ours, native
+    def exact():
+        """Both sides in float64: Relu kinks decided by float32 round-off cannot flip there."""
+        wide = copy.deepcopy(module).double()
+        xd = x.double().requires_grad_() if x.is_floating_point() else x
+        leaves64 = ([xd] if x.is_floating_point() else []) + list(wide.parameters())
+        native64 = torch.autograd.grad(wide(xd), leaves64, dy.double())
+        return model.gradient(y_name, xs, zs, feeds=feeds, dy=dy_np, dtype="float64"), native64
+
+    return module, model, x, xs, ours, native, exact
 
 
 def check(module, model, x, ours_result, native_grads) -> tuple[int, float]:
@@ -104,11 +115,12 @@ def timed(fn, calls: int) -> float:
 def bench(case, exporter: str, mode: str, runs: int) -> dict:
     plan_module.DEFAULT_MODE = mode
     try:
-        module, model, x, xs, ours, native = setup(case, exporter, mode)
+        module, model, x, xs, ours, native, exact = setup(case, exporter, mode)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             result = ours()
             compared, worst = check(module, model, x, result, native())
+            worst64 = check(module, model, x, *exact())[1]
             for _ in range(2):
                 ours(), native()
     finally:
@@ -123,7 +135,7 @@ def bench(case, exporter: str, mode: str, runs: int) -> dict:
             o_t, n_t = timed(ours, calls), timed(native, calls)
         pairs.append((o_t, n_t))
     return {"model": case.name, "exporter": exporter, "mode": mode, "nodes": len(model.graph.nodes),
-            "xs": len(xs), "compared": compared, "grad_err": worst,
+            "xs": len(xs), "compared": compared, "grad_err": worst, "grad_err64": worst64,
             "ours_ms": 1e3 * statistics.median(o for o, _ in pairs),
             "torch_ms": 1e3 * statistics.median(n for _, n in pairs),
             "ratio": statistics.median(o / n for o, n in pairs)}
@@ -146,8 +158,8 @@ def main(argv=None):
     wanted = set(filter(None, args.models.split(",")))
     modes = args.modes.split(",") + (["compile"] if args.compile else [])
     rows = []
-    print(f"{'model':<16}{'exporter':<12}{'mode':<10}{'nodes':>6}{'xs':>5}{'grad err':>10}{'ours ms':>10}"
-          f"{'torch ms':>10}{'ratio':>8}")
+    print(f"{'model':<16}{'exporter':<12}{'mode':<10}{'nodes':>6}{'xs':>5}{'grad err':>10}{'f64 err':>10}"
+          f"{'ours ms':>10}{'torch ms':>10}{'ratio':>8}")
     for case in real_models.CASES:
         if wanted and case.name not in wanted:
             continue
@@ -155,7 +167,8 @@ def main(argv=None):
             for mode in modes:
                 r = bench(case, exporter, mode, args.runs)
                 rows.append(r)
-                print(f"{r['model']:<16}{r['exporter']:<12}{r['mode']:<10}{r['nodes']:>6}{r['xs']:>5}{r['grad_err']:>10.1e}"
+                print(f"{r['model']:<16}{r['exporter']:<12}{r['mode']:<10}{r['nodes']:>6}{r['xs']:>5}"
+                      f"{r['grad_err']:>10.1e}{r['grad_err64']:>10.1e}"
                       f"{r['ours_ms']:>10.2f}{r['torch_ms']:>10.2f}{r['ratio']:>8.3f}", flush=True)
     meta = {"machine": platform.machine(), "cpus": os.cpu_count(), "torch": torch.__version__,
             "threads": torch.get_num_threads(), "runs": args.runs, "load": os.getloadavg()[0]}
