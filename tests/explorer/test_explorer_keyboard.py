@@ -195,3 +195,17 @@ async def test_escape_in_the_inspector_hands_the_keys_back_to_the_graph():
         await pilot.press("escape", "s")
         await settle(app, pilot)
         assert app.focused is not box and isinstance(app.screen, StepScreen)
+
+
+async def test_q_in_a_dialog_does_not_end_the_app_but_q_on_the_main_screen_does(recorded):
+    _, hook = recorded
+    app = spec_app()
+    async with opened(app, hook) as pilot:
+        await pilot.press("v")  # focus on Run check: a button, so nothing types the q
+        assert isinstance(app.screen, VerifyScreen) and app.focused.id == "verify-run"
+        await pilot.press("q")
+        await settle(app, pilot)
+        assert app.is_running and isinstance(app.screen, VerifyScreen)
+        await pilot.press("escape", "q")
+        await settle(app, pilot)
+        assert not app.is_running
