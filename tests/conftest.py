@@ -4,6 +4,9 @@ import pathlib
 import onnx
 import pytest
 
+# Fixtures shared by the CLI and explorer tests of models with an unknown op.
+pytest_plugins = ("tests.feed_models",)
+
 
 @pytest.fixture(scope="session")
 def onnx_data() -> pathlib.Path:

@@ -1,8 +1,33 @@
 """Small models for the feed, default and unknown-op tests, built in code."""
 from __future__ import annotations
 
+import pathlib
+
 import numpy as np
+import onnx
+import pytest
 from onnx import TensorProto, helper, numpy_helper
+
+import engine
+
+# The shipped example ops file: tests load what users are pointed at, not a copy of it.
+MY_OPS = pathlib.Path(__file__).resolve().parent.parent / "sample_models" / "my_ops.py"
+
+
+@pytest.fixture
+def custom_op_path(tmp_path):
+    """custom_op_model() saved as a file, for the CLI and the app."""
+    p = tmp_path / "custom.onnx"
+    onnx.save(custom_op_model(), p)
+    return str(p)
+
+
+@pytest.fixture
+def ops_file():
+    """sample_models/my_ops.py, with what it registers undone afterwards."""
+    yield str(MY_OPS)
+    if any(e.domain == "com.example" for e in engine.supported_ops()):
+        engine.unregister_op("MyCustomOp", domain="com.example")
 
 
 def _model(nodes, inputs, outputs, inits):

@@ -3,7 +3,6 @@ what reaches it fails in one line naming op and node, and `--ops FILE.py` regist
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import pytest
 
 import engine
@@ -12,43 +11,10 @@ from engine.errors import UnsupportedOpError
 
 from .feed_models import custom_op_model
 
-OPS_FILE = '''
-import torch
-
-import engine
-
-
-def forward(a):
-    return a * a + torch.sin(a)
-
-
-def vjp(grads, inputs, outputs):
-    (g,), (a,) = grads, inputs
-    return (g * (2 * a + torch.cos(a)),)
-
-
-engine.register_op_with_vjp("MyCustomOp", forward, vjp, domain="com.example")
-'''
-
 
 def x_default() -> np.ndarray:
     return np.random.default_rng(1).standard_normal((2, 3)).astype(np.float32)  # random:1, the CLI's default
 
-
-@pytest.fixture
-def path(tmp_path):
-    p = tmp_path / "custom.onnx"
-    onnx.save(custom_op_model(), p)
-    return str(p)
-
-
-@pytest.fixture
-def ops_file(tmp_path):
-    p = tmp_path / "my_ops.py"
-    p.write_text(OPS_FILE)
-    yield str(p)
-    if any(e.domain == "com.example" for e in engine.supported_ops()):
-        engine.unregister_op("MyCustomOp", domain="com.example")
 
 
 def _one_line_naming_the_op(text: str) -> None:
@@ -84,12 +50,12 @@ def test_runs_and_gradients_that_avoid_the_op_work():
     ["grad", "{m}", "--y", "C", "--xs", "B"],
     ["check", "{m}", "--y", "Z", "--xs", "A"],
 ])
-def test_cli_works_where_the_op_is_not_reached(path, capsys, argv):
-    assert main([a.replace("{m}", path) for a in argv]) == 0, capsys.readouterr().err
+def test_cli_works_where_the_op_is_not_reached(custom_op_path, capsys, argv):
+    assert main([a.replace("{m}", custom_op_path) for a in argv]) == 0, capsys.readouterr().err
 
 
-def test_cli_run_computes_the_outputs_the_op_does_not_block(path, tmp_path, capsys):
-    assert main(["run", path, "--out", str(tmp_path / "o.npz")]) == 0
+def test_cli_run_computes_the_outputs_the_op_does_not_block(custom_op_path, tmp_path, capsys):
+    assert main(["run", custom_op_path, "--out", str(tmp_path / "o.npz")]) == 0
     err = capsys.readouterr().err.splitlines()
     assert [line for line in err if "skipped" in line] == [
         f"note: {t} skipped: it needs node 'custom' (com.example::MyCustomOp), an op onnxgrad cannot run "
@@ -106,28 +72,28 @@ def test_cli_run_computes_the_outputs_the_op_does_not_block(path, tmp_path, caps
     ["check", "{m}", "--y", "Y", "--xs", "A"],
     ["graph", "{m}", "--y", "Y", "--xs", "A", "--stats", "-o", "{tmp}/g.txt"],
 ])
-def test_cli_reaching_the_op_is_one_line_exit_2(path, tmp_path, capsys, argv):
-    assert main([a.replace("{m}", path).replace("{tmp}", str(tmp_path)) for a in argv]) == 2
+def test_cli_reaching_the_op_is_one_line_exit_2(custom_op_path, tmp_path, capsys, argv):
+    assert main([a.replace("{m}", custom_op_path).replace("{tmp}", str(tmp_path)) for a in argv]) == 2
     errors = [line for line in capsys.readouterr().err.splitlines() if not line.startswith("note: ")]
     assert len(errors) == 1 and errors[0].startswith("onnxgrad: error: node 'custom'")
     _one_line_naming_the_op(errors[0])
 
 
-def test_ops_file_registers_forward_and_vjp_for_every_command(path, ops_file, tmp_path, capsys):
+def test_ops_file_registers_forward_and_vjp_for_every_command(custom_op_path, ops_file, tmp_path, capsys):
     x = x_default()
     a = np.tanh(x).astype(np.float64)
-    assert main(["run", path, "--ops", ops_file, "--out", str(tmp_path / "o.npz")]) == 0
+    assert main(["run", custom_op_path, "--ops", ops_file, "--out", str(tmp_path / "o.npz")]) == 0
     with np.load(tmp_path / "o.npz") as out:
         np.testing.assert_allclose(out["Y"], a * a + np.sin(a) + a, rtol=1e-5)
-    assert main(["grad", path, "--ops", ops_file, "--y", "Y", "--xs", "A", "--out", str(tmp_path / "g.npz")]) == 0
+    assert main(["grad", custom_op_path, "--ops", ops_file, "--y", "Y", "--xs", "A", "--out", str(tmp_path / "g.npz")]) == 0
     with np.load(tmp_path / "g.npz") as g:
         np.testing.assert_allclose(g["A"], 2 * a + np.cos(a) + 1, rtol=1e-5)
-    assert main(["check", path, "--ops", ops_file, "--y", "Y", "--xs", "X"]) == 0
+    assert main(["check", custom_op_path, "--ops", ops_file, "--y", "Y", "--xs", "X"]) == 0
     assert main(["ops", "--ops", ops_file]) == 0
     assert "com.example::MyCustomOp" in capsys.readouterr().out
     # Each command registered the op for itself only: the registry is as it was.
     assert not any(e.domain == "com.example" for e in engine.supported_ops())
-    assert main(["run", path, "--output", "Y"]) == 2
+    assert main(["run", custom_op_path, "--output", "Y"]) == 2
 
 
 def test_a_model_loaded_before_the_op_was_registered_sees_it(ops_file):
@@ -146,19 +112,19 @@ def test_a_model_loaded_before_the_op_was_registered_sees_it(ops_file):
     ("def f(:\n", "syntax error on line 1"),
     ("x = 1\n", "registered no op"),
 ])
-def test_bad_ops_files_are_one_line_exit_2(path, tmp_path, capsys, content, needle):
+def test_bad_ops_files_are_one_line_exit_2(custom_op_path, tmp_path, capsys, content, needle):
     ops = tmp_path / "ops.py"
     if content is not None:
         ops.write_text(content)
-    for argv in (["run", path, "--ops", str(ops)], ["ops", "--ops", str(ops)]):
+    for argv in (["run", custom_op_path, "--ops", str(ops)], ["ops", "--ops", str(ops)]):
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert err.startswith(f"onnxgrad: error: --ops {ops}") and needle in err
         assert len(err.strip().splitlines()) == 1
 
 
-def test_explore_with_a_bad_ops_file_exits_2(path, tmp_path, capsys):
+def test_explore_with_a_bad_ops_file_exits_2(custom_op_path, tmp_path, capsys):
     from explorer.launcher import main as launcher
 
-    assert launcher(["explore", path, "--ops", str(tmp_path / "nope.py")]) == 2
+    assert launcher(["explore", custom_op_path, "--ops", str(tmp_path / "nope.py")]) == 2
     assert capsys.readouterr().err.strip() == f"onnxgrad: error: --ops {tmp_path / 'nope.py'}: no such file"

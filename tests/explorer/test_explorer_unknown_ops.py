@@ -3,33 +3,12 @@ selection that avoids the op, and explains in one line a selection that reaches 
 from __future__ import annotations
 
 import numpy as np
-import onnx
-import pytest
 
-import engine
 from explorer import messages as m
 from explorer.app import make_app
 from explorer.widgets.node_list import UNSUPPORTED, NodeList
 
-from ..feed_models import custom_op_model
-from ..test_unknown_ops import OPS_FILE
 from .conftest import SIZE, of_type, plain, settle, started
-
-
-@pytest.fixture
-def path(tmp_path):
-    p = tmp_path / "custom.onnx"
-    onnx.save(custom_op_model(), p)
-    return str(p)
-
-
-@pytest.fixture
-def ops_file(tmp_path):
-    p = tmp_path / "my_ops.py"
-    p.write_text(OPS_FILE)
-    yield str(p)
-    if any(e.domain == "com.example" for e in engine.supported_ops()):
-        engine.unregister_op("MyCustomOp", domain="com.example")
 
 
 async def _run(app, pilot, y, xs):
@@ -39,9 +18,9 @@ async def _run(app, pilot, y, xs):
     await settle(app, pilot)
 
 
-async def test_the_app_opens_marks_the_node_and_runs_around_it(path, recorded):
+async def test_the_app_opens_marks_the_node_and_runs_around_it(custom_op_path, recorded):
     seen, hook = recorded
-    app = make_app(path)
+    app = make_app(custom_op_path)
     app.raise_errors = True
     async with app.run_test(size=SIZE, message_hook=hook) as pilot:
         await started(app, pilot)
@@ -73,8 +52,8 @@ async def test_the_app_opens_marks_the_node_and_runs_around_it(path, recorded):
         assert len(failed.detail.splitlines()) == 1 and len(failed.detail) < 300
 
 
-async def test_ops_files_register_the_op_before_the_model_opens(path, ops_file):
-    app = make_app(path, ops=(ops_file,))
+async def test_ops_files_register_the_op_before_the_model_opens(custom_op_path, ops_file):
+    app = make_app(custom_op_path, ops=(ops_file,))
     app.raise_errors = True
     async with app.run_test(size=SIZE) as pilot:
         await started(app, pilot)
@@ -84,10 +63,10 @@ async def test_ops_files_register_the_op_before_the_model_opens(path, ops_file):
         np.testing.assert_allclose(app.session.gradient.grads["A"], 2 * a + np.cos(a) + 1, rtol=1e-5)
 
 
-async def test_a_bad_ops_file_is_explained_in_the_app(tmp_path, path):
+async def test_a_bad_ops_file_is_explained_in_the_app(tmp_path, custom_op_path):
     bad = tmp_path / "bad_ops.py"
     bad.write_text("raise RuntimeError('no torch here')\n")
-    app = make_app(path, ops=(str(bad),))
+    app = make_app(custom_op_path, ops=(str(bad),))
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
         assert app.session is None
