@@ -48,6 +48,19 @@ def _with_random_feeds(stem: str, seed: int):
     return proto, model, name, feeds
 
 
+def _weights_as_inputs(proto: onnx.ModelProto, feeds: dict[str, np.ndarray], image: str) -> onnx.ModelProto:
+    """onnxruntime cannot override intermediates: the ConstantOfShape weights become graph inputs."""
+    cut = onnx.ModelProto()
+    cut.CopyFrom(proto)
+    keep = [n for n in cut.graph.node if n.op_type != "ConstantOfShape"]
+    del cut.graph.node[:]
+    cut.graph.node.extend(keep)
+    for w, v in feeds.items():
+        if w != image:
+            cut.graph.input.append(onnx.helper.make_tensor_value_info(w, onnx.TensorProto.FLOAT, v.shape))
+    return cut
+
+
 @pytest.mark.parametrize("path", LIGHT, ids=lambda p: os.path.basename(p)[6:-5])
 def test_forward_matches_onnxruntime_and_shipped_output(path):
     ort = pytest.importorskip("onnxruntime")
@@ -66,15 +79,7 @@ def test_forward_with_random_weights_matches_onnxruntime(stem):
     """Constant weights make every output 0.001; random weights fed as intermediates make the check bite."""
     ort = pytest.importorskip("onnxruntime")
     proto, model, name, feeds = _with_random_feeds(stem, seed=1)
-    # onnxruntime cannot override intermediates, so turn the weight producers into graph inputs there.
-    cut = onnx.ModelProto()
-    cut.CopyFrom(proto)
-    keep = [n for n in cut.graph.node if n.op_type != "ConstantOfShape"]
-    del cut.graph.node[:]
-    cut.graph.node.extend(keep)
-    for w, v in feeds.items():
-        if w != name:
-            cut.graph.input.append(onnx.helper.make_tensor_value_info(w, onnx.TensorProto.FLOAT, v.shape))
+    cut = _weights_as_inputs(proto, feeds, name)
     session = ort.InferenceSession(cut.SerializeToString(), providers=["CPUExecutionProvider"])
     want = session.run(None, feeds)[0]
     got = model.run(feeds)[model.outputs[0]]

@@ -19,23 +19,10 @@ import torch
 import engine
 from engine.lower.context import attr
 from tests.lowering import check_valid, ort_run
-from tests.test_light_models import _weights, _with_random_feeds
+from tests.test_light_models import _weights, _weights_as_inputs, _with_random_feeds
 
 pytest.importorskip("onnxruntime")
 TOL, L2_TOL = 1e-5, 1e-2
-
-
-def _weights_as_inputs(proto: onnx.ModelProto, feeds: dict[str, np.ndarray], image: str) -> onnx.ModelProto:
-    """onnxruntime cannot override intermediates: the ConstantOfShape weights become graph inputs."""
-    cut = onnx.ModelProto()
-    cut.CopyFrom(proto)
-    keep = [n for n in cut.graph.node if n.op_type != "ConstantOfShape"]
-    del cut.graph.node[:]
-    cut.graph.node.extend(keep)
-    for w, v in feeds.items():
-        if w != image:
-            cut.graph.input.append(onnx.helper.make_tensor_value_info(w, onnx.TensorProto.FLOAT, v.shape))
-    return cut
 
 
 def _argmax(node, values: np.ndarray) -> torch.Tensor:
