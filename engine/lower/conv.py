@@ -1,27 +1,16 @@
 """Backward rule of Conv: dX by ConvTranspose, dW by a Conv over batch-transposed tensors, dB by ReduceSum."""
 from __future__ import annotations
 
+from ..padding import resolve_pads
 from .context import attr
 from .registry import rule
 
 
 def explicit_pads(ctx, node, spatial, kernel, strides, dilations):
     """(begin, end) paddings per spatial axis, auto_pad resolved against the static input shape."""
-    auto = attr(node, "auto_pad", "NOTSET")
-    n = len(kernel)
-    if auto in ("NOTSET", ""):
-        pads = list(attr(node, "pads", [0] * 2 * n))
-        return pads[:n], pads[n:]
-    if auto == "VALID":
-        return [0] * n, [0] * n
-    begin, end = [], []
-    for size, k, s, d in zip(spatial, kernel, strides, dilations):
-        out = -(-size // s)
-        total = max(0, (out - 1) * s + (k - 1) * d + 1 - size)
-        small, big = total // 2, total - total // 2
-        begin.append(big if auto == "SAME_LOWER" else small)
-        end.append(small if auto == "SAME_LOWER" else big)
-    return begin, end
+    pads = list(attr(node, "pads", [0] * 2 * len(kernel)))
+    auto = attr(node, "auto_pad", "NOTSET") or "NOTSET"
+    return resolve_pads(node.op_type, auto, spatial, kernel, strides, dilations, pads)
 
 
 def geometry(ctx, node, x, kernel=None):

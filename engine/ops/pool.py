@@ -8,8 +8,9 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import OnnxGradError
+from ..padding import resolve_pads
 from ..registry import register
-from .conv import resolve_pads, spatial_params, torch_pad_list
+from .conv import spatial_params, torch_pad_list
 
 
 def _geometry(op, x, auto_pad, ceil_mode, kernel, strides, dilations, pads):
