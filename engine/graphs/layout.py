@@ -21,7 +21,7 @@ from ..errors import OnnxGradError
 from ..selection import GradientSpec
 from .backward import graph_of
 from .dot import GraphvizMissingError
-from .layered import assign_ranks, build_layers, components, isotonic_place, order_layers, place_x
+from .layered import Placement, isotonic_place, place
 from .view import ViewGraph, build_view
 
 NODE_HEIGHT = 3
@@ -116,22 +116,24 @@ def node_width(label: str) -> int:
 
 def layout_view(view: ViewGraph, engine: str = "auto") -> GraphLayout:
     ids = [n.id for n in view.nodes]
-    widths = {n.id: node_width(n.label) for n in view.nodes}
-    edges, labels, kinds = _layout_edges(view)
+    widths = [node_width(n.label) for n in view.nodes]
+    pairs, labels, kinds = _layout_edges(view)
+    index = {node_id: k for k, node_id in enumerate(ids)}
+    edges = [(index[s], index[t]) for s, t in pairs]
     placed = None
     if engine == "auto" and len(ids) >= DOT_MAX_NODES:
         engine = "layered"
     if engine in ("auto", "dot") and shutil.which("dot"):
-        placed = _dot_placement(view, ids, widths, edges)
+        placed = _dot_placement(view, widths, edges)
     elif engine == "dot":
         raise GraphvizMissingError("the dot layout needs the Graphviz 'dot' program, which is not installed")
     used = "dot"
     if placed is None:
         if engine == "dot":
             raise OnnxGradError("Graphviz dot failed or timed out on this graph; use the layered layout")
-        placed, used = _layered_placement(ids, widths, edges, view.same_rank), "layered"
-    rank, layers, centre, chains = placed
-    return _assemble(view, widths, edges, labels, kinds, rank, layers, centre, chains, used)
+        same_rank = [[index[m] for m in group] for group in view.same_rank]
+        placed, used = place(widths, edges, same_rank, sep=NODE_SEP), "layered"
+    return _assemble(view, widths, edges, labels, kinds, placed, used)
 
 
 def _layout_edges(view: ViewGraph):
@@ -157,36 +159,24 @@ def _layout_edges(view: ViewGraph):
     return edges, [", ".join(labels[p]) for p in edges], [kinds[p] for p in edges]
 
 
-def _layered_placement(ids, widths, edges, same_rank=()):
-    rank = assign_ranks(ids, edges, same_rank)
-    layers, up, down, chains = build_layers(ids, edges, rank)
-    order_layers(layers, up, down, components(layers, up, down))
-
-    def width_of(item):
-        return 1 if isinstance(item, tuple) else widths[item]
-
-    centre = place_x(layers, up, down, width_of, sep=NODE_SEP)
-    return rank, layers, centre, chains
-
-
-def _dot_placement(view: ViewGraph, ids, widths, edges):
-    """Ranks, layers and centres (in cells) read back from `dot -Tplain`; None if dot fails."""
-    name = {n: f"v{k}" for k, n in enumerate(ids)}
+def _dot_placement(view: ViewGraph, widths, edges) -> Placement | None:
+    """Ranks and centres (in cells) read back from `dot -Tplain`; None if dot fails."""
     lines = [
         "digraph L {",
         f'graph [rankdir=TB nodesep={NODE_SEP * CELL_W_IN:.3f} ranksep={RANK_GAP * CELL_H_IN:.3f}];',
         f'node [shape=box fixedsize=true label="" height={NODE_HEIGHT * CELL_H_IN:.3f}];',
     ]
-    members: dict[str | None, list[str]] = {}
-    for n in view.nodes:
-        members.setdefault(n.cluster, []).append(n.id)
+    index = {n.id: k for k, n in enumerate(view.nodes)}
+    members: dict[str | None, list[int]] = {}
+    for k, n in enumerate(view.nodes):
+        members.setdefault(n.cluster, []).append(k)
     for cluster, ms in members.items():
-        body = " ".join(f"{name[m]} [width={widths[m] * CELL_W_IN:.3f}];" for m in ms)
-        same = "".join(f"{{rank=same; {' '.join(name[m] for m in g)}}}" for g in view.same_rank
-                       if cluster is not None and set(g) <= set(ms))
+        body = " ".join(f"v{m} [width={widths[m] * CELL_W_IN:.3f}];" for m in ms)
+        same = "".join(f"{{rank=same; {' '.join(f'v{index[m]}' for m in g)}}}" for g in view.same_rank
+                       if cluster is not None and {index[m] for m in g} <= set(ms))
         lines.append(body if cluster is None else
                      f"subgraph {cluster.replace('/', '_').replace(':', '_')} {{ {body} {same} }}")
-    lines.extend(f"{name[s]} -> {name[t]};" for s, t in edges)
+    lines.extend(f"v{s} -> v{t};" for s, t in edges)
     lines.append("}")
     try:
         done = subprocess.run(["dot", "-Tplain"], input="\n".join(lines).encode(), capture_output=True,
@@ -195,9 +185,9 @@ def _dot_placement(view: ViewGraph, ids, widths, edges):
         return None
     if done.returncode != 0:
         return None
-    back = {v: k for k, v in name.items()}
-    node_xy: dict[str, tuple[float, float]] = {}
-    splines: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    back = {f"v{k}": k for k in range(len(widths))}
+    node_xy: dict[int, tuple[float, float]] = {}
+    splines: dict[tuple[int, int], list[tuple[float, float]]] = {}
     for line in done.stdout.decode(errors="replace").splitlines():
         parts = line.split()
         if not parts:
@@ -208,36 +198,37 @@ def _dot_placement(view: ViewGraph, ids, widths, edges):
             n = int(parts[3])
             pts = [(float(parts[4 + 2 * i]), float(parts[5 + 2 * i])) for i in range(n)]
             splines.setdefault((back[parts[1]], back[parts[2]]), pts)
-    if len(node_xy) != len(ids):
+    if len(node_xy) != len(widths):
         return None
     rank_of_y = {y: r for r, y in enumerate(sorted({round(y, 3) for _, y in node_xy.values()}, reverse=True))}
     rank_y = {r: y for y, r in rank_of_y.items()}
-    rank = {n: rank_of_y[round(y, 3)] for n, (_, y) in node_xy.items()}
-    layers: list[list] = [[] for _ in rank_of_y]
-    centre: dict = {}
-    for n in ids:
-        layers[rank[n]].append(n)
-        centre[n] = node_xy[n][0] / CELL_W_IN
-    chains: dict[int, list] = {}
+    rank = [rank_of_y[round(node_xy[k][1], 3)] for k in range(len(widths))]
+    layers: list[list[int]] = [[] for _ in rank_of_y]
+    centre = [node_xy[k][0] / CELL_W_IN for k in range(len(widths))]
+    item_widths = list(widths)
+    chains: dict[int, list[int]] = {}
     for k, (s, t) in enumerate(edges):
         rs, rt = rank[s], rank[t]
         if rt - rs < 2:
             continue
         curve = _sample(splines.get((s, t)) or [node_xy[s], node_xy[t]])
-        chain = []
+        chain = chains[k] = []
         for r in range(rs + 1, rt):
-            item = (k, r)
+            chain.append(len(centre))
+            centre.append(_x_at(curve, rank_y[r]) / CELL_W_IN)
+            item_widths.append(1)
+    for k in range(len(widths)):
+        layers[rank[k]].append(k)
+    for k, chain in chains.items():
+        for r, item in enumerate(chain, rank[edges[k][0]] + 1):
             layers[r].append(item)
-            centre[item] = _x_at(curve, rank_y[r]) / CELL_W_IN
-            chain.append(item)
-        chains[k] = chain
     for layer in layers:  # Graphviz spaced them already; this only repairs rounding to cells
         layer.sort(key=centre.__getitem__)
-        ws = [1 if isinstance(i, tuple) else widths[i] for i in layer]
+        ws = [item_widths[i] for i in layer]
         lefts = isotonic_place([centre[i] - w / 2 for i, w in zip(layer, ws)], ws, [1.0] * len(ws), 1.0)
         for item, left, w in zip(layer, lefts, ws):
             centre[item] = left + w / 2
-    return rank, layers, centre, chains
+    return Placement(rank, centre[:len(widths)], {k: [centre[v] for v in chain] for k, chain in chains.items()})
 
 
 def _sample(points: list[tuple[float, float]], steps: int = 6) -> list[tuple[float, float]]:
@@ -261,77 +252,79 @@ def _x_at(curve: list[tuple[float, float]], y: float) -> float:
     return min(curve, key=lambda p: abs(p[1] - y))[0]
 
 
-def _assemble(view, widths, edges, labels, kinds, rank, layers, centre, chains, engine) -> GraphLayout:
+def _assemble(view, widths, edges, labels, kinds, placed: Placement, engine) -> GraphLayout:
     pitch = NODE_HEIGHT + RANK_GAP
-    left: dict = {}
-    for layer in layers:
-        for item in layer:
-            w = 1 if isinstance(item, tuple) else widths[item]
-            left[item] = round(centre[item] - w / 2)
-    shift = -min(left.values(), default=0)
-    for item in left:
-        left[item] += shift
-    boxes = {n.id: (left[n.id], rank[n.id] * pitch, widths[n.id]) for n in view.nodes}
-
-    def entry_x(k):  # where edge k arrives from (for ordering a target's ports)
-        chain = chains.get(k)
-        if chain:
-            return left[chain[-1]]
-        x, _, w = boxes[edges[k][0]]
-        return x + w / 2
-
-    def exit_x(k):
-        chain = chains.get(k)
-        if chain:
-            return left[chain[0]]
-        x, _, w = boxes[edges[k][1]]
-        return x + w / 2
-
-    outs: dict[str, list[int]] = {}
-    ins: dict[str, list[int]] = {}
+    rank = placed.rank
+    left = [round(c - w / 2) for c, w in zip(placed.centre, widths)]
+    chain_left = {k: [round(c - 0.5) for c in cs] for k, cs in placed.chains.items() if cs}
+    shift = -min([*left, *(x for xs in chain_left.values() for x in xs)], default=0)
+    if shift:
+        left = [x + shift for x in left]
+        chain_left = {k: [x + shift for x in xs] for k, xs in chain_left.items()}
+    mid = [x + w / 2 for x, w in zip(left, widths)]
+    # Ports are ordered by where each edge goes next: its first (or last) virtual item, else
+    # the box at its other end.
+    outs: list[list[tuple[float, int]]] = [[] for _ in widths]
+    ins: list[list[tuple[float, int]]] = [[] for _ in widths]
     for k, (s, t) in enumerate(edges):
-        outs.setdefault(s, []).append(k)
-        ins.setdefault(t, []).append(k)
-    out_port, in_port = {}, {}
-    for node_id, ks in outs.items():
-        _spread(node_id, sorted(ks, key=exit_x), boxes, out_port)
-    for node_id, ks in ins.items():
-        _spread(node_id, sorted(ks, key=entry_x), boxes, in_port)
+        xs = chain_left.get(k)
+        outs[s].append((xs[0] if xs else mid[t], k))
+        ins[t].append((xs[-1] if xs else mid[s], k))
+    out_port = _spread(outs, left, widths, len(edges))
+    in_port = _spread(ins, left, widths, len(edges))
 
+    ids = [n.id for n in view.nodes]
     routed = []
     for k, (s, t) in enumerate(edges):
-        sx, sy, _ = boxes[s]
-        tx, ty, _ = boxes[t]
         px, qx = out_port[k], in_port[k]
-        rs = rank[s]
-        points = [(px, sy + NODE_HEIGHT - 1)]
-        if rank[t] > rs:
+        rs, rt = rank[s], rank[t]
+        sy, ty = rs * pitch + NODE_HEIGHT - 1, rt * pitch
+        if rt == rs + 1 and k not in chain_left:  # the common short edge, already in its simplest form
+            points = ((px, sy), (qx, ty)) if px == qx else ((px, sy), (px, sy + 1), (qx, sy + 1), (qx, ty))
+        elif rt > rs:
+            points = [(px, sy)]
             x = px
-            for step, nx in enumerate([left[v] for v in chains.get(k, ())] + [qx]):
+            for step, nx in enumerate(chain_left.get(k, []) + [qx]):
                 run = (rs + step) * pitch + NODE_HEIGHT
                 points += [(x, run), (nx, run)]
                 x = nx
             points.append((qx, ty))
+            points = _simplify(points)
         else:  # flat or upward: never produced by a DAG, routed plainly all the same
             run = rs * pitch + NODE_HEIGHT
-            points += [(px, run), (qx, run), (qx, ty + NODE_HEIGHT - 1)]
-        routed.append(LayoutEdge(s, t, _simplify(points), labels[k], *kinds[k]))
+            points = _simplify([(px, sy), (px, run), (qx, run), (qx, ty + NODE_HEIGHT - 1)])
+        routed.append(LayoutEdge(ids[s], ids[t], points, labels[k], *kinds[k]))
     nodes = tuple(
-        LayoutNode(n.id, n.label, boxes[n.id][0], boxes[n.id][1], widths[n.id], NODE_HEIGHT, n.role, n.op_type,
-                   n.node_index)
-        for n in view.nodes
+        LayoutNode(n.id, n.label, x, r * pitch, w, NODE_HEIGHT, n.role, n.op_type, n.node_index)
+        for n, x, r, w in zip(view.nodes, left, rank, widths)
     )
-    width = max((left[i] + (1 if isinstance(i, tuple) else widths[i]) for i in left), default=0)
-    height = (max(rank.values(), default=-1) + 1) * pitch - RANK_GAP if rank else 0
+    width = max([x + w for x, w in zip(left, widths)] + [x + 1 for xs in chain_left.values() for x in xs],
+                default=0)
+    height = (max(rank, default=-1) + 1) * pitch - RANK_GAP if rank else 0
     return GraphLayout(width, max(height, 0), nodes, tuple(routed), engine)
 
 
-def _spread(node_id, ordered_edges, boxes, port) -> None:
-    """Ports along a box border, inside its corners, in the order the edges leave or arrive."""
-    x, _, w = boxes[node_id]
-    inner, k = max(w - 2, 1), len(ordered_edges)
-    for j, e in enumerate(ordered_edges):
-        port[e] = x + 1 + ((2 * j + 1) * inner) // (2 * k)
+def _spread(ends: list[list[tuple[float, int]]], left, widths, n_edges) -> list[int]:
+    """Ports along each box border, inside its corners, in the order the edges leave or arrive.
+
+    ends[node]: (x the edge heads for, edge index) per edge at that border.
+    """
+    port = [0] * n_edges
+    for node, here in enumerate(ends):
+        if not here:
+            continue
+        x, inner, n = left[node] + 1, max(widths[node] - 2, 1), len(here)
+        if n == 1:
+            port[here[0][1]] = x + inner // 2
+            continue
+        here.sort(key=_first)  # stable: ties keep the edge order
+        for j, (_, e) in enumerate(here):
+            port[e] = x + ((2 * j + 1) * inner) // (2 * n)
+    return port
+
+
+def _first(pair):
+    return pair[0]
 
 
 def _simplify(points):
