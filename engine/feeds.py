@@ -132,20 +132,19 @@ def _kinds(elem_type: int | None) -> str | None:
     return "iu"
 
 
-def _kind_of(value) -> tuple[str, str]:
-    """(numpy kind, dtype name) of an array or a torch tensor, without importing torch."""
+def _kind_of(value) -> str:
+    """The numpy kind of an array or a torch tensor, without importing torch."""
     dtype = value.dtype
     if isinstance(dtype, np.dtype):
-        name = str(dtype)
         if dtype.kind == "V":  # ml_dtypes' bfloat16, float8_*, int4, uint4
-            return ("f" if "float" in name else "i" if "int" in name else "V"), name
-        return dtype.kind, name
-    name = str(dtype).removeprefix("torch.")
+            name = str(dtype)
+            return "f" if "float" in name else "i" if "int" in name else "V"
+        return dtype.kind
     if value.is_floating_point():
-        return "f", name
+        return "f"
     if value.is_complex():
-        return "c", name
-    return ("b" if name == "bool" else "i"), name
+        return "c"
+    return "b" if str(dtype) == "torch.bool" else "i"
 
 
 def type_text(graph: GraphIndex, name: str) -> str:
@@ -174,13 +173,14 @@ def check_feed(graph: GraphIndex, name: str, value) -> None:
     info = graph.types.get(name)
     if info is None or isinstance(value, (list, tuple)) or not hasattr(value, "dtype"):
         return
-    kind, got = _kind_of(value)
     want = _kinds(info.elem_type)
     shape = tuple(int(d) for d in value.shape)
-    dtype_ok = want is None or kind in want
+    dtype_ok = want is None or _kind_of(value) in want
     shape_ok = info.shape is None or (len(shape) == len(info.shape) and all(
         not isinstance(d, int) or d <= 0 or d == s for d, s in zip(info.shape, shape)))
     if not (dtype_ok and shape_ok):
+        # str(dtype) costs more than the whole check: only an error message needs it
+        got = str(value.dtype).removeprefix("torch.")
         raise FeedError(f"feed {name!r}: expected {type_text(graph, name)}, got {got} {list(shape)}")
 
 

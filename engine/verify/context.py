@@ -145,7 +145,7 @@ def build(model: Model, y: str, xs, zs, feeds: Mapping | None, dy, seed: int, de
     def seed_of(y0: torch.Tensor) -> torch.Tensor:  # dy's shape is y's: known once the forward ran
         if not isinstance(y0, torch.Tensor) or not y0.is_floating_point():
             raise SelectionError(f"y {spec.y!r} is not a float tensor: gradients need a float y")
-        seeded["dy"], seeded["label"] = _seed(y0, dy, seed, ones_dy, spec.y)
+        seeded["dy"], seeded["label"] = _seed(y0, dy, seed, ones_dy, spec.y, memo)
         return seeded["dy"]
 
     out = prepared(*tensors64, dy=seed_of)
@@ -154,7 +154,7 @@ def build(model: Model, y: str, xs, zs, feeds: Mapping | None, dy, seed: int, de
                    seeded["label"], grads, out.disconnected, memo)
 
 
-def _seed(y0: torch.Tensor, dy, seed: int, ones: bool, y_name: str) -> tuple[torch.Tensor, str]:
+def _seed(y0: torch.Tensor, dy, seed: int, ones: bool, y_name: str, memo: dict) -> tuple[torch.Tensor, str]:
     """The upstream gradient: given; ones for a scalar y or a claimed-gradient check; else seeded random."""
     if dy is not None:
         t = dy if isinstance(dy, torch.Tensor) else torch.as_tensor(np.asarray(dy))
@@ -169,6 +169,12 @@ def _seed(y0: torch.Tensor, dy, seed: int, ones: bool, y_name: str) -> tuple[tor
         return torch.ones_like(y0), "scalar"
     if ones:
         return torch.ones_like(y0), "ones"
-    from .fd import normal
+    # Drawing costs more than a small model's forward: the last draw is kept (read-only) for the
+    # next check of the selection.
+    key = (seed, tuple(y0.shape), y0.device)
+    last = memo.get("random dy")
+    if last is None or last[0] != key:
+        from .fd import normal
 
-    return normal(y0.shape, seed, y0), f"random:{seed}"
+        last = memo["random dy"] = (key, normal(y0.shape, seed, y0))
+    return last[1], f"random:{seed}"

@@ -46,21 +46,14 @@ class Perturbations:
     kind: str  # "elements" or "directions"
     count: int
     rows: int
-    step: torch.Tensor  # [G, R]: the step h of each item
-    build: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (vector ids, step scales) -> [K, *x.shape]
+    step: np.ndarray  # [G, R] float64: the step h of each item
+    # (vector ids, step scales: one float, or a tensor with one per vector) -> [K, *x.shape]
+    build: Callable[[torch.Tensor, torch.Tensor | float], torch.Tensor]
     elements: torch.Tensor | None = None  # [G, R] flat element index of each item (elements kind)
 
     @property
     def items(self) -> int:
         return self.count * self.rows
-
-    @property
-    def step_np(self) -> np.ndarray:
-        cached = self.__dict__.get("_step_np")
-        if cached is None:
-            cached = self.step.detach().cpu().numpy().astype(np.float64)
-            object.__setattr__(self, "_step_np", cached)
-        return cached
 
 
 def element_perturbations(x: torch.Tensor, groups: torch.Tensor, step: float = STEP) -> Perturbations:
@@ -68,25 +61,30 @@ def element_perturbations(x: torch.Tensor, groups: torch.Tensor, step: float = S
     flat = x.detach().reshape(-1)
     h = step * torch.clamp(flat.abs(), min=1.0)[groups]
 
-    def build(ids: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    def build(ids: torch.Tensor, scale) -> torch.Tensor:
         deltas = torch.zeros((len(ids), flat.numel()), dtype=x.dtype, device=x.device)
-        deltas.scatter_(1, groups[ids], scale.to(h).unsqueeze(1) * h[ids])
+        scaled = scale * h[ids] if isinstance(scale, float) else scale.to(h).unsqueeze(1) * h[ids]
+        deltas.scatter_(1, groups[ids], scaled)
         return deltas.reshape((len(ids),) + tuple(x.shape))
 
-    return Perturbations("elements", groups.shape[0], groups.shape[1], h, build, groups)
+    step_h = h.detach().cpu().numpy().astype(np.float64)
+    return Perturbations("elements", groups.shape[0], groups.shape[1], step_h, build, groups)
 
 
 def direction_perturbations(x: torch.Tensor, directions: torch.Tensor, step: float = STEP) -> Perturbations:
     """directions[k]: a vector shaped like x; the step is relative to x's RMS."""
-    rms = float(x.detach().pow(2).mean().sqrt()) if x.numel() else 0.0
+    rms = float(torch.linalg.vector_norm(x.detach())) / x.numel() ** 0.5 if x.numel() else 0.0
     t = step * max(1.0, rms)
-    h = torch.full((directions.shape[0], 1), t, dtype=x.dtype, device=x.device)
+    everything = directions.shape[0]
 
-    def build(ids: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    def build(ids: torch.Tensor, scale) -> torch.Tensor:
+        chosen = directions[ids]
+        if isinstance(scale, float):
+            return (t * scale) * chosen
         shape = (len(ids),) + (1,) * x.dim()
-        return (t * scale.to(directions)).reshape(shape) * directions[ids]
+        return (t * scale.to(directions)).reshape(shape) * chosen
 
-    return Perturbations("directions", directions.shape[0], 1, h, build)
+    return Perturbations("directions", everything, 1, np.full((everything, 1), t), build)
 
 
 class Objective:
@@ -179,7 +177,7 @@ def run_pairs(objective: Objective, x: torch.Tensor, pert: Perturbations, ids: t
     ([n, R], [n, R], how many were evaluated before a stop, [n] whether y's shape changed)."""
     n = len(ids)
     # Small bookkeeping stays in numpy: on tensors this size a torch call costs 10 us of dispatch.
-    scales = torch.from_numpy(np.broadcast_to(np.asarray(scale, dtype=np.float64), (n,)).copy())
+    scales = float(scale) if np.ndim(scale) == 0 else torch.as_tensor(np.asarray(scale, dtype=np.float64))
     plus = np.full((n, pert.rows), np.nan)
     minus = plus.copy()
     reshaped = np.zeros(n, bool)
@@ -190,7 +188,7 @@ def run_pairs(objective: Objective, x: torch.Tensor, pert: Perturbations, ids: t
         if control.halted(budget_applies):
             break
         sel = slice(done, done + k)
-        deltas = pert.build(ids[sel], scales[sel])
+        deltas = pert.build(ids[sel], scales if isinstance(scales, float) else scales[sel])
         batch = torch.cat([base + deltas, base - deltas])
         with torch.no_grad():
             values = objective(batch).detach().to(torch.float64).cpu().numpy()
@@ -216,8 +214,10 @@ def measure(objective: Objective, x: torch.Tensor, pert: Perturbations, order: t
     """
     m = Measurement.empty(pert.items, scale)
     k = min(probes, len(order))
-    ids = torch.cat([order[:k], order])
-    scales = torch.cat([torch.full((k,), scale * PROBE_SCALE), torch.full((len(order),), float(scale))])
+    ids, scales = order, float(scale)
+    if k:
+        ids = torch.cat([order[:k], order])
+        scales = np.concatenate([np.full(k, scale * PROBE_SCALE), np.full(len(order), float(scale))])
     plus, minus, done, reshaped = run_pairs(objective, x, pert, ids, scales, chunk, control, stage, budget_applies)
     done_main = max(0, done - k)
     ids_np = order[:done_main].numpy()
@@ -267,15 +267,18 @@ def measure_roundoff(objective: Objective, x: torch.Tensor, pert: Perturbations,
         return
     m.noise_l = _roundoff(objective, pert, m, ids.numpy()[:done], plus[:done], minus[:done], m.scale)
     measured = np.unique(np.nonzero(m.evaluated)[0] // pert.rows)
-    h = pert.step_np[measured].reshape(-1) * m.scale
+    h = pert.step[measured].reshape(-1) * m.scale
     m.noise[_items(measured, pert.rows)] = np.tile(m.noise_l, len(measured)) / h
 
 
 def refine(objective: Objective, x: torch.Tensor, pert: Perturbations, m: Measurement, items: np.ndarray,
            chunk: int, control: Control, stage: str = "refining") -> None:
     """Richardson's second step (half the measurement's step) for the vectors holding `items`."""
+    if len(items) == 0:
+        return
     vectors = np.unique(np.asarray(items, dtype=np.int64) // pert.rows)
-    vectors = vectors[~np.isin(vectors, np.unique(np.nonzero(m.refined)[0] // pert.rows))]
+    if m.refined.any():
+        vectors = vectors[~np.isin(vectors, np.unique(np.nonzero(m.refined)[0] // pert.rows))]
     if len(vectors) == 0:
         return
     ids = torch.as_tensor(vectors)
@@ -293,7 +296,7 @@ def refine(objective: Objective, x: torch.Tensor, pert: Perturbations, m: Measur
 
 def _quotient_inputs(objective: Objective, pert: Perturbations, ids: np.ndarray, plus, minus, scale: float):
     it = _items(ids, pert.rows)
-    h = pert.step_np[ids].reshape(-1) * scale
+    h = pert.step[ids].reshape(-1) * scale
     l0 = np.tile(objective.base, len(ids))
     return it, h, l0, plus.reshape(-1), minus.reshape(-1)
 

@@ -83,10 +83,29 @@ def _first_pass(a: np.ndarray, m: Measurement, tol: Tolerance):
         thr = _threshold(a, m.d1, tol)
         diff = np.abs(a - m.d1)
         gap = np.abs(m.fplus1 - m.fminus1)
-        gap_thr = np.maximum.reduce([thr, 4 * m.noise, np.full(len(a), KINK_REL * tol.scale)])
+        gap_thr = np.maximum(np.maximum(thr, 4 * m.noise), KINK_REL * tol.scale)
         clear_pass = (diff <= 0.5 * thr) & (gap <= gap_thr)
         clear_fail = (diff > 4 * thr) & (diff > 8 * m.noise) & (gap <= 0.5 * diff)
     return thr, diff, clear_pass, clear_fail
+
+
+def all_clear(a: np.ndarray, m: Measurement, tol: Tolerance) -> Verdicts | None:
+    """The verdicts when every item was evaluated and is a clear pass at step h, else None.
+
+    The common case, and what `classify` would conclude for it (nothing to refine, retry or
+    explain), without its per-cause bookkeeping: a fast check of a small model is a few
+    milliseconds, and that bookkeeping was a tenth of it.
+    """
+    if not m.evaluated.all() or (m.reshaped is not None and m.reshaped.any()):
+        return None
+    thr, diff, clear_pass, _ = _first_pass(a, m, tol)
+    if not (clear_pass.all() and np.isfinite(a).all()):
+        return None
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        rel = diff / np.maximum(np.maximum(np.abs(a), np.abs(m.d1)), 1e-300)
+        ratio = diff / np.maximum(thr, 1e-300)
+    status = np.full(len(a), PASS, dtype=object)
+    return Verdicts(status, m.d1.copy(), m.noise.copy(), diff, rel, ratio, tol.atol, {}, {})
 
 
 def doubtful(a: np.ndarray, m: Measurement, tol: Tolerance) -> np.ndarray:

@@ -38,6 +38,7 @@ class XProbe:
         self.name, self.x, self.opts, self.control, self.stage = name, x, opts, control, stage
         self._done_before = control.done
         memo = {} if memo is None else memo
+        self._memo = memo
         self.evaluator = BatchEvaluator(fn, shape=y0.shape, state=memo.setdefault("batching", {}))
         rows = 1
         if opts.mode == "full" and compress:
@@ -60,14 +61,20 @@ class XProbe:
     def _perturbations(self, salt: int):
         x, opts = self.x, self.opts
         n = x.numel()
-        rng = np.random.default_rng([opts.seed, salt])
         if opts.mode == "fast":
-            # Random signs, not Gaussian entries: every coordinate moves by the same step, so no
-            # coordinate's move is several times the step and crosses kinks the others do not.
-            signs = rng.integers(0, 2, size=(opts.directions,) + tuple(x.shape))
-            self.directions = torch.from_numpy(2.0 * signs - 1.0).to(dtype=x.dtype, device=x.device)
-            pert = fd.direction_perturbations(x, self.directions)
-            return pert, torch.arange(pert.count)
+            # The same seed draws the same directions: a check repeated at new values reuses them
+            # (only the last draw is kept, so a sweep over seeds holds one set).
+            key = (opts.seed, salt, opts.directions, x.dtype, x.device)
+            last = self._memo.get("directions")
+            if last is None or last[0] != key:
+                # Random signs, not Gaussian entries: every coordinate moves by the same step, so no
+                # coordinate's move is several times the step and crosses kinks the others do not.
+                signs = np.random.default_rng([opts.seed, salt]).integers(0, 2, size=(opts.directions,) + tuple(x.shape))
+                last = self._memo["directions"] = (key, torch.from_numpy(2.0 * signs - 1.0).to(dtype=x.dtype, device=x.device),
+                                                   torch.arange(opts.directions))
+            self.directions = last[1]
+            return fd.direction_perturbations(x, self.directions), last[2]
+        rng = np.random.default_rng([opts.seed, salt])
         if opts.mode == "sample" and opts.samples < n:
             chosen = np.sort(rng.choice(n, size=opts.samples, replace=False))
             groups = torch.as_tensor(chosen, device=x.device).reshape(-1, 1)
@@ -82,10 +89,7 @@ class XProbe:
         """(the analytic value of each item, the scale of its terms) for a gradient shaped like x."""
         g = grad.detach().to(torch.float64)
         if self.pert.kind == "directions":
-            terms = g.unsqueeze(0) * self.directions.to(torch.float64)
-            a = terms.reshape(self.pert.count, -1).sum(-1)
-            s = terms.abs().reshape(self.pert.count, -1).sum(-1)
-            return a.cpu().numpy(), s.cpu().numpy()
+            return _direction_items(g, self.directions)
         a = g.reshape(-1)[self.pert.elements.reshape(-1)].cpu().numpy()
         return a, None
 
@@ -94,6 +98,12 @@ class XProbe:
         if scale is None:
             scale = verdict.element_scale(a[self.m.evaluated], self.m.d1[self.m.evaluated])
         tol = verdict.tolerance(len(a), self.opts.rtol, self.opts.atol, scale, self.m.noise)
+        worst_too = self.pert.count >= 64
+        if not worst_too:
+            self.analytic = a
+            v = verdict.all_clear(a, self.m, tol)
+            if v is not None:
+                return v
         undecided = verdict.doubtful(a, self.m, tol) if self.noise_l is None else ()
         if len(undecided):  # the roundoff bound was too coarse to decide: measure it, then judge again
             # Probe decided vectors first: an undecided one's quotient may carry truncation error,
@@ -106,7 +116,7 @@ class XProbe:
             tol = verdict.tolerance(len(a), self.opts.rtol, self.opts.atol, scale, self.m.noise)
         # Refining a clear pass only buys its Richardson error estimate (else: the measured roundoff):
         # worth a batched call when it is a small part of the whole.
-        picks = verdict.to_refine(a, self.m, tol, worst_too=self.pert.count >= 64)
+        picks = verdict.to_refine(a, self.m, tol, worst_too=worst_too)
         fd.refine(self.objective, self.x, self.pert, self.m, picks, self.opts.chunk, self.control)
         self.analytic = a
         v = verdict.classify(a, self.m, tol)
@@ -173,9 +183,7 @@ class XProbe:
         self.control.plan(2 * pert.count)
         m = fd.measure(self.objective, self.x, pert, torch.arange(pert.count), self.opts.chunk, self.control,
                        "confirming", noise_l=self.noise_l)
-        terms = grad.detach().to(torch.float64).unsqueeze(0) * dirs
-        a = terms.reshape(pert.count, -1).sum(-1).cpu().numpy()
-        s = terms.abs().reshape(pert.count, -1).sum(-1).cpu().numpy()
+        a, s = _direction_items(grad.detach().to(torch.float64), dirs)
         kinks = verdict.one_sided_gaps(a, m, verdict.tolerance(len(a), self.opts.rtol, self.opts.atol, s, m.noise))
         for j, item in enumerate(fails):
             pair = slice(2 * j, 2 * j + 2)
@@ -195,10 +203,10 @@ class XProbe:
     def result(self, v: verdict.Verdicts, **extra) -> XCheck:
         a = self.analytic
         status = v.status
+        is_fail, is_inconclusive, is_pass = status == FAIL, status == INCONCLUSIVE, status == PASS
+        failed, inconclusive = int(is_fail.sum()), int(is_inconclusive.sum())
         checked = int(np.sum(status != verdict.UNCHECKED))
-        failed = int(np.sum(status == FAIL))
-        inconclusive = int(np.sum(status == INCONCLUSIVE))
-        conclusive = (status == PASS) | (status == FAIL)
+        conclusive = is_pass | is_fail
         worst = _worst(status, v.ratio)
         overall = FAIL if failed else (INCONCLUSIVE if inconclusive or checked == 0 else PASS)
         reason = ""
@@ -211,7 +219,7 @@ class XProbe:
                       analytic=None, numeric=None, fd_error=None, checked=checked, failed=failed,
                       inconclusive=inconclusive, reason=reason, kind=self.pert.kind,
                       shape=tuple(self.x.shape), total=self.x.numel(),
-                      step=float(self.pert.step.max()) if self.pert.step.numel() else 0.0,
+                      step=float(self.pert.step.max()) if self.pert.step.size else 0.0,
                       rtol=verdict.RTOL if self.opts.rtol is None else self.opts.rtol,
                       strategy=self.evaluator.strategy or "", rows=self.rows,
                       forwards=self.control.done - self._done_before)
@@ -235,7 +243,7 @@ class XProbe:
                                              f"(|diff| {v.abs_err[explain]:.3g} > tolerance "
                                              f"{v.abs_err[explain] / max(v.ratio[explain], 1e-300):.3g})")
             fields["reason"] = "; ".join(p for p in (f"{where}: {why}", reason) if p)
-        fields["problems"] = self._problems(v)
+        fields["problems"] = self._problems(v) if failed or inconclusive else ()
         fields.update(extra)
         return XCheck(**fields)
 
@@ -252,10 +260,18 @@ class XProbe:
         return tuple(out)
 
 
+def _direction_items(g: torch.Tensor, directions: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+    """(<g, u>, sum |g * u|) for each direction u: the analytic slope and the scale of its terms."""
+    u = directions.to(torch.float64).reshape(directions.shape[0], -1)
+    flat = g.reshape(-1, 1)
+    both = torch.cat([u @ flat, u.abs() @ flat.abs()], 1).cpu().numpy()
+    return both[:, 0].copy(), both[:, 1].copy()
+
+
 def _worst(status: np.ndarray, ratio: np.ndarray) -> int | None:
     """The failing item furthest out of tolerance; else the worst conclusive one; else an inconclusive one."""
-    for wanted in ((FAIL,), (PASS,), (INCONCLUSIVE,)):
-        mask = np.isin(status, wanted)
+    for wanted in (FAIL, PASS, INCONCLUSIVE):
+        mask = status == wanted
         if mask.any():
             r = np.where(mask, np.nan_to_num(ratio, nan=np.inf), -np.inf)
             return int(np.argmax(r))
