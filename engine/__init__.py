@@ -34,7 +34,8 @@ _LAZY = {
     "gradient": ("GradientOutput", "GradientResult", "PreparedGradient"),
     "gradmanager": ("Gradients", "GradManager", "Parameters"),
     "graphs": ("BackwardGraph", "Canvas", "GraphLayout", "GraphStats", "LayoutEdge", "LayoutNode", "TensorStats",
-               "build_backward_graph", "gradient_with_stats", "layout_graph", "render", "to_dot"),
+               "build_backward_graph", "gradient_with_stats", "layout_graph", "layout_near", "LocalLayout", "render",
+               "to_dot"),
     "loader": ("GraphIndex", "TensorInfo"),
     "model": ("Model",),
     "registry": ("OpImpl", "register", "supported_ops"),
@@ -52,7 +53,7 @@ __all__ = [
     "RecordingError", "GradManager", "Gradients", "Parameters",
     "check", "CheckReport", "XCheck", "NodeCheck", "ClaimedCheck", "Finding", "register_op_with_vjp", "unregister_op",
     "BackwardGraph", "build_backward_graph", "gradient_with_stats", "GraphStats", "TensorStats", "to_dot", "render",
-    "layout_graph", "GraphLayout", "LayoutNode", "LayoutEdge", "Canvas",
+    "layout_graph", "layout_near", "LocalLayout", "GraphLayout", "LayoutNode", "LayoutEdge", "Canvas",
     "OnnxGradBackend", "OnnxGradRep", "lower", "LoweringError",
 ]
 

@@ -60,12 +60,16 @@ class Model:
         Looked up again whenever the registry changes, so an op registered after the load counts.
         """
         if self._unsupported is None or self._unsupported[0] != registry_version():
-            found = {}
+            found, runs = {}, {}  # runs: one registry look-up per (domain, op, opset), not per node
             for i, node in enumerate(self.graph.nodes):
                 if node.domain == TRAINING_DOMAIN and node.op_type == "Gradient":
                     continue
+                op = (node.domain, node.op_type, self.graph.opset(node.domain))
+                if runs.get(op, False):
+                    continue
                 try:
-                    require(node.domain, node.op_type, self.graph.opset(node.domain), self.graph.node_names[i])
+                    require(*op, self.graph.node_names[i])
+                    runs[op] = True
                 except UnsupportedOpError as exc:
                     found[i] = str(exc)
             self._unsupported = (registry_version(), found)

@@ -1,6 +1,8 @@
 """The explorer App and `make_app`, the one factory shared by the console script, snapshots and tests."""
 from __future__ import annotations
 
+import gc
+
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
@@ -11,6 +13,7 @@ from engine.errors import OnnxGradError
 from . import messages as m
 from .commands import ExplorerCommands, PaletteApp
 from .guard import guarded
+from .layout import wants_local
 from .marks import graph_marks
 from .screens.export import ExportScreen
 from .screens.feed import CLEAR, FeedScreen
@@ -124,9 +127,13 @@ class ExplorerApp(Workers, PaletteApp, App):
         self.open_session(self.session)
 
     def open_session(self, session: Session) -> None:
-        self.session, self.layouts = session, {}
+        self.session, self.layouts, self.local = session, {}, None
+        # The loaded model lives as long as the session: out of the cyclic collector's way, or its
+        # full passes over the model's objects stall the first paint (work.py freezes layouts too).
+        gc.freeze()
         self.sub_title = session.label
-        self.query_one(NodeList).set_graph(session.graph, frozenset(session.model.unsupported_nodes()))
+        self.query_one(NodeList).set_graph(session.graph, frozenset(session.model.unsupported_nodes()),
+                                           later=wants_local(session.model))
         graph = self.query_one(GraphView)
         graph.set_layout(None, "laying out the graph…")
         graph.focus()
@@ -134,7 +141,7 @@ class ExplorerApp(Workers, PaletteApp, App):
         first = (None, g.inputs[0]) if g.inputs else ((0, _first_output(g, 0)) if g.nodes else (None, None))
         self.move_cursor(*first, announce=True)
         self.selection_changed()
-        self.request_layout()
+        self.request_layout(first=True)
         if summary := session.model.unsupported_summary():
             self.notify(summary, title="unsupported ops", severity="warning", timeout=20)
 
@@ -158,14 +165,13 @@ class ExplorerApp(Workers, PaletteApp, App):
 
     def _show_in_graph(self, node_index: int | None, tensor: str | None) -> None:
         """Select the box of the node, else of the tensor, else of the node producing the tensor."""
-        graph = self.query_one(GraphView)
-        producer = self.session.graph.producer.get(tensor) if tensor else None
-        ids = graph.ids_for(node_index=node_index) or graph.ids_for(tensor=tensor) or graph.ids_for(node_index=producer)
-        if ids:
-            graph.select(ids[0])
+        self.follow_local(node_index, tensor)
+        if ids := self.boxes_for(node_index, tensor):
+            self.query_one(GraphView).select(ids[0])
 
     def on_graph_view_node_chosen(self, event: GraphView.NodeChosen) -> None:
         self.move_cursor(event.node_index, event.tensor, origin="graph")
+        self.follow_local(event.node_index, event.tensor)
 
     def on_node_list_picked(self, event: NodeList.Picked) -> None:
         self.move_cursor(event.node_index, event.tensor, origin="list")

@@ -86,6 +86,16 @@ class ValuesReady(Message):
 class LayoutReady(Message):
     key: tuple  # (view, spec or None): layouts are cached under it
     layout: object  # engine.GraphLayout
+    canvas: object = None  # its engine.Canvas, indexed in the worker so the swap costs the UI no time
+
+
+@dataclass
+class LocalLayoutReady(Message):
+    """The neighbourhood of the cursor, drawn while the whole graph is still being laid out."""
+
+    key: tuple
+    local: object  # engine.LocalLayout
+    canvas: object = None
 
 
 @dataclass

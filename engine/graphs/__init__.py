@@ -5,11 +5,13 @@
     to_dot(model, spec=None, view="forward", stats=None, collapse_chains=False) -> str
     render(dot_source, "out.svg")
     layout_graph(model, spec=None, view="forward") -> GraphLayout   (cells, for the terminal)
+    layout_near(model, spec, view, node_index=, tensor=) -> LocalLayout   (a neighbourhood, in ms)
     Canvas(layout).region(x, y, width, height) -> rows of tagged text Segments
 """
 from .backward import BackwardEdge, BackwardGraph, BackwardNode, build_backward_graph
 from .dot import GraphvizMissingError, render, to_dot
 from .layout import GraphLayout, LayoutEdge, LayoutNode, layout_graph
+from .local import LocalLayout, layout_near
 from .stats import GraphStats, TensorStats, gradient_with_stats
 from .terminal import Canvas, Segment, render_text
 from .view import VIEWS
@@ -18,6 +20,6 @@ __all__ = [
     "BackwardGraph", "BackwardNode", "BackwardEdge", "build_backward_graph",
     "gradient_with_stats", "GraphStats", "TensorStats",
     "to_dot", "render", "GraphvizMissingError", "VIEWS",
-    "layout_graph", "GraphLayout", "LayoutNode", "LayoutEdge",
+    "layout_graph", "GraphLayout", "LayoutNode", "LayoutEdge", "layout_near", "LocalLayout",
     "Canvas", "Segment", "render_text",
 ]

@@ -80,7 +80,9 @@ def gradient_nodes(graph: GraphIndex) -> list[tuple[int, GradientSpec]]:
 
 
 def build_view(model, spec: GradientSpec | None = None, view: str = "forward", stats=None, *,
-               collapse_chains: bool = False, needs_edges: bool = True) -> ViewGraph:
+               collapse_chains: bool = False, needs_edges: bool = True, nodes=None) -> ViewGraph:
+    """`nodes`: forward view only, the ids of the boxes to keep ("n<index>", "t:<tensor>") with the
+    edges among them: a neighbourhood drawn without building the whole view (local.py)."""
     if view not in VIEWS:
         raise SelectionError(f"unknown view {view!r}: choose forward, backward or combined")
     graph = graph_of(model)
@@ -89,14 +91,17 @@ def build_view(model, spec: GradientSpec | None = None, view: str = "forward", s
         stats = None  # stats of another selection would label the wrong edges
     if spec is None and stats is not None:
         spec = stats.backward.spec
+    only = nodes
     nodes: list[ViewNode] = []
     edges: list[ViewEdge] = []
     clusters: list[tuple[str, str]] = []
+    if only is not None and view != "forward":
+        raise SelectionError("only the forward view can be cut to some nodes")
     if view in ("forward", "combined"):
         backward = build_backward_graph(graph, spec) if spec is not None else None
         # Without a selection the combined view draws each Gradient node inside its backward cluster.
         own_cluster = not (view == "combined" and spec is None)
-        _forward(graph, spec, backward, small, own_cluster, nodes, edges, clusters)
+        _forward(graph, spec, backward, small, own_cluster, nodes, edges, clusters, only)
     if view in ("backward", "combined"):
         if spec is not None:
             targets = [("bw", None, build_backward_graph(graph, spec), stats)]
@@ -151,13 +156,19 @@ def _tensor_roles(graph: GraphIndex, spec: GradientSpec | None, small: bool) -> 
     return roles
 
 
-def _forward(graph, spec, backward, small, own_cluster, nodes, edges, clusters) -> None:
+def _forward(graph, spec, backward, small, own_cluster, nodes, edges, clusters, only=None) -> None:
     roles = _tensor_roles(graph, spec, small)
     active = set(backward.active_nodes) if backward is not None else None
     members = set(spec.inputs) if spec is not None else set()
-    for t, role in roles.items():
+    indices = range(len(graph.nodes))
+    shown_roles = roles
+    if only is not None:
+        indices = sorted(int(i[1:]) for i in only if i.startswith("n"))
+        shown_roles = {t: r for t, r in roles.items() if f"t:{t}" in only}
+    for t, role in shown_roles.items():
         nodes.append(ViewNode(f"t:{t}", t, role))
-    for i, node in enumerate(graph.nodes):
+    for i in indices:
+        node = graph.nodes[i]
         name = graph.node_names[i]
         cluster = None
         if node.domain == TRAINING_DOMAIN and node.op_type == "Gradient":
@@ -179,11 +190,12 @@ def _forward(graph, spec, backward, small, own_cluster, nodes, edges, clusters) 
         kind = "data" if role != "gradient" or own_cluster else "gradient_input"
         for t in node.input:
             if t in roles:
-                edges.append(ViewEdge(f"t:{t}", f"n{i}", kind, t))
-            elif t in graph.producer:
+                if t in shown_roles:
+                    edges.append(ViewEdge(f"t:{t}", f"n{i}", kind, t))
+            elif t in graph.producer and (only is None or f"n{graph.producer[t]}" in only):
                 edges.append(ViewEdge(f"n{graph.producer[t]}", f"n{i}", kind, t, t if small else ""))
         for t in node.output:
-            if t in roles:
+            if t in shown_roles:
                 edges.append(ViewEdge(f"n{i}", f"t:{t}", "cut" if t in members else "output", t))
 
 

@@ -20,15 +20,29 @@ class StatusLine(Horizontal):
 
     def busy(self, label: str) -> None:
         self.add_class("-busy")
+        self._note = None
         bar = self.query_one(ProgressBar)
         bar.update(total=None, progress=0)
         self.query_one(Label).update(f"{label}…  (esc cancels)")
 
     def progress(self, label: str, done: int, total: int, stage: str) -> None:
         self.add_class("-busy")
+        self._note = None
         self.query_one(ProgressBar).update(total=max(total, 1), progress=done)
         self.query_one(Label).update(f"{label}: {stage} {done}/{total}  (esc cancels)")
 
+    _note: str | None = None
+
     def idle(self, text: str = "ready") -> None:
         self.remove_class("-busy")
+        self._note = None
         self.query_one(Label).update(text)
+
+    def note(self, text: str | None) -> None:
+        """Say `text` when nothing else is being said; None takes the note back (if still shown)."""
+        label = self.query_one(Label)
+        if text is not None and (self._note is not None or str(label.content) == "ready"):
+            self.idle(text)
+            self._note = text
+        elif text is None and self._note is not None:
+            self.idle()
