@@ -10,10 +10,12 @@ a target is always vertical, so a renderer can put an arrowhead there.
 """
 from __future__ import annotations
 
+import gc
 import shutil
 import subprocess
 import threading
 import weakref
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -101,13 +103,32 @@ def layout_graph(model, spec: GradientSpec | None = None, view: str = "forward",
         hit = _cache.get(key)
     if hit is not None and hit[0]() is graph:
         return hit[1]
-    laid = layout_view(build_view(graph, spec, view, collapse_chains=collapse_chains, needs_edges=False),
-                       engine=engine)
+    with _gc_paused():
+        laid = layout_view(build_view(graph, spec, view, collapse_chains=collapse_chains, needs_edges=False),
+                           engine=engine)
     with _cache_lock:  # the explorer lays out in worker threads
         while len(_cache) >= _CACHE_SIZE:
             _cache.pop(next(iter(_cache)))
         _cache[key] = (weakref.ref(graph), laid)
     return laid
+
+
+@contextmanager
+def _gc_paused():
+    """The cyclic collector off while a layout is built.
+
+    A 12,500-node layout allocates a few hundred thousand small lists and tuples, none of them in
+    cycles; with the collector on, each burst of them set off a scan of the whole heap (the loaded
+    model, its views), a third of the time the layout took. Turned back on only if it was on, so
+    layouts in two threads at once still end with it on.
+    """
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_on:
+            gc.enable()
 
 
 def node_width(label: str) -> int:

@@ -6,7 +6,8 @@ teaching view: it may show a value the VJP does not strictly need, never hide on
 """
 from __future__ import annotations
 
-from onnx import NodeProto
+from functools import lru_cache
+from typing import Sequence
 
 _NONE = ""
 
@@ -47,17 +48,22 @@ NEEDS: dict[str, str] = {
 }
 
 
-def vjp_needs(node: NodeProto) -> tuple[str, ...]:
-    """Forward tensor names the VJP of `node` reads (empty names and duplicates dropped)."""
-    spec = NEEDS.get(node.op_type, "in")
+@lru_cache(maxsize=None)
+def _parts(op_type: str) -> tuple[str, ...]:
+    return tuple(filter(None, NEEDS.get(op_type, "in").split(",")))
+
+
+def vjp_needs(op_type: str, inputs: Sequence[str], outputs: Sequence[str]) -> tuple[str, ...]:
+    """Forward tensor names the VJP of an op_type node with these inputs and outputs reads
+    (empty names and duplicates dropped)."""
     picked: list[str] = []
-    for part in filter(None, spec.split(",")):
+    for part in _parts(op_type):
         if part == "in":
-            picked.extend(node.input)
+            picked.extend(inputs)
         elif part == "out":
-            picked.extend(node.output)
-        elif part.startswith("in") and int(part[2:]) < len(node.input):
-            picked.append(node.input[int(part[2:])])
-        elif part.startswith("out") and int(part[3:]) < len(node.output):
-            picked.append(node.output[int(part[3:])])
+            picked.extend(outputs)
+        elif part.startswith("in") and int(part[2:]) < len(inputs):
+            picked.append(inputs[int(part[2:])])
+        elif part.startswith("out") and int(part[3:]) < len(outputs):
+            picked.append(outputs[int(part[3:])])
     return tuple(t for t in dict.fromkeys(picked) if t)
