@@ -19,6 +19,7 @@ from typing import Sequence
 
 Edge = tuple[int, int]
 VIRTUAL_WEIGHT = 4.0  # virtual items pull harder than nodes: long edges come out straight
+LONE, LONE_2, PAIR, ROW = "lone", "lone2", "pair", "row"  # kinds of x-placement step
 
 
 @dataclass(frozen=True)
@@ -169,9 +170,11 @@ def order_layers(layers, up, down, comp, sweeps: int = 4) -> None:
         for k, item in enumerate(layer):
             pos[item] = k
     busy = [r for r, layer in enumerate(layers) if len(layer) > 1]  # a lone item has one place
+    unchanged = 0  # sweeps in a row that moved nothing: two (one each way) and the order is final
     for sweep in range(sweeps):
         downward = sweep % 2 == 0
         nbrs_of = up if downward else down
+        moved = False
         for r in busy if downward else reversed(busy):
             if r == 0 and downward or r == len(layers) - 1 and not downward:
                 continue  # no rank on that side to follow
@@ -181,9 +184,21 @@ def order_layers(layers, up, down, comp, sweeps: int = 4) -> None:
                 nbrs = nbrs_of[item]
                 bary = sum([pos[v] for v in nbrs]) / len(nbrs) if nbrs else pos[item]
                 keys.append((comp[item], bary) if split else bary)
-            layer[:] = [layer[k] for k in sorted(range(len(layer)), key=keys.__getitem__)]
-            for k, item in enumerate(layer):
-                pos[item] = k
+            if len(layer) == 2:  # the common case, without a sort
+                if keys[1] < keys[0]:
+                    a, b = layer
+                    layer[0], layer[1], pos[b], pos[a] = b, a, 0, 1
+                    moved = True
+                continue
+            new = [layer[k] for k in sorted(range(len(layer)), key=keys.__getitem__)]
+            if new != layer:
+                layer[:] = new
+                for k, item in enumerate(layer):
+                    pos[item] = k
+                moved = True
+        unchanged = 0 if moved else unchanged + 1
+        if unchanged == 2:
+            break
 
 
 def isotonic_place(desired: list[float], widths: list[float], weights: list[float], sep: float) -> list[float]:
@@ -215,8 +230,11 @@ def place_x(layers, up, down, widths: list[int], n_nodes: int, sep: float = 2.0,
     """
     centre = [0.0] * len(up)
     nbrs = [u + d for u, d in zip(up, down)]
-    lone, pairs, rows = [], [], []  # layers of one item, of two, of more (fixed across passes)
-    for r, layer in enumerate(layers):
+    # One step per layer, in rank order: a lone item straight to its neighbours' mean (nothing to
+    # keep apart), a pair solved in place (a node beside a long edge, the common case), more
+    # items by isotonic regression.
+    steps: list[tuple] = []
+    for layer in layers:
         x = 0.0
         ws = [widths[item] for item in layer]
         for item, w in zip(layer, ws):
@@ -224,33 +242,35 @@ def place_x(layers, up, down, widths: list[int], n_nodes: int, sep: float = 2.0,
             x += w + sep
         weights = [VIRTUAL_WEIGHT if item >= n_nodes else 1.0 for item in layer]
         if len(layer) == 1:
-            if nbrs[layer[0]]:  # nothing to keep apart: straight to the neighbours' mean
-                lone.append((r, layer[0], nbrs[layer[0]]))
-        elif len(layer) == 2:  # the common case (a node beside a long edge), solved in place
+            ns = nbrs[layer[0]]
+            if len(ns) == 2:
+                steps.append((LONE_2, layer[0], ns[0], ns[1]))
+            elif ns:
+                steps.append((LONE, layer[0], ns))
+        elif len(layer) == 2:
             a, b = layer
-            pairs.append((r, a, b, ws[0] / 2, ws[1] / 2, weights[0], weights[1], ws[0] + sep, nbrs[a], nbrs[b]))
-        else:
-            rows.append((r, layer, ws, weights, [nbrs[item] for item in layer]))
-    # One pass visits the layers in rank order (every other pass in reverse): merge the three
-    # kinds into one schedule once.
-    schedule = sorted([(t[0], 0, t) for t in lone] + [(t[0], 1, t) for t in pairs] + [(t[0], 2, t) for t in rows],
-                      key=lambda s: s[0])
-    steps = [(kind, t) for _, kind, t in schedule]
+            steps.append((PAIR, a, b, ws[0] / 2, ws[1] / 2, weights[0], weights[1], ws[0] + sep, nbrs[a], nbrs[b]))
+        elif layer:
+            steps.append((ROW, layer, ws, weights, [nbrs[item] for item in layer]))
     for p in range(passes):
-        for kind, t in steps if p % 2 == 0 else reversed(steps):
-            if kind == 0:
-                _, item, ns = t
-                centre[item] = sum([centre[v] for v in ns]) / len(ns)
-            elif kind == 1:
-                _, a, b, ha, hb, wa, wb, gap, na, nb = t
+        for step in steps if p % 2 == 0 else reversed(steps):
+            kind = step[0]
+            if kind is LONE_2:
+                _, item, a, b = step
+                centre[item] = (centre[a] + centre[b]) / 2
+            elif kind is PAIR:
+                _, a, b, ha, hb, wa, wb, gap, na, nb = step
                 da = (sum([centre[v] for v in na]) / len(na) if na else centre[a]) - ha
                 db = (sum([centre[v] for v in nb]) / len(nb) if nb else centre[b]) - hb
                 if db < da + gap:
                     da = (wa * da + wb * (db - gap)) / (wa + wb)
                     db = da + gap
                 centre[a], centre[b] = da + ha, db + hb
+            elif kind is LONE:
+                _, item, ns = step
+                centre[item] = sum([centre[v] for v in ns]) / len(ns)
             else:
-                _, layer, ws, weights, ns_list = t
+                _, layer, ws, weights, ns_list = step
                 desired = [(sum([centre[v] for v in ns]) / len(ns) if ns else centre[item]) - w / 2
                            for item, w, ns in zip(layer, ws, ns_list)]
                 for item, left, w in zip(layer, isotonic_place(desired, ws, weights, sep), ws):
