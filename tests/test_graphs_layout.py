@@ -162,3 +162,79 @@ def test_auto_takes_the_layered_placement_for_big_views():
     assert layout_graph(model, None, "forward", engine="auto").engine == "layered"
     assert layout_graph(engine.load(spec_conv_gemm()), None, "forward", engine="auto").engine == (
         "dot" if shutil.which("dot") else "layered")
+
+
+@st.composite
+def dags(draw):
+    """Random DAGs (edges from lower to higher index), node widths, and maybe a same-rank group."""
+    n = draw(st.integers(1, 40))
+    pairs = draw(st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), max_size=3 * n))
+    edges = sorted({(min(a, b), max(a, b)) for a, b in pairs if a != b})
+    widths = draw(st.lists(st.integers(5, 32), min_size=n, max_size=n))
+    sinks = [v for v in range(n) if all(s != v for s, _ in edges)]
+    group = draw(st.lists(st.sampled_from(sinks), unique=True, max_size=3)) if len(sinks) > 1 else []
+    return widths, edges, [group] if len(group) > 1 else []
+
+
+@settings(max_examples=60, deadline=None)
+@given(dags())
+def test_layered_placement_ranks_edges_downward_and_keeps_boxes_apart(graph):
+    from engine.graphs.layered import place
+
+    widths, edges, same_rank = graph
+    placed = place(widths, edges, same_rank, sep=2)
+    assert place(widths, edges, same_rank, sep=2) == placed  # deterministic
+    for k, (s, t) in enumerate(edges):
+        assert placed.rank[t] > placed.rank[s]
+        assert len(placed.chains.get(k, [])) == placed.rank[t] - placed.rank[s] - 1  # one virtual item per rank crossed
+    for group in same_rank:
+        assert len({placed.rank[v] for v in group}) == 1
+    by_rank: dict[int, list[tuple[float, float]]] = {}
+    for v, (r, c) in enumerate(zip(placed.rank, placed.centre)):
+        by_rank.setdefault(r, []).append((c - widths[v] / 2, c + widths[v] / 2))
+    for k, chain in placed.chains.items():
+        for r, c in enumerate(chain, placed.rank[edges[k][0]] + 1):
+            by_rank.setdefault(r, []).append((c - 0.5, c + 0.5))
+    for spans in by_rank.values():
+        spans.sort()
+        for (_, right), (left, _) in zip(spans, spans[1:]):
+            assert left >= right + 2 - 1e-9  # the separation holds between every neighbour pair
+
+
+@settings(max_examples=40, deadline=None)
+@given(dags())
+def test_layered_layout_of_any_dag_is_well_formed_and_edges_run_down(graph):
+    from engine.graphs.layout import layout_view
+    from engine.graphs.view import ViewEdge, ViewGraph, ViewNode
+
+    widths, edges, same_rank = graph
+    nodes = tuple(ViewNode(f"v{k}", "x" * (w - 4), "active", "Op", k) for k, w in enumerate(widths))
+    view = ViewGraph("forward", nodes, tuple(ViewEdge(f"v{s}", f"v{t}") for s, t in edges),
+                     same_rank=tuple(tuple(f"v{v}" for v in g) for g in same_rank))
+    layout = layout_view(view, "layered")
+    check_layout(layout)
+    assert [n.id for n in layout.nodes] == [n.id for n in nodes] and len(layout.edges) == len(edges)
+    cells = {(n.x, n.y) for n in layout.nodes}
+    assert len(cells) == len(nodes)  # every node its own cell
+    for e in layout.edges:
+        ys = [y for _, y in e.points]
+        assert ys == sorted(ys) and ys[-1] > ys[0], f"{e.source}->{e.target} does not run downward"
+    assert layout_view(view, "layered") == layout
+
+
+@pytest.mark.parametrize("collector_on", [True, False])
+def test_a_layout_leaves_the_garbage_collector_as_it_found_it(collector_on):
+    import gc
+
+    from .big_models import residual_chain
+
+    model = engine.load(residual_chain(120))
+    (gc.enable if collector_on else gc.disable)()
+    try:
+        layout = layout_graph(model, model.selection("loss", ["input"]), "backward", engine="layered")
+        assert gc.isenabled() is collector_on
+    finally:
+        gc.enable()
+    check_layout(layout)
+    nodes = {n.id: n for n in layout.nodes}
+    assert all(nodes[e.source].y < nodes[e.target].y for e in layout.edges)
