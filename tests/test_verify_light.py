@@ -1,6 +1,7 @@
 """The onnx package's light/ models: real architectures, weights fed as intermediates, no false alarm."""
 import os
 
+import numpy as np
 import pytest
 
 import engine
@@ -43,3 +44,20 @@ def test_squeezenet_late_weights_sampled_and_the_nodes_checked(squeezenet):
     assert report.verdict == "pass", report.summary()
     assert all(r.checked == 8 for r in report.results)
     assert report.nodes and not any(n.status == "fail" for n in report.nodes)
+
+
+def test_squeezenet_with_its_constant_weights_is_no_false_alarm():
+    """The shipped weights are ConstantOfShape 0.02: every class gets the same logit, softmax is
+    1/1000 whatever the image, so d softmax / d image is exactly 0. Finite differences see y not
+    move; the float64 VJP keeps the roundoff of cancelling terms (about 5e-10 on one direction),
+    above what those exact zeros resolve: it failed before the analytic side's own roundoff was
+    allowed for (Context.analytic_roundoff)."""
+    path = light_path("squeezenet")
+    if not os.path.exists(path):
+        pytest.skip("onnx's light/ data is not installed")
+    model = engine.load(path)
+    image = np.random.default_rng(0).standard_normal((1, 3, 224, 224)).astype(np.float32)
+    report = engine.check(model, model.outputs[0], [model.inputs[0]], feeds={model.inputs[0]: image}, mode="fast")
+    (r,) = report.results
+    assert r.numeric == 0.0 and 0.0 < abs(r.analytic) < 1e-8, report.summary()
+    assert report.verdict == "pass", report.summary()

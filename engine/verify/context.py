@@ -11,6 +11,7 @@ import torch
 
 from ..dtypes import parse_device
 from ..errors import FeedError, SelectionError
+from ..gradient import PreparedGradient
 from ..model import Model
 from ..plan import Plan
 from ..selection import GradientSpec, names
@@ -36,6 +37,7 @@ class Context:
     # What later checks of the same (model, selection, device) can reuse: per x, the frontier, the
     # batching strategy that worked and whether rows mix (see xcheck.XProbe). Structure, not values.
     memo: dict = dataclasses.field(default_factory=dict)
+    gradient: PreparedGradient | None = None  # what computed grads64
     _all_values: dict | None = None
 
     # y0 comes from the gradient's own forward; the forward that keeps every value runs only for
@@ -52,6 +54,26 @@ class Context:
             with torch.no_grad():
                 self._all_values = self.keep_plan.run_all(self.tensors64)
         return self._all_values
+
+    def analytic_roundoff(self) -> dict[str, torch.Tensor] | None:
+        """Per x, a sample of each element's rounding error in grads64, or None where the backward
+        is not linear in dy (a wrong VJP, or nondeterministic kernels).
+
+        A gradient that is exactly zero (a softmax seeded so that its VJP cancels, a y that does
+        not move) comes out as pure roundoff, which finite differences resolving exact zeros would
+        call wrong. Seeding with 3 * dy rounds differently and gives a second sample of that error;
+        seeding with 2 * dy must reproduce the gradient bit for bit (scaling by a power of two is
+        exact), which a VJP that is not linear in dy cannot fake.
+        """
+        if self.gradient is None:
+            return None
+        doubled, tripled = (self.gradient(*self.tensors64, dy=k * self.dy).grads for k in (2.0, 3.0))
+        out = {}
+        for name, g, g2, g3 in zip(self.spec.xs, (self.grads64[n] for n in self.spec.xs), doubled, tripled):
+            if not torch.equal(g2.detach() / 2, g):
+                return None
+            out[name] = (g - g3.detach() / 3).abs()
+        return out
 
     def y_again(self) -> torch.Tensor:
         """y from a second forward run, for the determinism check."""
@@ -151,7 +173,7 @@ def build(model: Model, y: str, xs, zs, feeds: Mapping | None, dy, seed: int, de
     out = prepared(*tensors64, dy=seed_of)
     grads = {n: g.detach() for n, g in zip(spec.xs, out.grads)}
     return Context(model, spec, dev, sources, feeds, values, tensors64, plan64, out.y.detach(), seeded["dy"],
-                   seeded["label"], grads, out.disconnected, memo)
+                   seeded["label"], grads, out.disconnected, memo, prepared)
 
 
 def _seed(y0: torch.Tensor, dy, seed: int, ones: bool, y_name: str, memo: dict) -> tuple[torch.Tensor, str]:

@@ -69,6 +69,11 @@ def tolerance(n: int, rtol: float | None, atol: float | None, scale: np.ndarray 
                      float(np.max(np.broadcast_to(np.asarray(scale, dtype=np.float64), (n,)), initial=0.0)))
 
 
+def widened(tol: Tolerance, slack: np.ndarray) -> Tolerance:
+    """`tol` with atol raised to `slack` per item (the analytic side's own rounding error)."""
+    return Tolerance(tol.rtol, np.maximum(tol.atol, np.nan_to_num(slack, nan=0.0, posinf=0.0)), tol.scale)
+
+
 def _threshold(a, n, tol: Tolerance):
     return np.maximum(tol.atol, tol.rtol * np.maximum(np.abs(a), np.abs(n)))
 

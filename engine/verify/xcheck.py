@@ -14,6 +14,7 @@ from .structure import independent_rows
 
 MAX_PROBLEMS = 20
 MAX_RETRIES = 64  # vectors per x re-measured at another step
+ROUNDOFF_SAFETY = 4.0  # the analytic gradient's rounding error: a bound over one sample of it
 
 
 @dataclass
@@ -93,11 +94,19 @@ class XProbe:
         a = g.reshape(-1)[self.pert.elements.reshape(-1)].cpu().numpy()
         return a, None
 
-    def judge(self, grad: torch.Tensor) -> verdict.Verdicts:
+    def judge(self, grad: torch.Tensor, roundoff: torch.Tensor | None = None) -> verdict.Verdicts:
+        """Verdicts for `grad`; `roundoff` (shaped like x, see Context.analytic_roundoff) samples its
+        rounding errors, which widen atol."""
         a, scale = self.analytic_items(grad)
         if scale is None:
             scale = verdict.element_scale(a[self.m.evaluated], self.m.d1[self.m.evaluated])
-        tol = verdict.tolerance(len(a), self.opts.rtol, self.opts.atol, scale, self.m.noise)
+        slack = None if roundoff is None else self._slack(roundoff)
+
+        def tolerance() -> verdict.Tolerance:
+            tol = verdict.tolerance(len(a), self.opts.rtol, self.opts.atol, scale, self.m.noise)
+            return tol if slack is None else verdict.widened(tol, slack)
+
+        tol = tolerance()
         worst_too = self.pert.count >= 64
         if not worst_too:
             self.analytic = a
@@ -113,7 +122,7 @@ class XProbe:
             vectors = np.concatenate([np.setdiff1d(self.order.numpy(), doubt), doubt])[:probes]
             fd.measure_roundoff(self.objective, self.x, self.pert, self.m, vectors, self.opts.chunk, self.control)
             self.noise_l = self.m.noise_l
-            tol = verdict.tolerance(len(a), self.opts.rtol, self.opts.atol, scale, self.m.noise)
+            tol = tolerance()
         # Refining a clear pass only buys its Richardson error estimate (else: the measured roundoff):
         # worth a batched call when it is a small part of the whole.
         picks = verdict.to_refine(a, self.m, tol, worst_too=worst_too)
@@ -125,6 +134,15 @@ class XProbe:
         if self.pert.kind == "directions":
             self._confirm_directions(grad, v)
         return v
+
+    def _slack(self, roundoff: torch.Tensor) -> np.ndarray:
+        """Per item, how far rounding may have moved the analytic value: one sample per element is
+        no bound, so an element gets ROUNDOFF_SAFETY times the largest of x (they share the
+        backward's magnitudes), a direction the sum of those over its terms."""
+        level = ROUNDOFF_SAFETY * roundoff.detach().to(torch.float64).abs().max()
+        if self.pert.kind == "directions":
+            return _direction_items(torch.full_like(roundoff, float(level), dtype=torch.float64), self.directions)[1]
+        return np.full(self.pert.items, float(level))
 
     def _retry(self, a: np.ndarray, tol: verdict.Tolerance, v: verdict.Verdicts) -> bool:
         """Other step sizes for items they may settle; adopts the results that conclude.
