@@ -103,7 +103,7 @@ def layout_graph(model, spec: GradientSpec | None = None, view: str = "forward",
         hit = _cache.get(key)
     if hit is not None and hit[0]() is graph:
         return hit[1]
-    with _gc_paused():
+    with gc_paused():
         laid = layout_view(build_view(graph, spec, view, collapse_chains=collapse_chains, needs_edges=False),
                            engine=engine)
     with _cache_lock:  # the explorer lays out in worker threads
@@ -114,8 +114,8 @@ def layout_graph(model, spec: GradientSpec | None = None, view: str = "forward",
 
 
 @contextmanager
-def _gc_paused():
-    """The cyclic collector off while a layout is built.
+def gc_paused():
+    """The cyclic collector off while a layout (or its canvas index) is built.
 
     A 12,500-node layout allocates a few hundred thousand small lists and tuples, none of them in
     cycles; with the collector on, each burst of them set off a scan of the whole heap (the loaded

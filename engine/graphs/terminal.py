@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .layout import GraphLayout, LayoutNode
+from .layout import GraphLayout, LayoutNode, gc_paused
 
 UP, DOWN, LEFT, RIGHT = 1, 2, 4, 8
 EDGE_CHARS = {
@@ -44,6 +44,10 @@ class Canvas:
     """A layout indexed by rows, ready to draw any row or viewport quickly."""
 
     def __init__(self, layout: GraphLayout, square: bool = False):
+        with gc_paused():  # a big layout's index is a few hundred thousand small tuples
+            self._index(layout, square)
+
+    def _index(self, layout: GraphLayout, square: bool) -> None:
         self.layout = layout
         self.square = square
         self.edge_chars = EDGE_CHARS | SQUARE_CORNERS if square else EDGE_CHARS
