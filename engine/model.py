@@ -15,7 +15,7 @@ from .dtypes import parse_device, parse_float_dtype, to_numpy
 from .errors import FeedError, OnnxGradError, SelectionError, UnsupportedOpError
 from .feeds import check_feed
 from .gradient import GradientResult, PreparedGradient
-from .loader import TRAINING_DOMAIN, GraphIndex
+from .loader import TRAINING_DOMAIN, GraphIndex, node_inputs
 from .plan import Plan, needed_nodes
 from .registry import require
 from .registry import version as registry_version
@@ -121,6 +121,27 @@ class Model:
         with torch.no_grad():
             out = plan.run(values)
         return {t: self._to_numpy(t, v) for t, v in zip(targets, out)}
+
+    def run_all(self, feeds: Mapping[str, object] | None = None, *, device="cpu", dtype=None) -> dict[str, np.ndarray]:
+        """Every value one forward pass from `feeds` can give: the feeds, the initializers read and
+        each node's outputs (for inspecting intermediates). What needs an op that cannot run is
+        left out; `blocked` says which node stops it."""
+        dev, fdt = parse_device(device), parse_float_dtype(dtype)
+        feeds = dict(feeds or {})
+        self.check_feed_names(feeds)
+        bad, stopped = self.unsupported_nodes(), set()
+        targets = []
+        for i, node in enumerate(self.graph.nodes):  # topological: one pass finds what the bad nodes stop
+            outs = [t for t in node.output if t and t not in feeds]
+            if i in bad or any(t in stopped for t in node_inputs(node)):
+                stopped.update(outs)
+            else:
+                targets += outs
+        plan = self.prepare(list(feeds), targets, device=dev, dtype=fdt, keep_all=True)
+        values = [self.to_tensor(n, feeds[n], dev, fdt) for n in plan.sources]
+        with torch.no_grad():  # once per feeds: the interpreter, not an fx module built for one call
+            env = plan.interpret_all(values)
+        return {t: self._to_numpy(t, v) for t, v in env.items()}
 
     def prepare(self, sources: Sequence[str], targets: Sequence[str], *, device="cpu", dtype=None,
                 keep_all: bool = False, compile: bool | None = None) -> Plan:

@@ -7,7 +7,6 @@ on the device at build time, attributes become keyword arguments. The first call
 """
 from __future__ import annotations
 
-import inspect
 import os
 from dataclasses import dataclass
 from typing import Callable, Sequence
@@ -17,7 +16,7 @@ import torch
 from . import attributes
 from .errors import ExecutionError, FeedError, OnnxGradError, UnsupportedOpError
 from .loader import TRAINING_DOMAIN, GraphIndex, implicit_inputs, node_inputs
-from .registry import require
+from .registry import parameters, require
 
 
 @dataclass(frozen=True, eq=False)
@@ -115,7 +114,7 @@ class Plan:
                 fn, kwargs = gradient_step(node), {}
             else:
                 fn, kwargs = bind(node, graph.opset(node.domain), graph.node_names[i], device, float_dtype)
-                if "scope" in inspect.signature(fn).parameters:  # control flow: If, Loop, Scan
+                if "scope" in parameters(fn):  # control flow: If, Loop, Scan
                     outer = implicit_inputs(node)
                     n_explicit = len(in_slots)
                     for t in outer:

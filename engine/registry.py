@@ -14,6 +14,7 @@ Conventions (every op module follows them):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Callable
 
 from .errors import UnsupportedOpError
@@ -44,16 +45,24 @@ class OpImpl:
 
     @property
     def context(self) -> tuple[str, ...]:
-        import inspect
-
-        params = inspect.signature(self.fn).parameters
+        params = parameters(self.fn)
         return tuple(p for p in CONTEXT_PARAMS if p in params)
 
 
-def _accepted(fn: Callable) -> frozenset[str] | None:
+@lru_cache(maxsize=None)
+def parameters(fn: Callable):
+    """`inspect.signature(fn).parameters`, once per function: a plan binds every node of the graph,
+    and reading signatures afresh was most of the time to build one on a 10,000-node model."""
     import inspect  # here, not at the top: `onnxgrad ops` and --help never need it
 
-    params = inspect.signature(fn).parameters.values()
+    return inspect.signature(fn).parameters
+
+
+@lru_cache(maxsize=None)
+def _accepted(fn: Callable) -> frozenset[str] | None:
+    import inspect
+
+    params = parameters(fn).values()
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
         return None
     return frozenset(

@@ -90,8 +90,9 @@ class ExplorerApp(Workers, PaletteApp, App):
         if action == "cycle_device":
             return len(available_devices()) > 1
         if action == "heat_source":
-            inspectors = self.query(Inspector)
-            return bool(inspectors) and inspectors.first().has_heatmap
+            # On any tensor, not only once its heatmap is drawn: a key that came and went with each
+            # value made the footer recompose twice per arrow press on big models.
+            return self.cursor[1] is not None
         return True
 
     _footer_state: tuple = ()

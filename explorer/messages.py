@@ -78,8 +78,9 @@ class CheckReady(Message):
 
 @dataclass
 class ValuesReady(Message):
-    generation: int
+    generation: int  # the session's values_generation when the job was made
     values: dict
+    everything: bool = False  # every value one pass can give (what is missing needs asking one by one)
 
 
 @dataclass

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
+from typing import Mapping
 
 import numpy as np
 
@@ -17,6 +17,7 @@ from engine.errors import FeedError, SelectionError
 from engine.feeds import default_spec
 
 from .feeding import FeedSource, materialize, source_from
+from .jobs import VALUES_BUDGET, CheckJob, CheckOptions, GradientJob, ValuesJob, intermediate_bytes
 
 VIEWS = ("forward", "backward", "combined")
 DTYPES = ("float32", "float64")
@@ -27,70 +28,6 @@ def available_devices() -> tuple[str, ...]:
     import torch
 
     return ("cpu", "cuda") if torch.cuda.is_available() else ("cpu",)
-
-
-@dataclass(frozen=True)
-class CheckOptions:
-    mode: str = "full"
-    rtol: float | None = None
-    atol: float | None = None
-    order: int = 1
-    per_node: bool = False
-    seed: int = 0
-
-
-@dataclass(frozen=True)
-class GradientJob:
-    """Everything one gradient run needs, copied from the session at the time it was asked for."""
-
-    model: engine.Model
-    spec: engine.GradientSpec
-    feeds: dict[str, np.ndarray]
-    device: str
-    dtype: str
-    generation: int
-    seed: int = 0  # for a default the engine draws (an intermediate member it cannot compute)
-
-    def run(self):
-        """(GradientResult, GraphStats): the stats are what flowed along each edge of the backward graph."""
-        spec = self.spec
-        return engine.gradient_with_stats(self.model, spec.y, spec.xs, spec.zs, self.feeds, None,
-                                          device=self.device, dtype=self.dtype, seed=self.seed)
-
-
-@dataclass(frozen=True)
-class ValuesJob:
-    model: engine.Model
-    feeds: dict[str, np.ndarray]
-    names: tuple[str, ...]
-    device: str
-    dtype: str
-    generation: int
-
-    def run(self) -> dict[str, np.ndarray]:
-        found = {n: self.feeds[n] for n in self.names if n in self.feeds}
-        rest = [n for n in self.names if n not in found]
-        blocked = self.model.blocked(rest, list(self.feeds))  # the inspector says why these have no value
-        rest = [n for n in rest if n not in blocked]
-        if rest:
-            found.update(self.model.run(self.feeds, outputs=rest, device=self.device, dtype=self.dtype))
-        return found
-
-
-@dataclass(frozen=True)
-class CheckJob:
-    model: engine.Model
-    spec: engine.GradientSpec
-    feeds: dict[str, np.ndarray]
-    device: str
-    options: CheckOptions
-    generation: int
-
-    def run(self, progress: Callable | None = None, should_stop: Callable | None = None):
-        o, spec = self.options, self.spec
-        return engine.check(self.model, spec.y, spec.xs, spec.zs, feeds=self.feeds, mode=o.mode, order=o.order,
-                            rtol=o.rtol, atol=o.atol, seed=o.seed, per_node=o.per_node, device=self.device,
-                            progress=progress, should_stop=should_stop)
 
 
 @dataclass
@@ -107,13 +44,18 @@ class Session:
     feeds: dict[str, FeedSource] = field(default_factory=dict)
     check_options: CheckOptions = field(default_factory=CheckOptions)
     generation: int = 0
-    values: dict[str, np.ndarray] = field(default_factory=dict)  # forward values seen so far
+    # Forward values seen so far, all computed at the feeds, device and dtype of values_generation,
+    # which only those bump (a new selection keeps them).
+    values: dict[str, np.ndarray] = field(default_factory=dict)
+    values_generation: int = 0
+    values_one_by_one: bool = False  # the pass over everything failed or would not fit: per tensor
     gradient: object | None = None  # engine.GradientResult of the current generation
     gradient_stats: object | None = None
     check: object | None = None  # engine CheckReport of the current generation
     spec: engine.GradientSpec | None = None
     selection_error: str | None = None
     _slice: tuple | None = field(default=None, repr=False)
+    _intermediate_bytes: int | None = field(default=None, repr=False)
 
     @property
     def graph(self) -> engine.GraphIndex:
@@ -261,6 +203,8 @@ class Session:
         self.gradient = self.gradient_stats = self.check = None
         if values:
             self.values = {}
+            self.values_generation += 1
+            self.values_one_by_one = False
 
     # --- jobs and results ----------------------------------------------------------------------
     def require_spec(self) -> engine.GradientSpec:
@@ -279,16 +223,31 @@ class Session:
                         self.generation)
 
     def values_job(self, names) -> "ValuesJob | None":
-        """A job computing the forward values of `names` not seen yet at the current feeds, or None."""
+        """A job computing the forward values of `names` not seen yet, or None when none is missing.
+
+        Fed tensors are answered here at once; anything else starts one pass computing every value
+        (unless the model's intermediates would not fit VALUES_BUDGET, or that pass failed)."""
         missing = [n for n in names if n not in self.values and self.graph.has_tensor(n)]
         if not missing:
             return None
-        return ValuesJob(self.model, self.feed_values(), tuple(missing), self.device, self.dtype, self.generation)
+        feeds = self.feed_values()
+        self.values.update({n: feeds[n] for n in missing if n in feeds})
+        missing = [n for n in missing if n not in feeds]
+        if not missing:
+            return None
+        if self._intermediate_bytes is None:
+            self._intermediate_bytes = intermediate_bytes(self.graph)
+        one_by_one = self.values_one_by_one or self._intermediate_bytes > VALUES_BUDGET
+        return ValuesJob(self.model, feeds, tuple(missing) if one_by_one else (), self.device, self.dtype,
+                         self.values_generation)
 
-    def accept_values(self, generation: int, values: Mapping[str, np.ndarray]) -> bool:
-        if generation != self.generation:
+    def accept_values(self, generation: int, values: Mapping[str, np.ndarray], everything: bool = False) -> bool:
+        if generation != self.values_generation:
             return False
         self.values.update(values)
+        # After the pass over everything, what is still missing is asked for by name (never again
+        # by a whole pass that would not have it either).
+        self.values_one_by_one = self.values_one_by_one or everything
         return True
 
     def accept_gradient(self, generation: int, result, stats) -> bool:

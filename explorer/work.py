@@ -18,15 +18,16 @@ from engine.errors import OnnxGradError
 
 from . import messages as m
 from .guard import guarded, one_line
+from .jobs import CheckJob, GradientJob
 from .layout import layout_for, local_near, wants_local
 from .screens.export import mismatch
-from .state import CheckJob, GradientJob
 from .widgets.graph_view import prepare_canvas
 
 LABELS = {"gradient": "computing gradients", "check": "verifying", "step": "tracing step mode",
           "export": "exporting", "open": "opening model", "layout": "laying out", "values": "computing values"}
 CANCELLABLE = ("gradient", "check", "step", "export", "open")
 SMALL_MODEL = 300  # nodes: up to this, values are computed as soon as the cursor lands
+VALUES_DEBOUNCE_S = 0.3
 
 
 @guarded
@@ -35,6 +36,7 @@ class Workers:
 
     _values_timer = None
     local = None  # the engine.LocalLayout on screen while the whole layout is being made, else None
+    _values_for: int | None = None  # the values_generation a pass over every value is running for
 
     # --- starting work -----------------------------------------------------------------------------
     def request_layout(self, first: bool = False) -> None:
@@ -110,25 +112,33 @@ class Workers:
         if self._values_timer is not None:
             self._values_timer.stop()
             self._values_timer = None
+        if all(n in self.session.values for n in names):
+            return
+        if self._values_for == self.session.values_generation and self._work_live("values"):
+            return  # the pass under way computes every value: these arrive with it
         if len(self.session.graph.nodes) <= SMALL_MODEL:
             self.call_later(self._start_values, list(names))
-        else:  # debounced: holding an arrow key must not start a forward pass per box
-            self._values_timer = self.set_timer(0.3, lambda: self._start_values(list(names)))
+        else:  # debounced: a burst of arrows starts one pass, once the cursor stops
+            self._values_timer = self.set_timer(VALUES_DEBOUNCE_S, lambda: self._start_values(list(names)))
 
     def _start_values(self, names) -> None:
+        self._values_timer = None
         try:
             job = self.session.values_job(names)
         except OnnxGradError as exc:
             self.notify(str(exc), title="cannot compute values", severity="warning")
             return
-        if job is not None:
-            self.run_values(job)
+        if job is None:  # fed tensors: answered at once
+            self.query_one("#inspector").refresh_content()
+            return
+        self._values_for = job.generation if not job.names else None
+        self.run_values(job)
 
     @work(thread=True, exclusive=True, group="values", exit_on_error=False)
     def run_values(self, job) -> None:
         values = job.run()
         if not get_current_worker().is_cancelled:
-            self.post_message(m.ValuesReady(job.generation, values))
+            self.post_message(m.ValuesReady(job.generation, values, everything=not job.names))
 
     @work(thread=True, exclusive=True, group="gradient", exit_on_error=False)
     def run_gradient(self, job: GradientJob) -> None:
@@ -248,6 +258,10 @@ class Workers:
             self.post_message(m.WorkFinished(worker.group, "failed", text))
             if worker.group == "layout":
                 self.query_one("#graph").set_layout(None, f"no layout: {text}")
+            if worker.group == "values" and self._values_for == self.session.values_generation:
+                # One value that cannot be computed must not cost the others: ask per tensor.
+                self._values_for, self.session.values_one_by_one = None, True
+                self.request_values([self.cursor[1]] if self.cursor[1] else [])
 
     def _finish(self, kind: str, accepted: bool, done_text: str) -> None:
         self.query_one("#status").idle(done_text if accepted else "ready (a result for old settings was dropped)")
@@ -274,7 +288,7 @@ class Workers:
         self._finish("check", ok, "check cancelled: partial results" if verdict == "cancelled" else f"check: {verdict}")
 
     def on_values_ready(self, message: m.ValuesReady) -> None:
-        if self.session.accept_values(message.generation, message.values):
+        if self.session.accept_values(message.generation, message.values, message.everything):
             self.query_one("#inspector").refresh_content()
 
     def _layout_key(self) -> tuple:

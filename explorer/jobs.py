@@ -1,0 +1,94 @@
+"""The frozen jobs the session hands to worker threads: everything one run needs, copied when asked."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+import engine
+
+# Bytes of intermediates (declared shapes, float64 counted) up to which one pass keeps them all.
+VALUES_BUDGET = 1 << 30
+
+
+@dataclass(frozen=True)
+class CheckOptions:
+    mode: str = "full"
+    rtol: float | None = None
+    atol: float | None = None
+    order: int = 1
+    per_node: bool = False
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class GradientJob:
+    """Everything one gradient run needs, copied from the session at the time it was asked for."""
+
+    model: engine.Model
+    spec: engine.GradientSpec
+    feeds: dict[str, np.ndarray]
+    device: str
+    dtype: str
+    generation: int
+    seed: int = 0  # for a default the engine draws (an intermediate member it cannot compute)
+
+    def run(self):
+        """(GradientResult, GraphStats): the stats are what flowed along each edge of the backward graph."""
+        spec = self.spec
+        return engine.gradient_with_stats(self.model, spec.y, spec.xs, spec.zs, self.feeds, None,
+                                          device=self.device, dtype=self.dtype, seed=self.seed)
+
+
+@dataclass(frozen=True)
+class ValuesJob:
+    """Forward values at the session's feeds, device and dtype (`values_generation` names them).
+
+    `names` empty: every value of the graph from one pass, so that later cursor moves find theirs
+    already computed; else only those (a model whose intermediates would not fit VALUES_BUDGET)."""
+
+    model: engine.Model
+    feeds: dict[str, np.ndarray]
+    names: tuple[str, ...]
+    device: str
+    dtype: str
+    generation: int
+
+    def run(self) -> dict[str, np.ndarray]:
+        if not self.names:
+            return self.model.run_all(self.feeds, device=self.device, dtype=self.dtype)
+        found = {n: self.feeds[n] for n in self.names if n in self.feeds}
+        rest = [n for n in self.names if n not in found]
+        blocked = self.model.blocked(rest, list(self.feeds))  # the inspector says why these have no value
+        rest = [n for n in rest if n not in blocked]
+        if rest:
+            found.update(self.model.run(self.feeds, outputs=rest, device=self.device, dtype=self.dtype))
+        return found
+
+
+@dataclass(frozen=True)
+class CheckJob:
+    model: engine.Model
+    spec: engine.GradientSpec
+    feeds: dict[str, np.ndarray]
+    device: str
+    options: CheckOptions
+    generation: int
+
+    def run(self, progress: Callable | None = None, should_stop: Callable | None = None):
+        o, spec = self.options, self.spec
+        return engine.check(self.model, spec.y, spec.xs, spec.zs, feeds=self.feeds, mode=o.mode, order=o.order,
+                            rtol=o.rtol, atol=o.atol, seed=o.seed, per_node=o.per_node, device=self.device,
+                            progress=progress, should_stop=should_stop)
+
+
+def intermediate_bytes(graph) -> int:
+    """What every node output would take in float64, by declared shapes (an unknown dim counts 1)."""
+    total = 0
+    for node in graph.nodes:
+        for t in node.output:
+            info = graph.types.get(t) if t else None
+            if info is not None and info.shape is not None:
+                total += 8 * int(np.prod([d if isinstance(d, int) and d > 0 else 1 for d in info.shape]))
+    return total
