@@ -49,16 +49,24 @@ class OpImpl:
         return tuple(p for p in CONTEXT_PARAMS if p in params)
 
 
-@lru_cache(maxsize=None)
 def parameters(fn: Callable):
     """`inspect.signature(fn).parameters`, once per function: a plan binds every node of the graph,
     and reading signatures afresh was most of the time to build one on a 10,000-node model."""
+    try:
+        return _parameters(fn)
+    except TypeError:  # an unhashable callable (an instance with __eq__ and no __hash__)
+        import inspect
+
+        return inspect.signature(fn).parameters
+
+
+@lru_cache(maxsize=None)
+def _parameters(fn: Callable):
     import inspect  # here, not at the top: `onnxgrad ops` and --help never need it
 
     return inspect.signature(fn).parameters
 
 
-@lru_cache(maxsize=None)
 def _accepted(fn: Callable) -> frozenset[str] | None:
     import inspect
 
