@@ -12,6 +12,7 @@ from onnx import TensorProto, helper
 import engine
 from explorer import messages as m
 from explorer.app import make_app
+from explorer.screens.feed import FeedScreen
 from explorer.work import SMALL_MODEL, VALUES_DEBOUNCE_S
 from tests.big_models import residual_chain
 
@@ -32,6 +33,15 @@ def onnxruntime_value(name: str, feeds: dict) -> np.ndarray:
     proto.graph.output.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, None))
     session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
     return session.run([name], {k: v.astype(np.float32) for k, v in feeds.items()})[0]
+
+
+async def until(pilot, condition, timeout: float = 30.0) -> None:
+    """Pause until `condition()` holds (a loaded machine can take a while to push a dialog)."""
+    for _ in range(int(timeout / 0.05)):
+        if condition():
+            return
+        await pilot.pause(0.05)
+    assert condition()
 
 
 async def quiet(app, pilot) -> None:
@@ -101,8 +111,10 @@ async def test_a_dtype_or_feed_change_drops_the_values_and_computes_them_again(r
         assert_shows_current_value(app, tensor)
 
         app.move_cursor(None, "input")
-        await pilot.press("f", "ctrl+u", *"ones", "enter")
-        await pilot.pause()
+        await pilot.press("f")
+        await until(pilot, lambda: isinstance(app.screen, FeedScreen))
+        await pilot.press("ctrl+u", *"ones", "enter")
+        await until(pilot, lambda: "input" in app.session.feeds)
         assert app.session.feeds["input"].kind == "ones"
         app.move_cursor(node, tensor)
         await pilot.pause()
