@@ -19,7 +19,7 @@ from typing import Sequence
 
 Edge = tuple[int, int]
 VIRTUAL_WEIGHT = 4.0  # virtual items pull harder than nodes: long edges come out straight
-LONE, LONE_2, PAIR, ROW = "lone", "lone2", "pair", "row"  # kinds of x-placement step
+LONE, LONE_2, PAIR, PAIR_2, ROW = "lone", "lone2", "pair", "pair2", "row"  # kinds of x-placement step
 
 
 @dataclass(frozen=True)
@@ -182,7 +182,7 @@ def order_layers(layers, up, down, comp, sweeps: int = 4) -> None:
             keys = []
             for item in layer:
                 nbrs = nbrs_of[item]
-                bary = sum([pos[v] for v in nbrs]) / len(nbrs) if nbrs else pos[item]
+                bary = sum(map(pos.__getitem__, nbrs)) / len(nbrs) if nbrs else pos[item]
                 keys.append((comp[item], bary) if split else bary)
             if len(layer) == 2:  # the common case, without a sort
                 if keys[1] < keys[0]:
@@ -249,7 +249,11 @@ def place_x(layers, up, down, widths: list[int], n_nodes: int, sep: float = 2.0,
                 steps.append((LONE, layer[0], ns))
         elif len(layer) == 2:
             a, b = layer
-            steps.append((PAIR, a, b, ws[0] / 2, ws[1] / 2, weights[0], weights[1], ws[0] + sep, nbrs[a], nbrs[b]))
+            shape = (a, b, ws[0] / 2, ws[1] / 2, weights[0], weights[1], ws[0] + sep)
+            if len(nbrs[a]) == len(nbrs[b]) == 2:  # one above and one below each: a chain beside a long edge
+                steps.append((PAIR_2, *shape, *nbrs[a], *nbrs[b]))
+            else:
+                steps.append((PAIR, *shape, nbrs[a], nbrs[b]))
         elif layer:
             steps.append((ROW, layer, ws, weights, [nbrs[item] for item in layer]))
     for p in range(passes):
@@ -258,20 +262,25 @@ def place_x(layers, up, down, widths: list[int], n_nodes: int, sep: float = 2.0,
             if kind is LONE_2:
                 _, item, a, b = step
                 centre[item] = (centre[a] + centre[b]) / 2
-            elif kind is PAIR:
-                _, a, b, ha, hb, wa, wb, gap, na, nb = step
-                da = (sum([centre[v] for v in na]) / len(na) if na else centre[a]) - ha
-                db = (sum([centre[v] for v in nb]) / len(nb) if nb else centre[b]) - hb
+            elif kind is PAIR_2 or kind is PAIR:
+                if kind is PAIR_2:
+                    _, a, b, ha, hb, wa, wb, gap, a1, a2, b1, b2 = step
+                    da = (centre[a1] + centre[a2]) / 2 - ha
+                    db = (centre[b1] + centre[b2]) / 2 - hb
+                else:
+                    _, a, b, ha, hb, wa, wb, gap, na, nb = step
+                    da = (sum(map(centre.__getitem__, na)) / len(na) if na else centre[a]) - ha
+                    db = (sum(map(centre.__getitem__, nb)) / len(nb) if nb else centre[b]) - hb
                 if db < da + gap:
                     da = (wa * da + wb * (db - gap)) / (wa + wb)
                     db = da + gap
                 centre[a], centre[b] = da + ha, db + hb
             elif kind is LONE:
                 _, item, ns = step
-                centre[item] = sum([centre[v] for v in ns]) / len(ns)
+                centre[item] = sum(map(centre.__getitem__, ns)) / len(ns)
             else:
                 _, layer, ws, weights, ns_list = step
-                desired = [(sum([centre[v] for v in ns]) / len(ns) if ns else centre[item]) - w / 2
+                desired = [(sum(map(centre.__getitem__, ns)) / len(ns) if ns else centre[item]) - w / 2
                            for item, w, ns in zip(layer, ws, ns_list)]
                 for item, left, w in zip(layer, isotonic_place(desired, ws, weights, sep), ws):
                     centre[item] = left + w / 2
