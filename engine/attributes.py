@@ -33,7 +33,7 @@ def array_to_tensor(arr, device: torch.device, float_dtype: torch.dtype | None =
         target = None
     if arr.dtype == np.uint16 or arr.dtype == np.uint32 or arr.dtype == np.uint64:
         arr = arr.astype(np.int64)
-    if str(arr.dtype) == "bfloat16":  # ml_dtypes bfloat16, as onnx's numpy_helper returns it
+    if arr.dtype.kind == "V" and str(arr.dtype) == "bfloat16":  # ml_dtypes bfloat16, as onnx's numpy_helper returns it
         t = torch.from_numpy(arr.astype(np.float32)).to(torch.bfloat16)
     elif arr.dtype.kind == "V" or arr.dtype.kind not in "fiubc":  # float8, int4, ... (ml_dtypes)
         raise OnnxGradError(f"element type {arr.dtype} is not supported (torch has no arithmetic for it)")

@@ -81,9 +81,12 @@ def to_numpy(t) -> np.ndarray:
     return t.cpu().numpy()
 
 
+_CPU = torch.device("cpu")
+
+
 def parse_device(device: str | torch.device | None) -> torch.device:
-    if device is None:
-        return torch.device("cpu")
+    if device is None or device == "cpu" or (isinstance(device, torch.device) and device.type == "cpu"):
+        return _CPU  # the common case, without torch.device's parsing (a check calls this a few times)
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError):

@@ -51,13 +51,15 @@ def tolerance(n: int, rtol: float | None, atol: float | None, scale: np.ndarray 
     """The default atol is ATOL_REL times the gradient's scale, raised to the finite differences'
     own resolution (their roundoff) as long as that stays below RESOLUTION_REL of the scale: an
     element far smaller than the rest of its gradient cannot be resolved and cannot matter."""
-    scale_arr = np.broadcast_to(np.asarray(scale, dtype=np.float64), (n,))
+    # Plain numpy on arrays of a few items: nan_to_num and broadcast_to cost more than the arithmetic.
+    scale_arr = np.full(n, float(scale)) if np.ndim(scale) == 0 else np.asarray(scale, dtype=np.float64)
+    top = float(scale_arr.max()) if n else 0.0
     if atol is None:
         if noise is not None:
             # A gradient that is zero up to roundoff (every element below what finite differences
             # resolve) has no scale of its own: the resolution stands in for it, so analytic and
             # numeric agreeing far inside it (-5e-16 vs 0) pass instead of being "inaccurate".
-            resolution = np.nan_to_num(noise, nan=0.0, posinf=0.0)
+            resolution = _finite_or_zero(noise)
             scale_arr = np.maximum(scale_arr, resolution)
         atol_arr = ATOL_REL * scale_arr
         if noise is not None:
@@ -65,13 +67,16 @@ def tolerance(n: int, rtol: float | None, atol: float | None, scale: np.ndarray 
             atol_arr = np.maximum(atol_arr, resolvable)
     else:
         atol_arr = np.full(n, float(atol))
-    return Tolerance(RTOL if rtol is None else float(rtol), atol_arr.copy(),
-                     float(np.max(np.broadcast_to(np.asarray(scale, dtype=np.float64), (n,)), initial=0.0)))
+    return Tolerance(RTOL if rtol is None else float(rtol), np.array(atol_arr, dtype=np.float64), max(top, 0.0))
+
+
+def _finite_or_zero(a: np.ndarray) -> np.ndarray:
+    return np.where(np.isfinite(a), a, 0.0)
 
 
 def widened(tol: Tolerance, slack: np.ndarray) -> Tolerance:
     """`tol` with atol raised to `slack` per item (the analytic side's own rounding error)."""
-    return Tolerance(tol.rtol, np.maximum(tol.atol, np.nan_to_num(slack, nan=0.0, posinf=0.0)), tol.scale)
+    return Tolerance(tol.rtol, np.maximum(tol.atol, _finite_or_zero(slack)), tol.scale)
 
 
 def _threshold(a, n, tol: Tolerance):

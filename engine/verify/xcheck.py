@@ -281,9 +281,11 @@ class XProbe:
 def _direction_items(g: torch.Tensor, directions: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
     """(<g, u>, sum |g * u|) for each direction u: the analytic slope and the scale of its terms."""
     u = directions.to(torch.float64).reshape(directions.shape[0], -1)
-    flat = g.reshape(-1, 1)
-    both = torch.cat([u @ flat, u.abs() @ flat.abs()], 1).cpu().numpy()
-    return both[:, 0].copy(), both[:, 1].copy()
+    flat = g.reshape(-1)
+    if u.device.type == "cpu":  # numpy: torch's dispatch costs more than these products
+        u, flat = u.numpy(), flat.detach().numpy()
+        return u @ flat, np.abs(u) @ np.abs(flat)
+    return (u @ flat).cpu().numpy(), (u.abs() @ flat.abs()).cpu().numpy()
 
 
 def _worst(status: np.ndarray, ratio: np.ndarray) -> int | None:
@@ -291,7 +293,7 @@ def _worst(status: np.ndarray, ratio: np.ndarray) -> int | None:
     for wanted in (FAIL, PASS, INCONCLUSIVE):
         mask = status == wanted
         if mask.any():
-            r = np.where(mask, np.nan_to_num(ratio, nan=np.inf), -np.inf)
+            r = np.where(mask, np.where(np.isnan(ratio), np.inf, ratio), -np.inf)
             return int(np.argmax(r))
     return None
 
