@@ -31,7 +31,7 @@ def array_to_tensor(arr, device: torch.device, float_dtype: torch.dtype | None =
         target = onnx_to_torch(onnx_type)
     else:
         target = None
-    if arr.dtype == np.uint16 or arr.dtype == np.uint32 or arr.dtype == np.uint64:
+    if arr.dtype.kind == "u" and arr.dtype.itemsize > 1:  # uint16/32/64: torch has no arithmetic for them
         arr = arr.astype(np.int64)
     if arr.dtype.kind == "V" and str(arr.dtype) == "bfloat16":  # ml_dtypes bfloat16, as onnx's numpy_helper returns it
         t = torch.from_numpy(arr.astype(np.float32)).to(torch.bfloat16)

@@ -75,10 +75,14 @@ def to_numpy(t) -> np.ndarray:
         return t
     if not isinstance(t, torch.Tensor):
         return np.asarray(t)
-    t = t.detach()
+    # Each step only when needed: Model.gradient converts every gradient and value per call.
+    if t.requires_grad:
+        t = t.detach()
     if t.dtype == torch.bfloat16:
         t = t.float()
-    return t.cpu().numpy()
+    if not t.is_cpu:
+        t = t.cpu()
+    return t.numpy()
 
 
 _CPU = torch.device("cpu")

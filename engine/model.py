@@ -34,6 +34,7 @@ class Model:
                 self._check_gradient_node(i)
         self._unsupported: tuple[int, dict[int, str]] | None = None
         self._constants: dict[tuple, dict[str, torch.Tensor]] = {}
+        self._arrays: dict[tuple, dict[str, np.ndarray]] = {}
         self._plans: dict[tuple, Plan] = {}
         self._grads: dict[tuple, PreparedGradient] = {}
         # Per-call overhead of `gradient`: validation and the cut-graph walk depend only on names.
@@ -169,6 +170,15 @@ class Model:
             }
         return self._constants[key]
 
+    def _constant_arrays(self, device, dtype) -> dict[str, np.ndarray]:
+        """`constants(device, dtype)` as read-only numpy arrays, cached: `gradient` reports the
+        values it used, and converting every initializer per call costs more than small models run."""
+        key = (str(device), dtype)
+        arrays = self._arrays.get(key)
+        if arrays is None:
+            arrays = self._arrays[key] = {n: _read_only(to_numpy(t)) for n, t in self.constants(device, dtype).items()}
+        return arrays
+
     # --- gradients -------------------------------------------------------------------------------
     def selection(self, y: str, xs, zs=()) -> GradientSpec:
         """Validate (y, xs, zs) as the Gradient operator defines them; raises SelectionError."""
@@ -226,6 +236,7 @@ class Model:
             dy_t = dy if isinstance(dy, torch.Tensor) else torch.as_tensor(np.asarray(dy))
             dy_t = dy_t.to(dev)
         out = prepared(*tensors, dy=dy_t)
+        arrays = self._constant_arrays(dev, fdt)
         return GradientResult(
             spec=spec,
             y=to_numpy(out.y),
@@ -234,7 +245,8 @@ class Model:
             seed="ones" if dy is None else "dy",
             device=str(dev),
             dtype=str(fdt).removeprefix("torch.") if fdt else "native",
-            values={n: _read_only(to_numpy(t)) for n, t in zip(spec.inputs, tensors)},
+            values={n: arrays[n] if n in arrays and n not in feeds else _read_only(to_numpy(t))
+                    for n, t in zip(spec.inputs, tensors)},
         )
 
     def selection_values(self, spec: GradientSpec, feeds: Mapping[str, object], seed: int = 0,

@@ -69,8 +69,20 @@ def div_v1(a, b, *, broadcast=0, axis=None, consumed_inputs=None):
 def pow_(x, y):
     # NOTE: the result keeps the base's type (an int base with a float exponent truncates).
     # d/dy x**y = x**y * log(x) is taken as 0 at x == 0 (torch's convention).
+    if _scalar_exponent(x, y):
+        # A constant exponent as a Python number: torch's x*x, sqrt, reciprocal... kernels, as
+        # numpy, onnxruntime and torch eager (x.pow(2)) compute it, and a backward without the
+        # tensor exponent's mask and broadcasting (most of a small Pow's cost).
+        y = y.item()
     out = torch.pow(x, y)
     return out if out.dtype == x.dtype else out.to(x.dtype)
+
+
+def _scalar_exponent(x, y) -> bool:
+    """y is one float constant that cannot change x's shape, known here without a device sync."""
+    return (y.numel() == 1 and y.dim() <= x.dim() and y.is_cpu and x.is_floating_point()
+            and y.is_floating_point() and not y.requires_grad
+            and not torch._C._functorch.is_functorch_wrapped_tensor(y) and not torch.compiler.is_compiling())
 
 
 @register("Pow", since=1, until=6)

@@ -6,6 +6,7 @@ import math
 import torch
 
 from ..registry import register
+from .shape import int_list
 
 
 def _dims(x, axes, noop_with_empty_axes):
@@ -15,8 +16,7 @@ def _dims(x, axes, noop_with_empty_axes):
     return tuple(sorted({a + x.dim() if a < 0 else a for a in axes}))
 
 
-def _read_axes(axes):
-    return None if axes is None else [int(a) for a in axes.reshape(-1).tolist()]
+_read_axes = int_list
 
 
 def _reduce(kernel, data, axes, keepdims, noop_with_empty_axes=0):

@@ -16,9 +16,16 @@ def norm_axis(axis: int, rank: int, op: str = "") -> int:
     return axis + rank if axis < 0 else axis
 
 
+_INTS = (torch.int64, torch.int32)
+
+
 def int_list(t: torch.Tensor | None) -> list[int] | None:
     """A shape-like int tensor (shape, axes, pads, repeats, ...) as Python ints."""
-    return None if t is None else [int(v) for v in t.reshape(-1).tolist()]
+    if t is None:
+        return None
+    if t.dim() == 1 and t.dtype in _INTS:  # the common case: tolist gives Python ints already
+        return t.tolist()
+    return [int(v) for v in t.reshape(-1).tolist()]
 
 
 def int_scalar(t: torch.Tensor) -> int:
@@ -28,6 +35,10 @@ def int_scalar(t: torch.Tensor) -> int:
 # --- Reshape and friends ------------------------------------------------------------------------
 
 def _reshape(x, shape: list[int], allowzero: int = 0):
+    if -1 not in shape and (allowzero or 0 not in shape):  # nothing to infer (per-call cost: most reshapes)
+        if math.prod(shape) != x.numel():
+            raise OnnxGradError(f"Reshape of shape {list(x.shape)} to {shape}: element counts differ")
+        return x.reshape(shape)
     if not allowzero and any(d == 0 and i >= x.dim() for i, d in enumerate(shape)):
         raise OnnxGradError(f"Reshape shape {shape} copies a dim (0) that the rank-{x.dim()} input lacks")
     dims = [x.shape[i] if d == 0 and not allowzero else d for i, d in enumerate(shape)]
@@ -83,6 +94,10 @@ def squeeze(data, axes=None):
 
 def _unsqueeze(x, axes):
     rank = x.dim() + len(axes)
+    if len(axes) == 1:  # the common case, without the sort and the repeat check
+        dims = list(x.shape)
+        dims.insert(norm_axis(axes[0], rank, "Unsqueeze"), 1)
+        return x.reshape(dims)
     new = sorted(norm_axis(a, rank, "Unsqueeze") for a in axes)
     if len(set(new)) != len(new):
         raise OnnxGradError(f"Unsqueeze axes {axes} repeat an axis")
@@ -119,12 +134,24 @@ def size(data):
     return torch.tensor(data.numel(), dtype=torch.int64, device=data.device)
 
 
+def broadcast(a, b) -> list[int] | None:
+    """numpy's broadcast of two shapes, None when they do not broadcast (torch.broadcast_shapes
+    costs more than Expand's own work on small tensors)."""
+    n = max(len(a), len(b))
+    a, b = [1] * (n - len(a)) + list(a), [1] * (n - len(b)) + list(b)
+    out = []
+    for p, q in zip(a, b):
+        if p < 0 or q < 0 or (p != q and p != 1 and q != 1):
+            return None
+        out.append(q if p == 1 else p)
+    return out
+
+
 @register("Expand", since=8)
 def expand(x, shape):
-    try:
-        out = torch.broadcast_shapes(tuple(x.shape), tuple(int_list(shape)))
-    except RuntimeError:
-        raise OnnxGradError(f"Expand: shape {int_list(shape)} does not broadcast with {list(x.shape)}") from None
+    out = broadcast(x.shape, int_list(shape))
+    if out is None:
+        raise OnnxGradError(f"Expand: shape {int_list(shape)} does not broadcast with {list(x.shape)}")
     return x.expand(out)
 
 
@@ -203,6 +230,10 @@ def _slice(x, starts, ends, axes, steps):
         s, e = (s + d if s < 0 else s), (e + d if e < 0 else e)
         if st == 0:
             raise OnnxGradError("Slice: a step of 0 is not allowed")
+        if st == 1:  # the same aten::slice view as indexing, without parsing an index tuple
+            lo = min(max(s, 0), d)
+            x = x.narrow(a, lo, max(min(max(e, 0), d) - lo, 0))
+            continue
         if st > 0:
             sl = slice(min(max(s, 0), d), min(max(e, 0), d), st)
         else:
