@@ -348,19 +348,6 @@ class ExplorerApp(Workers, PaletteApp, App):
             return
         self.run_trace(s.model, s.spec, feeds, s.device, s.dtype, s.generation)
 
-    def on_trace_ready(self, message: m.TraceReady) -> None:
-        self.query_one(StatusLine).idle("ready")
-        if message.generation != self.session.generation:
-            self.notify("the selection or feeds changed while tracing: press s again", severity="warning")
-            return
-        layout = self.layouts.get(("forward", None))
-
-        def done(node_index) -> None:
-            if node_index is not None:
-                self.move_cursor(node_index, None)
-
-        self.push_screen(StepScreen(message.trace, layout), done)
-
     def action_export(self, what: str = "gradients") -> None:
         stem = "".join(c if c.isalnum() or c in "-_" else "_" for c in self.session.label) or "model"
         self.push_screen(ExportScreen(stem, what), lambda r: r and self.start_export(*r))

@@ -113,5 +113,20 @@ class ModelOpened(Message):
 
 @dataclass
 class TraceReady(Message):
+    """The forward frames: step mode opens on them while the reverse pass is traced."""
+
     generation: int
-    trace: object  # explorer.stepper.Trace
+    trace: object  # explorer.stepper.Trace, its first frames
+    total: int  # nodes each pass visits
+    shown: object = None  # threading.Event the step screen sets once it is drawn
+
+
+@dataclass
+class TraceChunk(Message):
+    """Reverse frames traced since the last chunk; `grads` (the accumulated gradients) on the last."""
+
+    generation: int
+    frames: tuple  # explorer.stepper.Frame
+    done: int
+    total: int
+    grads: dict | None = None

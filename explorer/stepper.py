@@ -7,8 +7,8 @@ tests against `Model.gradient`.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Callable, Iterator, Mapping
 
 import numpy as np
 import torch
@@ -69,14 +69,21 @@ class Frame:
 
 @dataclass(frozen=True)
 class Trace:
+    """The frames traced so far. Step mode opens on the forward frames; the reverse frames follow
+    in chunks (`extended`), and `grads` is set once the reverse pass is complete."""
+
     spec: engine.GradientSpec
     frames: tuple[Frame, ...]
-    grads: dict[str, np.ndarray]  # the accumulated gradient of every x, after the last frame
     values: dict[str, torch.Tensor]  # every forward value the frames name
+    forward_count: int
+    grads: dict[str, np.ndarray] | None = None  # the accumulated gradient of every x, after the last frame
 
     @property
-    def forward_count(self) -> int:
-        return sum(f.phase == "forward" for f in self.frames)
+    def complete(self) -> bool:
+        return self.grads is not None
+
+    def extended(self, frames: tuple[Frame, ...], grads: dict[str, np.ndarray] | None = None) -> "Trace":
+        return replace(self, frames=self.frames + tuple(frames), grads=grads)
 
     def view(self, name: str) -> TensorView:
         return TensorView.of(name, self.values[name])
@@ -86,68 +93,142 @@ def trace(model: engine.Model, spec: engine.GradientSpec, feeds: Mapping[str, np
           device: str = "cpu", dtype: str | None = None, seed: int = 0,
           should_stop: Callable[[], bool] | None = None,
           progress: Callable[[int, int], None] | None = None) -> Trace:
-    graph = model.graph
-    values_np = model.selection_values(spec, feeds, seed=seed)
-    plan = model.prepare(list(spec.inputs), [spec.y], device=device, dtype=dtype, keep_all=True)
-    tensors = [model.to_tensor(n, values_np[n], plan.device, plan.float_dtype) for n in spec.inputs]
-    with torch.no_grad():
-        values = plan.run_all(tensors)
-    opset = graph.opset("")
-    live = set(spec.xs)  # tensors that depend on some x: only they receive gradient
-    frames: list[Frame] = []
-    for step in plan.steps:
-        node = graph.nodes[step.node_index]
-        if any(t in live for t in node.input):
-            live.update(t for t in node.output if t)
-        frames.append(Frame("forward", step.node_index, step.name, step.op_type,
-                            tuple(t for t in node.input if t in values),
-                            tuple(t for t in node.output if t in values)))
-    in_plan = {s.node_index for s in plan.steps}
-    fan_in = {t: len({i for i in graph.consumers.get(t, ()) if i in in_plan}) for t in live}
-    grads: dict[str, torch.Tensor] = {spec.y: torch.ones_like(values[spec.y])}
-    received: dict[str, int] = {}
-    total = len(plan.steps)
-    for done, step in enumerate(reversed(plan.steps)):
-        if should_stop is not None and should_stop():
-            break
-        if progress is not None and done % 25 == 0:
-            progress(done, total)
-        node = graph.nodes[step.node_index]
-        arriving = [(t, grads[t]) for t in node.output if t in grads]
-        if not arriving or not any(t in live for t in node.input):
-            continue
-        sent = _vjp(step, node, values, live, dict(arriving))
-        outgoing, counted = [], set()
-        for (sym, rule), t in zip(rule_lines(node, opset), list(node.input) + [""] * 8):
-            if not t:
+    """The whole trace in one call: every forward frame, then every reverse frame."""
+    tracer = Tracer(model, spec, feeds, device=device, dtype=dtype, seed=seed)
+    frames = []
+
+    def emit(frame: Frame) -> None:
+        frames.append(frame)
+        if progress is not None and frame.phase == "reverse" and len(frames) % 25 == 0:
+            progress(tracer.done, tracer.total)
+
+    tracer.run(emit, should_stop)
+    return tracer.head.extended(tuple(frames), tracer.grads)
+
+
+class _Stopped(Exception):
+    """Raised out of the forward run when the caller stops tracing (not a step error: it passes through)."""
+
+
+class Tracer:
+    """The frames of one selection, one at a time: `run` walks the forward pass node by node, then
+    reverse mode node by node, handing each frame on as it is made; it stops between nodes.
+    Building it runs nothing. `head` is the empty trace the frames extend; `done` of `total` nodes
+    the reverse pass has visited; `grads` once it has visited all."""
+
+    def __init__(self, model: engine.Model, spec: engine.GradientSpec, feeds: Mapping[str, np.ndarray], *,
+                 device: str = "cpu", dtype: str | None = None, seed: int = 0):
+        self.graph, self.spec, self.model = model.graph, spec, model
+        # The plan `Model.gradient` uses (cached on the model): run_observed keeps every value anyway.
+        self.plan = model.prepare(list(spec.inputs), [spec.y], device=device, dtype=dtype)
+        values_np = model.selection_values(spec, feeds, seed=seed)
+        self.inputs = [model.to_tensor(n, values_np[n], self.plan.device, self.plan.float_dtype)
+                       for n in spec.inputs]
+        self.steps = self.plan.steps
+        self.values: dict[str, torch.Tensor] = {}  # filled as the forward pass reaches each tensor
+        self.live = set(spec.xs)  # tensors that depend on some x: only they receive gradient
+        self.head = Trace(spec, (), self.values, len(self.steps))
+        self.total = len(self.steps)
+        self.done = 0
+        self.grads: dict[str, np.ndarray] | None = None
+
+    def run(self, emit: Callable[[Frame], None], should_stop: Callable[[], bool] | None = None,
+            forward_done: Callable[[], None] | None = None) -> None:
+        """Every frame to `emit`, in order; `forward_done()` between the passes; `grads` is set when
+        the last frame has been emitted."""
+        stop = should_stop or (lambda: False)
+        try:
+            with torch.no_grad():
+                # Observed, not run_all: each frame leaves as soon as its node ran, and run_all's
+                # fx module costs more to build (0.3 s on densenet) than the pass itself.
+                self.plan.run_observed(self.inputs, _Recorder(self, emit, stop))
+        except _Stopped:
+            return
+        if forward_done is not None:
+            forward_done()
+        for frame in self._reverse(stop):
+            emit(frame)
+
+    def _reverse(self, should_stop) -> Iterator[Frame]:
+        graph, values, live = self.graph, self.values, self.live
+        opset = graph.opset("")
+        in_plan = {s.node_index for s in self.steps}
+        fan_in = {t: len({i for i in graph.consumers.get(t, ()) if i in in_plan}) for t in live}
+        grads: dict[str, torch.Tensor] = {self.spec.y: torch.ones_like(values[self.spec.y])}
+        received: dict[str, int] = {}
+        for step in reversed(self.steps):
+            if should_stop():
+                return
+            self.done += 1
+            node = graph.nodes[step.node_index]
+            arriving = [(t, grads[t]) for t in node.output if t in grads]
+            if not arriving or not any(t in live for t in node.input):
                 continue
-            if t in counted:  # Mul(A, A): the VJP already summed both uses into one gradient
-                outgoing.append(Outgoing(sym, t, rule, None, f"same tensor as an earlier input: d{t} counted there"))
-                continue
-            counted.add(t)
-            g = sent.get(t)
-            if t not in live or g is None:
-                why = "no gradient: does not depend on xs" if t not in live else "no gradient flows (rule gives none)"
-                outgoing.append(Outgoing(sym, t, rule, None, why))
-                continue
-            received[t] = received.get(t, 0) + 1
-            note = ""
-            if t in grads:
-                grads[t] = grads[t] + g
-                note = f"fan-out: contribution {received[t]} of {fan_in.get(t, 1)}, added to d{t}"
-            else:
-                grads[t] = g
-                if fan_in.get(t, 1) > 1:
-                    note = f"fan-out: contribution 1 of {fan_in[t]}; the others add to it"
-            outgoing.append(Outgoing(sym, t, rule, g, note))
-        frames.append(Frame("reverse", step.node_index, step.name, step.op_type,
-                            tuple(t for t in node.input if t in values),
-                            tuple(t for t in node.output if t in values), tuple(arriving), tuple(outgoing)))
-    out = {}
-    for x in spec.xs:
-        g = grads.get(x)
-        out[x] = (g if g is not None else torch.zeros_like(values[x])).detach().cpu().numpy()
-    return Trace(spec, tuple(frames), out, values)
+            sent = _vjp(step, node, values, live, dict(arriving))
+            outgoing, counted = [], set()
+            for (sym, rule), t in zip(rule_lines(node, opset), list(node.input) + [""] * 8):
+                if not t:
+                    continue
+                if t in counted:  # Mul(A, A): the VJP already summed both uses into one gradient
+                    outgoing.append(Outgoing(sym, t, rule, None, f"same tensor as an earlier input: d{t} counted there"))
+                    continue
+                counted.add(t)
+                g = sent.get(t)
+                if t not in live or g is None:
+                    why = "no gradient: does not depend on xs" if t not in live else "no gradient flows (rule gives none)"
+                    outgoing.append(Outgoing(sym, t, rule, None, why))
+                    continue
+                received[t] = received.get(t, 0) + 1
+                note = ""
+                if t in grads:
+                    grads[t] = grads[t] + g
+                    note = f"fan-out: contribution {received[t]} of {fan_in.get(t, 1)}, added to d{t}"
+                else:
+                    grads[t] = g
+                    if fan_in.get(t, 1) > 1:
+                        note = f"fan-out: contribution 1 of {fan_in[t]}; the others add to it"
+                outgoing.append(Outgoing(sym, t, rule, g, note))
+            yield Frame("reverse", step.node_index, step.name, step.op_type,
+                        tuple(t for t in node.input if t in values),
+                        tuple(t for t in node.output if t in values), tuple(arriving), tuple(outgoing))
+        out = {}
+        for x in self.spec.xs:
+            g = grads.get(x)
+            out[x] = (g if g is not None else torch.zeros_like(values[x])).detach().cpu().numpy()
+        self.grads = out
+
+
+class _Recorder:
+    """The plan's observer: keeps every value the forward pass reads or makes, emits a frame per node."""
+
+    def __init__(self, tracer: Tracer, emit, stop):
+        self.tracer, self.emit, self.stop = tracer, emit, stop
+
+    def source(self, name, value):
+        self.tracer.values[name] = value
+        return value
+
+    def arguments(self, step, names, args):
+        if self.stop():
+            raise _Stopped
+        values = self.tracer.values
+        for name, v in zip(names, args):
+            if name is not None and v is not None:
+                values[name] = v
+        return args
+
+    def outputs(self, step, args, names, outs):
+        t = self.tracer
+        for name, v in zip(names, outs):
+            if name is not None and v is not None:
+                t.values[name] = v
+        node = t.graph.nodes[step.node_index]
+        if any(n in t.live for n in node.input):
+            t.live.update(n for n in node.output if n)
+        self.emit(Frame("forward", step.node_index, step.name, step.op_type,
+                        tuple(n for n in node.input if n in t.values),
+                        tuple(n for n in node.output if n in t.values)))
+        return outs
 
 
 def _vjp(step, node, values, live, arriving: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

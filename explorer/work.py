@@ -8,6 +8,8 @@ from __future__ import annotations
 import gc
 import json
 import os
+import threading
+import time
 
 import numpy as np
 from textual import work
@@ -21,11 +23,16 @@ from .guard import guarded, one_line
 from .jobs import CheckJob, GradientJob
 from .layout import layout_for, local_near, wants_local
 from .screens.export import mismatch
+from .screens.step import StepScreen
 from .widgets.graph_view import prepare_canvas
 
 LABELS = {"gradient": "computing gradients", "check": "verifying", "step": "tracing step mode",
           "export": "exporting", "open": "opening model", "layout": "laying out", "values": "computing values"}
-CANCELLABLE = ("gradient", "check", "step", "export", "open")
+# Not "step": step mode opens on its first frame, and closing it cancels the trace. Counting it
+# here recomposed the main footer (hidden behind step mode) three times on the way to opening.
+CANCELLABLE = ("gradient", "check", "export", "open")
+TRACE_CHUNK_S = 0.1  # seconds between the chunks of frames step mode receives
+FIRST_PAINT_WAIT_S = 2.0  # the tracing thread pauses until step mode is drawn, at most this long
 SMALL_MODEL = 300  # nodes: up to this, values are computed as soon as the cursor lands
 VALUES_DEBOUNCE_S = 0.3
 
@@ -37,6 +44,14 @@ class Workers:
     _values_timer = None
     local = None  # the engine.LocalLayout on screen while the whole layout is being made, else None
     _values_for: int | None = None  # the values_generation a pass over every value is running for
+
+    @property
+    def status(self):
+        """The main screen's status line, also while step mode or a dialog is on top of it."""
+        return self.screen_stack[0].query_one("#status")
+
+    def step_screen(self) -> StepScreen | None:
+        return next((s for s in self.screen_stack if isinstance(s, StepScreen)), None)
 
     # --- starting work -----------------------------------------------------------------------------
     def request_layout(self, first: bool = False) -> None:
@@ -98,7 +113,7 @@ class Workers:
         if ids:
             graph.select(ids[0])
         note = f"the {local.shown:,} boxes nearest the cursor: laying out all {local.total:,}…"
-        self.query_one("#status").note(note)
+        self.status.note(note)
 
     def boxes_for(self, node_index: int | None, tensor: str | None) -> list[str]:
         """The boxes showing the node, else the tensor, else the node producing the tensor."""
@@ -161,15 +176,44 @@ class Workers:
 
     @work(thread=True, exclusive=True, group="step", exit_on_error=False)
     def run_trace(self, model, spec, feeds, device, dtype, generation) -> None:
-        from .stepper import trace
+        """Frames in chunks as they are traced: step mode opens on the first, long before the last."""
+        from .stepper import Tracer
 
         worker = get_current_worker()
         self.post_message(m.WorkStarted("step", LABELS["step"]))
-        result = trace(model, spec, feeds, device=device, dtype=dtype,
-                       should_stop=lambda: worker.is_cancelled,
-                       progress=lambda done, total: self.post_message(m.WorkProgress("step", done, total, "reverse")))
-        if not worker.is_cancelled:
-            self.post_message(m.TraceReady(generation, result))
+        tracer = Tracer(model, spec, feeds, device=device, dtype=dtype)
+        chunk: list = []
+        sent = None
+        shown = threading.Event()
+
+        def post(grads=None) -> None:
+            nonlocal chunk, sent
+            if sent is None:
+                self.post_message(m.TraceReady(generation, tracer.head.extended(tuple(chunk)), tracer.total, shown))
+                # The first drawing of step mode goes first: on a loaded machine the tracing thread
+                # would otherwise take turns with it for the interpreter lock.
+                shown.wait(FIRST_PAINT_WAIT_S)
+            else:
+                self.post_message(m.TraceChunk(generation, tuple(chunk), tracer.done, tracer.total, grads))
+            chunk, sent = [], time.monotonic()
+
+        def emit(frame) -> None:
+            chunk.append(frame)
+            # By time, not count: a frame the user waits on shows within a tenth of a second, and
+            # the screen is not redrawn per frame. The first frame opens step mode.
+            if sent is None or time.monotonic() - sent >= TRACE_CHUNK_S:
+                post()
+
+        def forward_done() -> None:  # all forward frames before the first reverse node is computed
+            if chunk:
+                post()
+
+        tracer.run(emit, lambda: worker.is_cancelled, forward_done)
+        if worker.is_cancelled:
+            return
+        if sent is None:  # not a single frame: step mode opens to say so
+            post()
+        post(tracer.grads)
 
     def start_export(self, what: str, path: str) -> None:
         """Gather what to write now (main thread), write it in a worker."""
@@ -218,7 +262,7 @@ class Workers:
         for group in CANCELLABLE:
             self.workers.cancel_group(self, group)
         if running:
-            self.query_one("#status").idle("cancelled: " + ", ".join(LABELS[w.group] for w in running))
+            self.status.idle("cancelled: " + ", ".join(LABELS[w.group] for w in running))
             for w in running:
                 self.post_message(m.WorkFinished(w.group, "cancelled"))
             if any(w.group == "check" for w in running):
@@ -232,8 +276,8 @@ class Workers:
     def on_work_started(self, message: m.WorkStarted) -> None:
         if not self._work_live(message.kind):
             return
-        self.query_one("#status").busy(message.label)
-        self.refresh_footer(force=True)
+        self.status.busy(message.label)
+        self.refresh_footer(force=message.kind in CANCELLABLE)
         if message.kind == "check":  # the verdict on screen is the one being computed, or none
             self.session.check = None
             self.results_changed()
@@ -244,7 +288,7 @@ class Workers:
     def on_work_progress(self, message: m.WorkProgress) -> None:
         if not self._work_live(message.kind):
             return
-        self.query_one("#status").progress(LABELS.get(message.kind, message.kind), message.done, message.total,
+        self.status.progress(LABELS.get(message.kind, message.kind), message.done, message.total,
                                            message.stage)
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
@@ -254,8 +298,10 @@ class Workers:
             text = one_line(worker.error)
             self.notify(text, title=f"{LABELS.get(worker.group, worker.group)} failed", severity="error",
                         timeout=12)
-            self.query_one("#status").idle(f"{worker.group} failed")
+            self.status.idle(f"{worker.group} failed")
             self.post_message(m.WorkFinished(worker.group, "failed", text))
+            if worker.group == "step" and (screen := self.step_screen()) is not None:
+                screen.trace_failed(text)
             if worker.group == "layout":
                 self.query_one("#graph").set_layout(None, f"no layout: {text}")
             if worker.group == "values" and self._values_for == self.session.values_generation:
@@ -264,7 +310,7 @@ class Workers:
                 self.request_values([self.cursor[1]] if self.cursor[1] else [])
 
     def _finish(self, kind: str, accepted: bool, done_text: str) -> None:
-        self.query_one("#status").idle(done_text if accepted else "ready (a result for old settings was dropped)")
+        self.status.idle(done_text if accepted else "ready (a result for old settings was dropped)")
         self.post_message(m.WorkFinished(kind, "done" if accepted else "stale"))
 
     def on_gradient_ready(self, message: m.GradientReady) -> None:
@@ -314,12 +360,40 @@ class Workers:
 
         if self.local is not None:
             self.local = None
-            self.query_one("#status").note(None)
+            self.status.note(None)
         graph = self.query_one("#graph")
         graph.set_layout(layout, canvas=canvas)
         graph.set_marks(graph_marks(self.session, layout))
         self._show_in_graph(*self.cursor)
 
+    def on_trace_ready(self, message: m.TraceReady) -> None:
+        if message.generation != self.session.generation:
+            self.workers.cancel_group(self, "step")
+            if message.shown is not None:
+                message.shown.set()  # the worker waits for a screen that will not open
+            self.status.idle("ready")
+            self.notify("the selection or feeds changed while tracing: press s again", severity="warning")
+            return
+        layout = self.layouts.get(("forward", None))
+
+        def done(node_index) -> None:
+            self.workers.cancel_group(self, "step")  # the reverse pass nobody will look at
+            self.status.idle("ready")
+            if node_index is not None:
+                self.move_cursor(node_index, None)
+
+        canvas = self.screen_stack[0].query_one("#graph").canvas
+        self.push_screen(StepScreen(message.trace, layout, message.total, canvas, message.shown), done)
+
+    def on_trace_chunk(self, message: m.TraceChunk) -> None:
+        screen = self.step_screen()
+        if screen is None or message.generation != self.session.generation:
+            self.workers.cancel_group(self, "step")
+            return
+        screen.add_frames(message.frames, message.done, message.total, message.grads)
+        if message.grads is not None:
+            self._finish("step", True, "step mode traced")
+
     def on_export_done(self, message: m.ExportDone) -> None:
-        self.query_one("#status").idle(f"exported {message.what}")
+        self.status.idle(f"exported {message.what}")
         self.notify(f"wrote {message.path}", title=f"exported {message.what}", timeout=6)

@@ -27,7 +27,7 @@ def _tensor_line(v: TensorView, label: str = "") -> Text:
 def describe(frame: Frame, k: int, trace: Trace) -> Group:
     """The text of one frame: what came in, the rule, what went out and where it added up."""
     n_fwd = trace.forward_count
-    n_rev = len(trace.frames) - n_fwd
+    n_rev = len(trace.frames) - n_fwd if trace.complete else "…"  # not known until the pass is traced
     pos = f"{k + 1}/{n_fwd}" if frame.phase == "forward" else f"{k - n_fwd + 1}/{n_rev}"
     head = Text.assemble((f"{frame.phase.upper()} {pos}  ", "bold reverse"), " ",
                          (frame.node_name, "bold"), f"  ({frame.op_type})")
@@ -55,7 +55,7 @@ def describe(frame: Frame, k: int, trace: Trace) -> Group:
         parts.append(_tensor_line(TensorView.of("d" + o.tensor, o.contribution)))
         if o.note:
             parts.append(Text(f"    ↳ {o.note}", style="magenta"))
-    if k == len(trace.frames) - 1:
+    if trace.complete and k == len(trace.frames) - 1:
         done = ", ".join(f"d{trace.spec.y}/d{x}" for x in trace.spec.xs)
         parts.append(Text(f"\nDone: {done} accumulated: what r (run) gets from one autograd call.",
                           style="italic green"))
@@ -84,11 +84,18 @@ class StepScreen(Screen):
     StepScreen #step-title { height: auto; background: $panel; padding: 0 1; }
     """
 
-    def __init__(self, trace: Trace, layout):
+    def __init__(self, trace: Trace, layout, total: int = 0, canvas=None, shown=None):
+        """`trace` may hold only the first frames: `add_frames` brings the others as they are
+        traced, `total` being the number of nodes each pass visits."""
         super().__init__()
         self.trace = trace
         self.graph_layout = layout
+        self.canvas = canvas  # the main view's drawing of `layout`, if it has one
+        self.shown = shown  # threading.Event the tracing thread waits on: set once this screen is drawn
         self.position = 0
+        self.at_end = False  # End pressed before the trace was complete: the last frame, once known
+        self.traced = (total if trace.complete else 0, total)  # reverse-pass nodes visited, of
+        self.failure: str | None = None  # why the reverse pass stopped, if it failed
 
     def compose(self) -> ComposeResult:
         yield Static(id="step-title")
@@ -101,21 +108,61 @@ class StepScreen(Screen):
         yield Footer()
 
     def on_mount(self) -> None:
-        self.query_one(GraphView).set_layout(self.graph_layout, "no layout")
+        self.query_one(GraphView).set_layout(self.graph_layout, "no layout", self.canvas)
         self._show()
+        if self.shown is not None:
+            self.call_after_refresh(self.shown.set)
+
+    def on_unmount(self) -> None:
+        if self.shown is not None:
+            self.shown.set()
 
     @property
     def frame(self) -> Frame | None:
-        return self.trace.frames[self.position] if self.trace.frames else None
+        """The frame on screen; None while it is still being traced."""
+        frames = self.trace.frames
+        return frames[self.position] if self.position < len(frames) and not self.at_end else None
+
+    @property
+    def waiting(self) -> bool:
+        return not self.trace.complete and self.failure is None
+
+    def _last_position(self) -> int:
+        if not self.waiting:
+            return len(self.trace.frames) - 1
+        return self.trace.forward_count + self.traced[1] - 1  # at most one reverse frame per node
+
+    def add_frames(self, frames, done: int, total: int, grads=None) -> None:
+        """Reverse frames from the tracing worker; the last chunk brings the accumulated gradients."""
+        shown = self.frame is not None
+        self.trace = self.trace.extended(frames, grads)
+        self.traced = (done, total)
+        if self.trace.complete:
+            if self.at_end:
+                self.position, self.at_end = len(self.trace.frames) - 1, False
+            self.position = max(0, min(self.position, len(self.trace.frames) - 1))
+        # A frame on screen stays as it is until the pass ends (its position reads "k/…" until then).
+        if self.is_mounted and (not shown or self.trace.complete):
+            self._show()
+
+    def trace_failed(self, reason: str) -> None:
+        self.failure = reason
+        self.at_end = False
+        self.position = max(0, min(self.position, len(self.trace.frames) - 1))
+        if self.is_mounted:
+            self._show()
 
     def action_step(self, delta: int) -> None:
-        self.position = max(0, min(len(self.trace.frames) - 1, self.position + delta))
+        if self.at_end:  # waiting for the last frame: step from the first frame not traced yet
+            self.position, self.at_end = len(self.trace.frames), False
+        self.position = max(0, min(self._last_position(), self.position + delta))
         self._show()
 
     def action_pan(self, dx: int, dy: int) -> None:
         self.query_one(GraphView).action_pan(dx, dy)
 
     def action_jump(self, where: int) -> None:
+        self.at_end = where == -1 and self.waiting
         self.position = where % max(1, len(self.trace.frames))
         self._show()
 
@@ -126,13 +173,25 @@ class StepScreen(Screen):
         title = self.query_one("#step-title", Static)
         text = self.query_one("#step-text", Static)
         frame = self.frame
-        if frame is None:
+        if not self.trace.frames:
             title.update("Step mode: nothing to step through")
             text.update("The selection has no nodes between xs and y.")
             return
         title.update(Text.assemble(("Step mode ", "bold"), f"y {self.trace.spec.y}  xs "
                                    f"{', '.join(self.trace.spec.xs)}   ", (self.HEADER, "dim")))
-        text.update(describe(frame, self.position, self.trace))
+        if frame is None:
+            n_fwd, have = self.trace.forward_count, len(self.trace.frames)
+            done, total = (have, n_fwd) if have < n_fwd else self.traced
+            which = "the last frame" if self.at_end else (
+                f"forward frame {self.position + 1}" if self.position < n_fwd
+                else f"reverse frame {self.position - n_fwd + 1}")
+            text.update(Text(f"tracing {'forward' if have < n_fwd else 'reverse'} pass {done}/{total}…\n"
+                             f"{which} is shown as soon as it is traced (← p back, esc close).", style="italic"))
+            return
+        body = describe(frame, self.position, self.trace)
+        if self.failure is not None and self.position == len(self.trace.frames) - 1:
+            body = Group(body, Text(f"\nThe reverse pass stopped here: {self.failure}", style="bold red"))
+        text.update(body)
         graph = self.query_one(GraphView)
         ids = graph.ids_for(node_index=frame.node_index)
         done = {f.node_index for f in self.trace.frames[:self.position]
