@@ -382,6 +382,9 @@ class Workers:
             if node_index is not None:
                 self.move_cursor(node_index, None)
 
+        # Step mode shows its own progress. The main screen's moving bar, hidden behind it, still
+        # cost a full redraw of step mode per tick: on a loaded machine, seconds of the trace's time.
+        self.status.idle("step mode open: tracing")
         canvas = self.screen_stack[0].query_one("#graph").canvas
         self.push_screen(StepScreen(message.trace, layout, message.total, canvas, message.shown), done)
 
