@@ -5,16 +5,19 @@ screen in the state a slow trace leaves it in, then releases the gate.
 """
 from __future__ import annotations
 
+import os
 import threading
 
+import numpy as np
 import pytest
 
+import engine
 from explorer import messages as m
 from explorer import stepper
 from explorer.screens.step import StepScreen
 from explorer.stepper import trace
 
-from .conftest import of_type, opened, plain, settle, spec_app
+from .conftest import DENSENET, of_type, opened, plain, settle, spec_app
 
 GATE_TIMEOUT_S = 60  # a ceiling that only a freeze reaches
 
@@ -105,3 +108,19 @@ async def test_closing_step_mode_cancels_the_trace(recorded, gate):
         assert not [c for c in of_type(seen, m.TraceChunk) if c.grads is not None]
         assert not screen.trace.complete  # the frames it had; nothing arrived after closing
         assert "tracing" not in plain(app.query_one("#status-text"))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.exists(DENSENET), reason="the onnx package ships without light models")
+def test_the_taped_trace_of_densenet_adds_up_to_model_gradient():
+    """Each node's backward runs on the tape its forward left: the sum must still be the engine's."""
+    model = engine.load(DENSENET)
+    spec = model.selection("fc6_1", ["data_0"])  # a weight in xs: both take seconds more (engine)
+    got = trace(model, spec, {})
+    want = model.gradient("fc6_1", ["data_0"])
+    reverse = [f for f in got.frames if f.phase == "reverse"]
+    assert got.forward_count == len(model.graph.nodes) and reverse and reverse[-1].op_type == "Conv"
+    for x in spec.xs:
+        scale = np.abs(want.grads[x]).max()
+        assert scale > 0
+        np.testing.assert_allclose(got.grads[x], want.grads[x], rtol=1e-4, atol=1e-4 * scale)
