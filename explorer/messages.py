@@ -88,6 +88,7 @@ class LayoutReady(Message):
     key: tuple  # (view, spec or None): layouts are cached under it
     layout: object  # engine.GraphLayout
     canvas: object = None  # its engine.Canvas, indexed in the worker so the swap costs the UI no time
+    model: object = None  # the engine.Model laid out: another model's layout is dropped
 
 
 @dataclass
@@ -97,6 +98,7 @@ class LocalLayoutReady(Message):
     key: tuple
     local: object  # engine.LocalLayout
     canvas: object = None
+    model: object = None
 
 
 @dataclass

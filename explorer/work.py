@@ -60,7 +60,7 @@ class Workers:
         s = self.session
         graph = self.query_one("#graph")
         spec = s.spec if s.view != "forward" else None
-        self.local = None
+        self._drop_local()
         if s.view != "forward" and spec is None:
             graph.set_layout(None, f"the {s.view} view needs a valid selection: y and xs")
             return
@@ -77,9 +77,16 @@ class Workers:
             graph.set_layout(None, f"laying out the {s.view} graph…")
             around = self.cursor
         if first and self.local is not None:
-            self.call_after_refresh(self.run_layout, s.model, spec, s.view, key, around)
+            self.workers.cancel_group(self, "layout")  # a previous model's: its result is not news
+            self.call_after_refresh(self._layout_if_wanted, s.model, key)
         else:
             self.run_layout(s.model, spec, s.view, key, around)
+
+    def _layout_if_wanted(self, model, key) -> None:
+        """The deferred start of the first whole layout, unless a view switch has asked for another."""
+        if self.session is not None and model is self.session.model and key == self._layout_key() \
+                and key not in self.layouts:
+            self.run_layout(model, key[1], key[0], key)
 
     @work(thread=True, exclusive=True, group="layout", exit_on_error=False)
     def run_layout(self, model, spec, view, key, around=None) -> None:
@@ -87,11 +94,11 @@ class Workers:
         if around is not None:
             local = local_near(model, spec, view, around)
             if not worker.is_cancelled:
-                self.post_message(m.LocalLayoutReady(key, local, prepare_canvas(local.layout)))
+                self.post_message(m.LocalLayoutReady(key, local, prepare_canvas(local.layout), model))
         layout = layout_for(model, spec, view, self.placement)
         canvas = prepare_canvas(layout)
         if not worker.is_cancelled:
-            self.post_message(m.LayoutReady(key, layout, canvas))
+            self.post_message(m.LayoutReady(key, layout, canvas, model))
 
     def follow_local(self, node_index, tensor) -> None:
         """While a neighbourhood is shown, a cursor that leaves it, or reaches its rim, gets its own."""
@@ -101,6 +108,11 @@ class Workers:
         if not ids or ids[0] in self.local.frontier:
             s = self.session
             self._show_local(local_near(s.model, s.spec, s.view, (node_index, tensor)))
+
+    def _drop_local(self) -> None:
+        if self.local is not None:
+            self.local = None
+            self.status.note(None)
 
     def _show_local(self, local, canvas=None) -> None:
         from .marks import graph_marks
@@ -341,11 +353,17 @@ class Workers:
         s = self.session
         return (s.view, s.spec if s.view != "forward" else None)
 
+    def _current(self, message) -> bool:
+        """A layout message for the model open now (another model's views have the same keys)."""
+        return message.model is None or message.model is self.session.model
+
     def on_local_layout_ready(self, message: m.LocalLayoutReady) -> None:
-        if message.key == self._layout_key() and message.key not in self.layouts:
+        if self._current(message) and message.key == self._layout_key() and message.key not in self.layouts:
             self._show_local(message.local, message.canvas)
 
     def on_layout_ready(self, message: m.LayoutReady) -> None:
+        if not self._current(message):
+            return
         key, layout = message.key, message.layout
         self.layouts[key] = layout
         # The model and its layout live as long as the session: leave them out of the cyclic
@@ -358,9 +376,7 @@ class Workers:
     def _apply_layout(self, layout, canvas=None) -> None:
         from .marks import graph_marks
 
-        if self.local is not None:
-            self.local = None
-            self.status.note(None)
+        self._drop_local()
         graph = self.query_one("#graph")
         graph.set_layout(layout, canvas=canvas)
         graph.set_marks(graph_marks(self.session, layout))

@@ -24,14 +24,14 @@ BLOCKS = 150  # 601 nodes: past the explorer's LOCAL_FROM_NODES, small enough to
 
 @pytest.fixture
 def held(monkeypatch):
-    """The whole layout waits for `held.set()` (at most 60 s: a forgotten release cannot hang CI).
+    """The whole layout waits for `held.set()` (at most 180 s: a test failing before the release cannot hang CI).
     Neighbourhoods of 16 boxes: a few key presses reach the rim of one."""
     monkeypatch.setattr(explorer.layout, "LOCAL_BOXES", 16)
     gate = threading.Event()
     original = explorer.work.layout_for
 
     def layout_for(*args, **kwargs):
-        gate.wait(60)
+        gate.wait(180)
         return original(*args, **kwargs)
 
     monkeypatch.setattr(explorer.work, "layout_for", layout_for)
@@ -144,3 +144,19 @@ async def test_the_navigator_is_listed_after_the_first_frame_and_follows_the_cur
         hl = listing.entries[listing.highlighted]
         assert (hl.node_index, hl.tensor) == app.cursor or hl.node_index == app.cursor[0]
         await whole_layout(app, pilot, held)
+
+
+async def test_another_model_opened_meanwhile_never_shows_the_first_ones_layout(held):
+    app = chain_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        other = engine.load(residual_chain(BLOCKS + 30))
+        app.post_message(m.ModelOpened("other", other))
+        await pilot.pause()
+        assert app.session.model is other and app.local is not None
+        await whole_layout(app, pilot, held)
+        graph = app.query_one("#graph")
+        whole = engine.layout_graph(other, None, "forward", engine="layered")
+        assert app.local is None and len(graph.canvas.layout.nodes) == len(whole.nodes)
+        assert {n.id for n in graph.canvas.layout.nodes} == {n.id for n in whole.nodes}
+        assert_selection_in_view(graph)
