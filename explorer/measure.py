@@ -17,6 +17,7 @@ class FrameClock:
     frames: list[float] = field(default_factory=list)
     handled: list[float] = field(default_factory=list)
     graph_frame: float | None = None  # the first frame handed over with a layout in the graph pane
+    graph_cpu: float | None = None  # the process's CPU seconds (all threads) at that frame
 
     def install(self, app, handler: str = "move_cursor") -> None:
         """Record frames, and when `app.<handler>` (what a key ends in) returns."""
@@ -27,7 +28,7 @@ class FrameClock:
                 now = time.perf_counter()
                 self.frames.append(now)
                 if self.graph_frame is None and _graph_drawn(app):
-                    self.graph_frame = now
+                    self.graph_frame, self.graph_cpu = now, time.process_time()
             return original(screen, renderable)
 
         app._display = display
