@@ -12,6 +12,7 @@ from engine.errors import OnnxGradError
 
 from . import messages as m
 from .commands import ExplorerCommands, PaletteApp
+from .graph_work import LayoutWork
 from .guard import guarded
 from .layout import wants_local
 from .marks import graph_marks
@@ -35,7 +36,7 @@ FULL_CHECK_ELEMENTS = 20_000  # beyond this many x elements the verify dialog pr
 
 
 @guarded
-class ExplorerApp(Workers, PaletteApp, App):
+class ExplorerApp(LayoutWork, Workers, PaletteApp, App):
     TITLE = "onnxgrad"
     CSS_PATH = "explorer.tcss"
     COMMANDS = App.COMMANDS | {ExplorerCommands}

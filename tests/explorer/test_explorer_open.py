@@ -9,8 +9,8 @@ import threading
 import pytest
 
 import engine
+import explorer.graph_work
 import explorer.layout
-import explorer.work
 from explorer import messages as m
 from explorer.app import make_app
 from explorer.measure import FrameClock
@@ -28,13 +28,13 @@ def held(monkeypatch):
     Neighbourhoods of 16 boxes: a few key presses reach the rim of one."""
     monkeypatch.setattr(explorer.layout, "LOCAL_BOXES", 16)
     gate = threading.Event()
-    original = explorer.work.layout_for
+    original = explorer.graph_work.layout_for
 
     def layout_for(*args, **kwargs):
         gate.wait(180)
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(explorer.work, "layout_for", layout_for)
+    monkeypatch.setattr(explorer.graph_work, "layout_for", layout_for)
     yield gate
     gate.set()
 

@@ -1,0 +1,131 @@
+"""The graph pane's layouts, made in thread workers: a big graph's neighbourhood of the cursor
+first (drawn in the frame that asked for it), then the whole layout, swapped in with the cursor
+still selected and in view. Mixed into ExplorerApp beside `Workers` (work.py)."""
+from __future__ import annotations
+
+import gc
+
+from textual import work
+from textual.worker import get_current_worker
+
+from . import messages as m
+from .guard import guarded
+from .layout import layout_for, local_near, wants_local
+from .widgets.graph_view import prepare_canvas
+
+
+@guarded
+class LayoutWork:
+    local = None  # the engine.LocalLayout on screen while the whole layout is being made, else None
+
+    def request_layout(self, first: bool = False) -> None:
+        """`first`: the model was just opened; a neighbourhood shown now is painted before the
+        whole layout starts competing with the first frame for the interpreter."""
+        s = self.session
+        graph = self.query_one("#graph")
+        spec = s.spec if s.view != "forward" else None
+        self._drop_local()
+        if s.view != "forward" and spec is None:
+            graph.set_layout(None, f"the {s.view} view needs a valid selection: y and xs")
+            return
+        key = (s.view, spec)
+        if key in self.layouts:
+            self._apply_layout(self.layouts[key])
+            return
+        around = None
+        if not wants_local(s.model):
+            graph.set_layout(None, f"laying out the {s.view} graph…")
+        elif s.view == "forward":  # cut from the graph index in milliseconds: drawn in this frame
+            self._show_local(local_near(s.model, spec, s.view, self.cursor))
+        else:  # the other views are cut from their whole view, built in the worker
+            graph.set_layout(None, f"laying out the {s.view} graph…")
+            around = self.cursor
+        if first and self.local is not None:
+            self.workers.cancel_group(self, "layout")  # a previous model's: its result is not news
+            self.call_after_refresh(self._layout_if_wanted, s.model, key)
+        else:
+            self.run_layout(s.model, spec, s.view, key, around)
+
+    def _layout_if_wanted(self, model, key) -> None:
+        """The deferred start of the first whole layout, unless a view switch has asked for another."""
+        if self.session is not None and model is self.session.model and key == self._layout_key() \
+                and key not in self.layouts:
+            self.run_layout(model, key[1], key[0], key)
+
+    @work(thread=True, exclusive=True, group="layout", exit_on_error=False)
+    def run_layout(self, model, spec, view, key, around=None) -> None:
+        worker = get_current_worker()
+        if around is not None:
+            local = local_near(model, spec, view, around)
+            if not worker.is_cancelled:
+                self.post_message(m.LocalLayoutReady(key, local, prepare_canvas(local.layout), model))
+        layout = layout_for(model, spec, view, self.placement)
+        canvas = prepare_canvas(layout)
+        if not worker.is_cancelled:
+            self.post_message(m.LayoutReady(key, layout, canvas, model))
+
+    def follow_local(self, node_index, tensor) -> None:
+        """While a neighbourhood is shown, a cursor that leaves it, or reaches its rim, gets its own."""
+        if self.local is None or self.session is None:
+            return
+        ids = self.boxes_for(node_index, tensor)
+        if not ids or ids[0] in self.local.frontier:
+            s = self.session
+            self._show_local(local_near(s.model, s.spec, s.view, (node_index, tensor)))
+
+    def _drop_local(self) -> None:
+        if self.local is not None:
+            self.local = None
+            self.status.note(None)
+
+    def _show_local(self, local, canvas=None) -> None:
+        from .marks import graph_marks
+
+        self.local = local
+        graph = self.query_one("#graph")
+        graph.set_layout(local.layout, canvas=canvas)
+        graph.set_marks(graph_marks(self.session, local.layout))
+        ids = self.boxes_for(*self.cursor)
+        if ids:
+            graph.select(ids[0])
+        note = f"the {local.shown:,} boxes nearest the cursor: laying out all {local.total:,}…"
+        self.status.note(note)
+
+    def boxes_for(self, node_index: int | None, tensor: str | None) -> list[str]:
+        """The boxes showing the node, else the tensor, else the node producing the tensor."""
+        graph = self.query_one("#graph")
+        producer = self.session.graph.producer.get(tensor) if tensor else None
+        return graph.ids_for(node_index=node_index) or graph.ids_for(tensor=tensor) or graph.ids_for(node_index=producer)
+
+    def _layout_key(self) -> tuple:
+        s = self.session
+        return (s.view, s.spec if s.view != "forward" else None)
+
+    def _current(self, message) -> bool:
+        """A layout message for the model open now (another model's views have the same keys)."""
+        return message.model is None or message.model is self.session.model
+
+    def on_local_layout_ready(self, message: m.LocalLayoutReady) -> None:
+        if self._current(message) and message.key == self._layout_key() and message.key not in self.layouts:
+            self._show_local(message.local, message.canvas)
+
+    def on_layout_ready(self, message: m.LayoutReady) -> None:
+        if not self._current(message):
+            return
+        key, layout = message.key, message.layout
+        self.layouts[key] = layout
+        # The model and its layout live as long as the session: leave them out of the cyclic
+        # garbage collector, whose full passes over ~250k objects were 300 ms pauses on densenet.
+        gc.freeze()
+        if key == self._layout_key():
+            self._apply_layout(layout, message.canvas)
+        self.post_message(m.WorkFinished("layout", "done"))
+
+    def _apply_layout(self, layout, canvas=None) -> None:
+        from .marks import graph_marks
+
+        self._drop_local()
+        graph = self.query_one("#graph")
+        graph.set_layout(layout, canvas=canvas)
+        graph.set_marks(graph_marks(self.session, layout))
+        self._show_in_graph(*self.cursor)
