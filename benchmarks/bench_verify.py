@@ -2,6 +2,7 @@
 
     python benchmarks/bench_verify.py            # speed table + false alarms on the sample models
     python benchmarks/bench_verify.py --light    # also the onnx package's light/ models (slow)
+    python benchmarks/bench_verify.py --only-fast  # fast mode vs gradcheck(fast_mode=True), 41 runs (a minute)
 
 Each comparison runs the same function (the engine's float64 plan for y), the same elements (all
 of x), and reports medians of several runs. `floor` is the time of the 2N perturbed forwards
@@ -180,6 +181,22 @@ SAMPLE_CASES = [
 ]
 
 
+def compare_fast(runs: int) -> None:
+    """Fast mode against gradcheck's fast mode alone, on both cases (the quick speed check)."""
+    for name, proto, shape in FAST_CASES:
+        model = engine.load(proto)
+        x = torch.randn(shape, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+        feeds, f, xg = {"x": x.numpy()}, engine_function(model), x.clone().requires_grad_()
+        assert engine.check(model, "y", ["x"], feeds=feeds, mode="fast").verdict == "pass"
+        t = interleaved({"fast": lambda m=model, fd=feeds: engine.check(m, "y", ["x"], feeds=fd, mode="fast"),
+                         "gc_fast": lambda f=f, xg=xg: torch.autograd.gradcheck(f, (xg,), fast_mode=True)}, runs)
+        print(f"{name:8} onnxgrad fast {t['fast'] * 1e3:7.3f} ms  gradcheck fast {t['gc_fast'] * 1e3:7.3f} ms  "
+              f"speed-up {t['gc_fast'] / t['fast']:.2f}x  (load {os.getloadavg()[0]:.1f})", flush=True)
+
+
+FAST_CASES = [("chain", vm.deep_chain(elem=vm.F64), (4, 32)), ("cnn", vm.small_cnn(elem=vm.F64), (8, 3, 16, 16))]
+
+
 def detection(seeds: int) -> dict:
     """The injected-bug catalogue (tests/test_verify_injected.py), each bug at `seeds` points x:
     how often each checker flags it. gradcheck checks the same float64 plan, whose autograd runs
@@ -271,9 +288,13 @@ def main() -> int:
     ap.add_argument("--seeds", type=int, default=2, help="seeds per sample model for the false-alarm count")
     ap.add_argument("--detect-seeds", type=int, default=10, help="points x per injected bug for the detection count")
     ap.add_argument("--only-light", action="store_true", help="only the light/ false-alarm sweep (merged into --out)")
+    ap.add_argument("--only-fast", action="store_true", help="only fast mode vs gradcheck's fast mode (41 runs)")
     ap.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results", "verify.json"))
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    if args.only_fast:
+        compare_fast(41)
+        return 0
     if args.only_light:
         light = false_alarms_light(args.light or [], time_cap=120.0)
         print(f"  { {k: v for k, v in light.items() if k != 'models'} }")
