@@ -51,7 +51,7 @@ class ExplorerApp(LayoutWork, Workers, PaletteApp, App):
         Binding("z", "toggle_z", "Add/remove in zs", id="selection.toggle_z", group=SELECT),
         Binding("c", "clear_selection", "Clear the selection", id="selection.clear", group=SELECT),
         Binding("o", "next_tensor", "Next", id="cursor.next_tensor",
-                tooltip="Next tensor of this node (outputs, then inputs)"),
+                tooltip="Next tensor of this node (outputs, then inputs); from an input or weight, its reader"),
         Binding("f", "feed", "Feed", id="feed.open"),
         Binding("r", "run", "Run", id="work.run"),
         Binding("v", "verify", "Verify", id="work.verify"),
@@ -84,8 +84,8 @@ class ExplorerApp(LayoutWork, Workers, PaletteApp, App):
             return action in ("quit", "help", "open_model", "command_palette") or None
         if action == "cancel":
             return any(w.group in CANCELLABLE and w.is_running for w in self.workers)
-        if action == "next_tensor":
-            return self.cursor[0] is not None
+        if action == "next_tensor":  # on a lone tensor it steps onto the node reading it
+            return self.cursor[1] is not None
         if action == "clear_selection":
             return bool(s.y or s.xs or s.zs)
         if action == "cycle_device":
@@ -191,7 +191,12 @@ class ExplorerApp(LayoutWork, Workers, PaletteApp, App):
 
     def action_next_tensor(self) -> None:
         node, tensor = self.cursor
-        if node is None:
+        if node is None:  # a graph input or weight: onto the first node reading it
+            readers = self.session.graph.consumers.get(tensor, [])
+            if readers:
+                self.move_cursor(readers[0], tensor)
+            else:
+                self.notify(f"no node reads {tensor}", severity="warning", timeout=3)
             return
         n = self.session.graph.nodes[node]
         names = [t for t in list(n.output) + list(n.input) if t]

@@ -94,12 +94,12 @@ class Inspector(VerticalScroll):
             parts.append(self._tensor_text(s, self.tensor))
         if not parts:
             parts.append(Text("Move in the graph (arrows) or the list to inspect a node or tensor.", style="dim"))
-        self.query_one("#inspector-info", Static).update(Group(*parts))
+        _update(self.query_one("#inspector-info", Static), Group(*parts))
         arr = self._heat_array()
         heat = self.query_one("#inspector-heat", Static)
         self.has_heatmap = arr is not None and arr.size > 0
         if not self.has_heatmap:
-            heat.update("")
+            _update(heat, "")
             self.remove_class("-sliceable")
             return
         self.set_class(arr.ndim > 2, "-sliceable")
@@ -112,7 +112,7 @@ class Inspector(VerticalScroll):
             focus = (0, self.focus_element[0])
         title = Text(f"heatmap of {self.heat_source} {self.tensor}"
                      + (f"[{','.join(map(str, self.lead))},:,:]" if self.lead else ""), style="bold")
-        heat.update(Group(title, heatmap(arr, self.lead, focus)))
+        _update(heat, Group(title, heatmap(arr, self.lead, focus)))
 
     def _heat_array(self):
         s, t = self.session, self.tensor
@@ -206,6 +206,15 @@ class Inspector(VerticalScroll):
                 t.append("\n  disconnected: y does not depend on it", style="yellow")
             t.append("\n")
         return t
+
+
+def _update(static: Static, content) -> None:
+    """`static.update`, laying the screen out again only when the content's height changed: a
+    layout per update was most of an arrow key's time on big models."""
+    height, width = static.content_size.height, static.content_size.width
+    static.update(content, layout=False)
+    if not width or static.get_content_height(static.size, static.app.size, width) != height:
+        static.refresh(layout=True)
 
 
 def _check_status(s, node_name: str) -> str | None:
