@@ -8,8 +8,9 @@ import numpy as np
 
 import engine
 
-# Bytes of intermediates (declared shapes, float64 counted) up to which one pass keeps them all.
-VALUES_BUDGET = 1 << 30
+# Bytes of intermediates (declared shapes, float64 counted) up to which one pass keeps them all:
+# the 10,001-node chain takes 2.4 MiB; light_densenet121 (674 MiB) is asked one tensor at a time.
+VALUES_BUDGET = 256 << 20
 
 
 @dataclass(frozen=True)

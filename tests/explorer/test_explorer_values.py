@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnxruntime as ort
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 import engine
 from explorer import messages as m
@@ -28,8 +28,8 @@ def chain_app():
     return app
 
 
-def onnxruntime_value(name: str, feeds: dict) -> np.ndarray:
-    proto = residual_chain(BLOCKS)
+def onnxruntime_value(name: str, feeds: dict, blocks: int = BLOCKS) -> np.ndarray:
+    proto = residual_chain(blocks)
     proto.graph.output.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, None))
     session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
     return session.run([name], {k: v.astype(np.float32) for k, v in feeds.items()})[0]
@@ -136,3 +136,37 @@ async def test_a_new_selection_keeps_the_values():
         await pilot.press("y")
         assert app.session.y == tensor and app.session.values == computed
         assert_shows_current_value(app, tensor)
+
+
+def test_past_the_budget_values_are_asked_one_tensor_at_a_time(monkeypatch):
+    from explorer import state
+    from explorer.state import Session
+
+    def job_for(tensor):
+        s = Session(engine.load(residual_chain(3)), "chain")
+        return s, s.values_job([tensor])
+
+    s, job = job_for("block2.out")
+    assert job.names == ()  # one pass over everything
+    values = job.run()
+    assert set(values) >= {t for n in s.graph.nodes for t in n.output} | {"input", "mix"}
+    monkeypatch.setattr(state, "VALUES_BUDGET", 0)
+    s, job = job_for("block2.out")
+    assert job.names == ("block2.out",)
+    expected = onnxruntime_value("block2.out", s.feed_values(), blocks=3)
+    np.testing.assert_allclose(job.run()["block2.out"], expected, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(values["block2.out"], expected, rtol=1e-5, atol=1e-7)
+
+
+def test_run_all_leaves_out_only_what_an_unknown_op_stops():
+    from tests.feed_models import custom_op_model
+
+    proto = custom_op_model()
+    model = engine.load(proto)
+    w = next(numpy_helper.to_array(t) for t in proto.graph.initializer if t.name == "W")
+    x = np.random.default_rng(0).standard_normal(model.graph.types["X"].shape).astype(np.float32)
+    values = model.run_all({"X": x})
+    assert not {"B", "Y", "C"} & set(values)  # behind com.example::MyCustomOp
+    np.testing.assert_allclose(values["A"], np.tanh(x), rtol=1e-6)
+    np.testing.assert_allclose(values["Z"], np.tanh(x) * w, rtol=1e-6)
+    np.testing.assert_array_equal(values["X"], x)
