@@ -53,3 +53,34 @@ def test_layer_norm_fused_path_matches_formula():
     mean = x.mean(-1, keepdim=True)
     var = ((x - mean) ** 2).mean(-1, keepdim=True)
     torch.testing.assert_close(nn.layer_norm(x, scale, b), (x - mean) / torch.sqrt(var + 1e-5) * scale + b)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(0, 3), max_size=4), st.lists(st.integers(-1, 3), max_size=4))
+def test_expand_broadcast_agrees_with_torch(a, b):
+    from engine.ops.shape import broadcast
+
+    try:
+        want = list(torch.broadcast_shapes(tuple(a), tuple(b)))
+    except (RuntimeError, ValueError):
+        want = None
+    assert broadcast(a, b) == want
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from([2.0, 3.0, 0.5, -1.0, -0.5, 0.0, 1.7]), st.sampled_from([(), (1,)]))
+def test_pow_constant_exponent_is_torch_eager_pow(e, shape):
+    """A one-element constant exponent runs as x.pow(number): values and gradients are eager's
+    (x.pow(2) is what Llama's RMSNorm computes), and a tensor exponent that is differentiated
+    keeps its own gradient."""
+    from engine.ops.elementwise import pow_
+
+    x = torch.rand(3, 5, generator=torch.Generator().manual_seed(1)) + 0.1
+    x.requires_grad_()
+    got = pow_(x, torch.tensor(e).reshape(shape))
+    want = x.pow(torch.tensor(e).item())  # the float32 constant's value, as an exported model holds it
+    assert torch.equal(got, want)
+    assert torch.equal(torch.autograd.grad(got.sum(), x)[0], torch.autograd.grad(want.sum(), x)[0])
+    y = torch.tensor(e, requires_grad=True)
+    (gy,) = torch.autograd.grad(pow_(x, y).sum(), y)
+    assert torch.allclose(gy, (x.pow(e) * x.log()).sum())
