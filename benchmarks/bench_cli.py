@@ -12,13 +12,14 @@ tree (checked). Results go to benchmarks/results/cli.json.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+
+from _results import write_json  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = "import sys; from explorer.launcher import main; sys.exit(main())"
@@ -70,10 +71,8 @@ def main() -> int:
                      "peer": 'python -c "import torch"' if k == "onnxgrad run mlp.onnx" else "python -c pass"})
         print(f"{k:36} median {v:7.3f}s  (min {min(samples[k]):.3f}, max {max(samples[k]):.3f})"
               f"  {v / peer:5.2f}x {rows[-1]['peer']}")
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as fh:
-        json.dump({"runs": args.runs, "timing": "wall seconds per process, medians, commands interleaved",
-                   "load_average": os.getloadavg(), "rows": rows}, fh, indent=1)
+    write_json(args.out, {"runs": args.runs, "timing": "wall seconds per process, medians, commands interleaved",
+                          "load_average": os.getloadavg(), "rows": rows})
     print(f"wrote {os.path.relpath(args.out, ROOT)}  (load average {os.getloadavg()[0]:.1f})")
     return 0
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import io
-import json
 import os
 import platform
 import statistics
@@ -22,6 +21,8 @@ import torch
 from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from _results import write_json  # noqa: E402
+
 import engine  # noqa: E402
 
 
@@ -130,9 +131,7 @@ def main(argv=None):
     meta = {"device": args.device, "machine": platform.machine(), "cpus": os.cpu_count(),
             "torch": torch.__version__, "threads": torch.get_num_threads(), "runs": args.runs, "calls": args.calls}
     if args.json:
-        os.makedirs(os.path.dirname(args.json), exist_ok=True)
-        with open(args.json, "w") as fh:
-            json.dump({"meta": meta, "results": rows}, fh, indent=1)
+        write_json(args.json, {"meta": meta, "results": rows})
     return rows
 
 

@@ -28,6 +28,8 @@ import time
 import onnx
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from _results import write_json  # noqa: E402
+
 from explorer.measure import FrameClock, key_latencies, summary, time_start  # noqa: E402
 
 FIRST_PAINT_BUDGET_S = 2.0
@@ -157,9 +159,7 @@ def main(argv=None) -> int:
         "first_paint": round(first / max(result["peer_bare_textual"]["first_paint_s"], 1e-9), 2),
         "key": round(key_median / max(result["peer_bare_textual"]["key_s"]["median_s"], 1e-9), 2),
     }
-    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-    with open(args.json, "w") as fh:
-        json.dump(result, fh, indent=2)
+    write_json(args.json, result, indent=2)
     print(json.dumps({k: result[k] for k in ("first_paint_s", "graph_paint_s", "graph_paint_cpu_s", "full_layout_s",
                                              "key_s", "cpu_per_key_s",
                                              "peer_bare_textual", "within_budget", "ratios_to_peer")}, indent=1))

@@ -18,7 +18,6 @@ upper bound when dot hits the cap; `--no-peer` leaves it out.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import shutil
@@ -30,6 +29,8 @@ import time
 import onnx
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from _results import write_json  # noqa: E402
+
 from engine import loader  # noqa: E402
 from engine.errors import OnnxGradError  # noqa: E402
 from engine.graphs import layout as layout_module  # noqa: E402
@@ -153,9 +154,7 @@ def main() -> int:
               f"{e['width']}x{e['height']} cells; canvas index {e['canvas_index_s'] * 1000:.0f} ms, "
               f"160x50 viewport {e['viewport_160x50_ms']:.2f} ms")
     if args.json:
-        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-        with open(args.json, "w") as fh:
-            json.dump(report, fh, indent=2)
+        write_json(args.json, report, indent=2)
         print(f"wrote {args.json}")
     return 0 if all(e["under_budget"] for e in report["engines"].values()) else 1
 

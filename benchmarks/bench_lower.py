@@ -29,6 +29,8 @@ from onnx import helper
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from _results import write_json  # noqa: E402
+
 import engine  # noqa: E402
 from engine.lower.lowering import upgraded  # noqa: E402
 from tests.test_light_models import _weights, _with_random_feeds  # noqa: E402
@@ -164,8 +166,7 @@ def main() -> int:
             entry["ortt"] = json.loads(lines[-1]) if lines else {"error": error[max(0, error.find("The gradient")):]}
         results["models"][name] = entry
         print(name, json.dumps(entry), flush=True)
-    with open(args.out, "w") as fh:
-        json.dump(results, fh, indent=1)
+    write_json(args.out, results)
     print(f"wrote {args.out}")
     return 0
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import os
 import platform
 import statistics
@@ -31,6 +30,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _real_models as real_models  # noqa: E402
+from _results import write_json  # noqa: E402
 
 import engine  # noqa: E402
 from engine import plan as plan_module  # noqa: E402
@@ -173,9 +173,7 @@ def main(argv=None):
     meta = {"machine": platform.machine(), "cpus": os.cpu_count(), "torch": torch.__version__,
             "threads": torch.get_num_threads(), "runs": args.runs, "load": os.getloadavg()[0]}
     if args.json:
-        os.makedirs(os.path.dirname(args.json), exist_ok=True)
-        with open(args.json, "w") as fh:
-            json.dump({"meta": meta, "results": rows}, fh, indent=1)
+        write_json(args.json, {"meta": meta, "results": rows})
     return rows
 
 

@@ -24,6 +24,8 @@ import onnx
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from _results import write_json  # noqa: E402
+
 from explorer.measure import FrameClock  # noqa: E402
 
 BUDGET_S = 3.0
@@ -121,9 +123,7 @@ def main(argv=None) -> int:
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
                     "load_avg_1m": round(os.getloadavg()[0], 2)},
     }
-    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-    with open(args.json, "w") as fh:
-        json.dump(result, fh, indent=2)
+    write_json(args.json, result, indent=2)
     print(json.dumps(result, indent=1))
     return 0
 

@@ -27,6 +27,8 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from _results import write_json  # noqa: E402
+
 import engine  # noqa: E402
 from engine.verify import structure  # noqa: E402
 from engine.verify.batching import BatchEvaluator  # noqa: E402
@@ -303,8 +305,7 @@ def main() -> int:
             with open(args.out) as fh:
                 merged = json.load(fh)
         merged["false_alarms_light"] = light
-        with open(args.out, "w") as fh:
-            json.dump(merged, fh, indent=1)
+        write_json(args.out, merged)
         return 0
     rows = [
         compare("deep chain 12 x (MatMul 32x32 -> Tanh), x 4x32", vm.deep_chain(elem=vm.F64), (4, 32),
@@ -332,7 +333,6 @@ def main() -> int:
         print("\nfalse alarms on light/ models (fast on the image, sample on a middle weight, fast on the last):")
         light = false_alarms_light(args.light, time_cap=120.0)
         print(f"  { {k: v for k, v in light.items() if k != 'models'} }")
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
     result = {"machine": {"python": platform.python_version(), "torch": torch.__version__,
                           "threads": args.threads, "cpu": platform.processor() or platform.machine()},
               "runs": args.runs, "speed": rows, "detection": caught, "false_alarms_samples": samples}
@@ -343,8 +343,7 @@ def main() -> int:
             old = json.load(fh)
         if "false_alarms_light" in old:
             result["false_alarms_light"] = old["false_alarms_light"]
-    with open(args.out, "w") as fh:
-        json.dump(result, fh, indent=1)
+    write_json(args.out, result)
     print(f"\nwrote {os.path.relpath(args.out, ROOT)}")
     return 0
 
