@@ -5,28 +5,34 @@ import numpy as np
 from onnx import helper
 from rich.console import Group
 from rich.text import Text
+from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import VerticalScroll
-from textual.widgets import Input, Static
+from textual.widget import Widget
+from textual.widgets import Input
 
 from ..guard import guarded
 from ..rules import rule_lines
+from .page import Page
 from .visuals import heatmap, histogram, parse_slice, stats_text
 
 ROLE_NAMES = {"x": "in xs", "z": "in zs", "y": "is y"}
 
 
 @guarded
-class Inspector(VerticalScroll):
+class Inspector(Widget, can_focus=True):
     # Tab can land in the slice box, where letters are text, not keys: escape hands them back.
-    BINDINGS = [Binding("escape", "leave", "Back to the graph", show=False, id="inspector.leave")]
+    BINDINGS = [Binding("escape", "leave", "Back to the graph", show=False, id="inspector.leave"),
+                Binding("up", "scroll(-1)", "Scroll up", show=False, id="inspector.scroll_up"),
+                Binding("down", "scroll(1)", "Scroll down", show=False, id="inspector.scroll_down"),
+                Binding("pageup", "page(-1)", "Page up", show=False, id="inspector.page_up"),
+                Binding("pagedown", "page(1)", "Page down", show=False, id="inspector.page_down"),
+                Binding("home", "scroll(-1000000)", "Top", show=False, id="inspector.top"),
+                Binding("end", "scroll(1000000)", "Bottom", show=False, id="inspector.bottom")]
     DEFAULT_CSS = """
-    Inspector { width: 50; border-left: solid $panel; padding: 0 1; }
-    Inspector > #inspector-info { height: auto; }
+    Inspector { width: 50; border-left: solid $panel; padding: 0 0 0 1; layout: vertical; }
     Inspector > #inspector-slice { display: none; height: 3; }
-    Inspector.-sliceable > #inspector-slice { display: block; }
-    Inspector > #inspector-heat { height: auto; }
+    Inspector.-sliceable:focus-within > #inspector-slice { display: block; }
     """
 
     def __init__(self, *, id: str | None = None):
@@ -38,23 +44,48 @@ class Inspector(VerticalScroll):
         self.lead: tuple[int, ...] = ()
         self.focus_element: tuple[int, ...] | None = None
         self.has_heatmap = False
+        self.info = Group()  # the node and tensor text, without the heatmap
 
     def compose(self) -> ComposeResult:
-        yield Static(id="inspector-info")
+        yield Page(id="inspector-page")
         yield Input(placeholder="slice: leading indices, e.g. 0,1", id="inspector-slice")
-        yield Static(id="inspector-heat")
 
     def show(self, session, node_index: int | None, tensor: str | None) -> None:
-        if (node_index, tensor) != (self.node_index, self.tensor):
+        moved = (node_index, tensor) != (self.node_index, self.tensor)
+        if moved:
             self.lead, self.focus_element = (), None
         self.session, self.node_index, self.tensor = session, node_index, tensor
-        self.refresh_content()
+        self.refresh_content(keep_offset=not moved)
+
+    @property
+    def page(self) -> Page:
+        return self.query_one(Page)
+
+    def action_scroll(self, lines: int) -> None:
+        self.page.scroll_lines(lines)
+
+    def action_page(self, pages: int) -> None:
+        self.page.scroll_lines(pages * max(1, self.page.size.height - 1))
+
+    def on_focus(self) -> None:
+        self.refresh_content()  # the slice box appears: the heatmap's hint to tab here goes
+
+    on_blur = on_descendant_focus = on_descendant_blur = on_focus
+
+    def on_mouse_scroll_down(self, event: events.MouseScrollDown) -> None:
+        event.stop()
+        self.page.scroll_lines(3)
+
+    def on_mouse_scroll_up(self, event: events.MouseScrollUp) -> None:
+        event.stop()
+        self.page.scroll_lines(-3)
 
     def point_at(self, index: tuple[int, ...]) -> None:
         """Show the slice holding element `index` with that element marked (jump to worst)."""
         self.focus_element = tuple(int(i) for i in index)
         self.lead = self.focus_element[:-2] if len(self.focus_element) > 2 else ()
         self.refresh_content()
+        self.page.scroll_lines(1000000)  # the heatmap is last
 
     def action_leave(self) -> None:
         """Escape here cancels running work first, as it does everywhere; else it returns to the graph."""
@@ -83,7 +114,7 @@ class Inspector(VerticalScroll):
         self.refresh_content()
 
     # --- content -------------------------------------------------------------------------------
-    def refresh_content(self) -> None:
+    def refresh_content(self, keep_offset: bool = True) -> None:
         s = self.session
         if s is None:
             return
@@ -94,12 +125,11 @@ class Inspector(VerticalScroll):
             parts.append(self._tensor_text(s, self.tensor))
         if not parts:
             parts.append(Text("Move in the graph (arrows) or the list to inspect a node or tensor.", style="dim"))
-        _update(self.query_one("#inspector-info", Static), Group(*parts))
+        self.info = Group(*parts)
         arr = self._heat_array()
-        heat = self.query_one("#inspector-heat", Static)
         self.has_heatmap = arr is not None and arr.size > 0
         if not self.has_heatmap:
-            _update(heat, "")
+            self.page.show(self.info, keep_offset=keep_offset)
             self.remove_class("-sliceable")
             return
         self.set_class(arr.ndim > 2, "-sliceable")
@@ -112,7 +142,9 @@ class Inspector(VerticalScroll):
             focus = (0, self.focus_element[0])
         title = Text(f"heatmap of {self.heat_source} {self.tensor}"
                      + (f"[{','.join(map(str, self.lead))},:,:]" if self.lead else ""), style="bold")
-        _update(heat, Group(title, heatmap(arr, self.lead, focus)))
+        if arr.ndim > 2 and not self.has_focus_within:
+            title.append("  tab here to slice", style="dim")
+        self.page.show(Group(self.info, title, heatmap(arr, self.lead, focus)), keep_offset=keep_offset)
 
     def _heat_array(self):
         s, t = self.session, self.tensor
@@ -206,15 +238,6 @@ class Inspector(VerticalScroll):
                 t.append("\n  disconnected: y does not depend on it", style="yellow")
             t.append("\n")
         return t
-
-
-def _update(static: Static, content) -> None:
-    """`static.update`, laying the screen out again only when the content's height changed: a
-    layout per update was most of an arrow key's time on big models."""
-    height, width = static.content_size.height, static.content_size.width
-    static.update(content, layout=False)
-    if not width or static.get_content_height(static.size, static.app.size, width) != height:
-        static.refresh(layout=True)
 
 
 def _check_status(s, node_name: str) -> str | None:

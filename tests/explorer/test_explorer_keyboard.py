@@ -184,12 +184,14 @@ async def test_escape_in_the_inspector_hands_the_keys_back_to_the_graph():
     app = spec_app()
     async with opened(app) as pilot:
         graph, box = app.query_one("#graph"), app.query_one("#inspector-slice")
-        assert app.focused is graph and box.display  # X is 4-d: the slice box is shown
+        assert app.focused is graph and not box.display  # shown only in the focused inspector
+        assert "tab here to slice" in plain(app.query_one("#inspector-page"))  # X is 4-d
         for _ in range(12):
             if app.focused is box:
                 break
             await pilot.press("tab")
-        assert app.query_one("#inspector").has_class("-sliceable")
+        assert app.query_one("#inspector").has_class("-sliceable") and box.display
+        assert "tab here to slice" not in plain(app.query_one("#inspector-page"))
         await pilot.press("s", "n")  # letters in a text box are text: no step mode
         assert box.value == "sn" and not isinstance(app.screen, StepScreen)
         await pilot.press("escape", "s")

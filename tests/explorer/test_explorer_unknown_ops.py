@@ -34,7 +34,7 @@ async def test_the_app_opens_marks_the_node_and_runs_around_it(custom_op_path, r
         assert graph.marks[box] == "unsupported"
         app.move_cursor(custom, None)  # its output B has no value: said in the inspector, no error toast
         await settle(app, pilot)
-        info = plain(app.query_one("#inspector-info"))
+        info = plain(app.query_one("#inspector-page"))
         assert "unsupported: onnxgrad has no implementation" in info
         assert "no value: it needs custom, an op onnxgrad cannot run" in info
         assert not [n for n in app._notifications if n.severity == "error"]

@@ -51,7 +51,7 @@ async def quiet(app, pilot) -> None:
 
 
 def shown(app) -> str:
-    return plain(app.query_one("#inspector-info"))
+    return plain(app.query_one("#inspector-page"))
 
 
 def stats_of(value) -> str:
