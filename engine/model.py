@@ -17,9 +17,13 @@ from .feeds import check_feed
 from .gradient import GradientResult, PreparedGradient
 from .loader import TRAINING_DOMAIN, GraphIndex, node_inputs
 from .plan import Plan, needed_nodes
+from .recent import Recent
 from .registry import require
 from .registry import version as registry_version
 from .selection import GradientSpec, names, validate
+
+PLANS_KEPT = 64  # plans and prepared gradients per model, the most recently used
+SELECTIONS_KEPT = 512
 
 
 class Model:
@@ -35,11 +39,11 @@ class Model:
         self._unsupported: tuple[int, dict[int, str]] | None = None
         self._constants: dict[tuple, dict[str, torch.Tensor]] = {}
         self._arrays: dict[tuple, dict[str, np.ndarray]] = {}
-        self._plans: dict[tuple, Plan] = {}
-        self._grads: dict[tuple, PreparedGradient] = {}
+        self._plans: Recent[tuple, Plan] = Recent(PLANS_KEPT)
+        self._grads: Recent[tuple, PreparedGradient] = Recent(PLANS_KEPT)
         # Per-call overhead of `gradient`: validation and the cut-graph walk depend only on names.
-        self._selections: dict[tuple, GradientSpec] = {}
-        self._extras: dict[tuple, tuple[str, ...]] = {}
+        self._selections: Recent[tuple, GradientSpec] = Recent(SELECTIONS_KEPT)
+        self._extras: Recent[tuple, tuple[str, ...]] = Recent(SELECTIONS_KEPT)
 
     # --- description -------------------------------------------------------------------------
     @property

@@ -72,6 +72,7 @@ class ExplorerApp(LayoutWork, Workers, PaletteApp, App):
         self.placement = placement  # graph layout: "auto", "dot" or "layered" (see layout.py)
         self.cursor: tuple[int | None, str | None] = (None, None)
         self.layouts: dict[tuple, object] = {}
+        self.collect_before_freeze = False  # set when a model replaces another (see open_session)
 
     def check_action(self, action: str, parameters) -> bool | None:
         """Keys that mean nothing right now leave the footer (they still work from ctrl+p when they can)."""
@@ -129,10 +130,17 @@ class ExplorerApp(LayoutWork, Workers, PaletteApp, App):
         self.open_session(self.session)
 
     def open_session(self, session: Session) -> None:
+        replacing = self.session is not None and self.session is not session
         self.session, self.layouts, self.local = session, {}, None
-        # The loaded model lives as long as the session: out of the cyclic collector's way, or its
-        # full passes over the model's objects stall the first paint (work.py freezes layouts too).
-        gc.freeze()
+        if replacing:
+            # What was frozen for the last model is collectable again; the next layout collects
+            # it, once the widgets have let go of it, then freezes the new model (graph_work.py).
+            gc.unfreeze()
+            self.collect_before_freeze = True
+        else:
+            # The loaded model lives as long as the session: out of the cyclic collector's way, or
+            # its full passes over the model's objects stall the first paint.
+            gc.freeze()
         self.sub_title = session.label
         self.query_one(NodeList).set_graph(session.graph, frozenset(session.model.unsupported_nodes()),
                                            later=wants_local(session.model))

@@ -116,6 +116,9 @@ class LayoutWork:
         self.layouts[key] = layout
         # The model and its layout live as long as the session: leave them out of the cyclic
         # garbage collector, whose full passes over ~250k objects were 300 ms pauses on densenet.
+        if self.collect_before_freeze:  # another model was opened: its objects go first, once
+            self.collect_before_freeze = False
+            gc.collect()
         gc.freeze()
         if key == self._layout_key():
             self._apply_layout(layout, message.canvas)

@@ -330,6 +330,24 @@ async def test_open_model_from_the_palette(recorded):
         assert "no such file: /no/such/model.onnx" in of_type(seen, m.WorkFinished)[-1].detail
 
 
+async def test_a_model_replaced_by_another_is_garbage_collected():
+    """Each model is frozen out of the cyclic collector while open; the one it replaces is not kept."""
+    import gc
+    import weakref
+
+    app = spec_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await started(app, pilot)
+        first = weakref.ref(app.session.model)
+        app.run_open(sample("mlp.onnx"))
+        await started(app, pilot)
+        await settle(app, pilot)
+        assert app.session.label == "mlp.onnx" and app.query_one("#graph").canvas is not None
+        gc.collect()
+        assert first() is None
+        assert gc.get_freeze_count() > 0  # the open model is frozen again
+
+
 def test_launcher_exits_2_with_one_line_for_a_bad_model(capsys):
     from explorer.launcher import main
 
