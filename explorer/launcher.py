@@ -58,9 +58,19 @@ def main(argv: list[str] | None = None) -> int:
         return explore(SimpleNamespace(model=None, seed=0, dtype="float32"))
     if _is_model_path(argv[0], COMMANDS):
         argv = ["explore", *argv]
+    if argv[0] != "explore":
+        _openmp_as_the_user_set_it()
     if argv in (["-h"], ["--help"]):
         parser = build_parser([add_explore_parser])
         parser.epilog = EPILOG
         parser.print_help()
         return 0
     return cli_main(argv, extra=[add_explore_parser])
+
+
+def _openmp_as_the_user_set_it() -> None:
+    """Torch is not loaded yet: the CLI's compute-bound runs keep OpenMP's default thread policy."""
+    from . import SET_OMP_WAIT_POLICY
+
+    if SET_OMP_WAIT_POLICY:
+        os.environ.pop("OMP_WAIT_POLICY", None)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -370,6 +371,23 @@ def test_launcher_delegates_subcommands_and_starts_the_app(monkeypatch, capsys):
     assert launcher.main([]) == 0
     assert launcher.main(["explore", sample("mlp.onnx"), "--dtype", "float64"]) == 0
     assert started_with == ["spec_conv_gemm", "mlp.onnx"]
+
+
+@pytest.mark.parametrize("ours", [True, False])
+def test_the_cli_keeps_openmp_as_the_user_set_it_and_the_app_sleeps_its_threads(monkeypatch, capsys, ours):
+    """The explorer asks OpenMP for sleeping threads unless the user chose; CLI commands do not ask."""
+    import explorer
+    from explorer import launcher
+    from explorer.app import ExplorerApp
+
+    monkeypatch.setattr(explorer, "SET_OMP_WAIT_POLICY", ours)
+    monkeypatch.setattr(ExplorerApp, "run", lambda self: None)
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE" if ours else "ACTIVE")
+    assert launcher.main(["explore", sample("mlp.onnx")]) == 0
+    assert launcher.main([sample("mlp.onnx")]) == 0
+    assert os.environ["OMP_WAIT_POLICY"] == ("PASSIVE" if ours else "ACTIVE")
+    assert launcher.main(["ops"]) == 0 and "Gemm" in capsys.readouterr().out
+    assert os.environ.get("OMP_WAIT_POLICY") == (None if ours else "ACTIVE")
 
 
 @pytest.mark.parametrize("name", ["mlp.onnx", "residual_fanout.onnx", "small_cnn.onnx"])
