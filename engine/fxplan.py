@@ -33,7 +33,7 @@ ALL = "all"  # `outputs=ALL`: return every slot's value (Plan.run_all), not only
 class FxPlan:
     """`plan`'s steps as one GraphModule; call with the source values in order."""
 
-    def __init__(self, plan, shapes: Sequence[int] | None, outputs=None, compile: bool = False,
+    def __init__(self, plan, steps: Sequence, shapes: Sequence[int] | None, outputs=None, compile: bool = False,
                  seen_shapes: dict | None = None):
         graph = torch.fx.Graph()
         env: dict[int, torch.fx.Node | None] = {}
@@ -46,18 +46,18 @@ class FxPlan:
         for k in plan.source_slots:
             env[k] = placeholder(f"s{k}")
             known.pop(k, None)
-        folded = _fold(plan, known, seen_shapes or {})
+        folded = _fold(steps, known, seen_shapes or {})
         for k, value in known.items():
             env[k] = placeholder(f"c{k}")
             constants.append(value)
         kwarg_nodes: list[dict] = []
-        for i, step in enumerate(plan.steps):
+        for i, step in enumerate(steps):
             kw = {}
             for name, value in step.kwargs.items() if i not in folded else ():
                 kw[name] = placeholder(f"k{len(constants)}")
                 constants.append(value)
             kwarg_nodes.append(kw)
-        for i, (step, kw) in enumerate(zip(plan.steps, kwarg_nodes)):
+        for i, (step, kw) in enumerate(zip(steps, kwarg_nodes)):
             if i in folded:
                 if i in (seen_shapes or {}):  # its value stands only while the input keeps that shape
                     graph.call_function(_same_shape, (env[step.in_slots[0]], seen_shapes[i][0]))
@@ -127,13 +127,13 @@ def _same_shape(x, shape: tuple) -> None:
         raise ShapeChanged
 
 
-def _fold(plan, known: dict, seen_shapes: dict) -> set[int]:
+def _fold(steps, known: dict, seen_shapes: dict) -> set[int]:
     """Evaluate now the steps whose inputs are all constants (Constant nodes, shape arithmetic on
     initializers...) with the same function and arguments the run would use, so their values are
     the run's; add them to `known`. A Shape/Size seen on the first run counts as constant under a
     guard on its input's shape. Returns the folded step indices."""
     folded = set()
-    for i, step in enumerate(plan.steps):
+    for i, step in enumerate(steps):
         if i in seen_shapes:
             value = seen_shapes[i][1]
         elif (step.op_type in RANDOM or step.op_type in SHAPE_OPS or getattr(step.fn, "no_fold", False)

@@ -77,7 +77,7 @@ class PreparedGradient:
                 raise SelectionError(f"{name!r} holds {kind} values: only float tensors can be in xs")
             leaves.append(v if v.requires_grad else v.detach().requires_grad_())
         with torch.enable_grad():
-            (y,) = self.plan.run(leaves + list(values[n:]))
+            (y,) = self.plan.run(leaves + list(values[n:]), fused=not create_graph)
             if callable(dy):  # a seed made from y itself (the verifier's random dy needs y's shape)
                 dy = dy(y.detach())
             if dy is not None and tuple(dy.shape) != tuple(y.shape):

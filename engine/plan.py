@@ -13,7 +13,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from . import attributes
+from . import attributes, fusion
 from .errors import ExecutionError, FeedError, OnnxGradError, UnsupportedOpError
 from .loader import TRAINING_DOMAIN, GraphIndex, implicit_inputs, node_inputs
 from .registry import parameters, require
@@ -35,6 +35,8 @@ class Step:
 # every time (the reference, and the "before" of benchmarks); "compile": fx under torch.compile.
 MODES = ("fx", "interpret", "compile")
 DEFAULT_MODE = os.environ.get("ONNXGRAD_PLAN", "fx")
+# Fusion of exported GELU/attention chains (engine/fusion.py) in `run`/`interpret`; "0" turns it off.
+FUSE = os.environ.get("ONNXGRAD_FUSE", "1") != "0"
 
 
 def needed_nodes(graph: GraphIndex, sources: set[str], targets: Sequence[str]) -> tuple[list[int], list[str]]:
@@ -65,13 +67,14 @@ class Plan:
 
     def __init__(self, graph: GraphIndex, sources: Sequence[str], targets: Sequence[str], *,
                  device: torch.device, float_dtype: torch.dtype | None, constants: dict[str, torch.Tensor],
-                 gradient_step: Callable | None = None, keep_all: bool = False, mode: str | None = None):
+                 gradient_step: Callable | None = None, keep_all: bool = False, mode: str | None = None,
+                 fuse: bool | None = None):
         mode = mode or DEFAULT_MODE
         if mode not in MODES:
             raise OnnxGradError(f"plan mode {mode!r} is not one of {', '.join(MODES)}")
         self.mode = mode
-        self._shapes: list[int] | None = None  # how each step's result unpacks, seen on the first run
-        self._seen_shapes: dict[int, tuple] = {}
+        self._shapes: dict[str, list[int]] = {}  # how each step's result unpacks, seen on the first run
+        self._seen_shapes: dict[str, dict[int, tuple]] = {}
         self._fx: dict[str, object] = {}
         self.graph = graph
         self.sources = tuple(sources)
@@ -134,7 +137,16 @@ class Plan:
                 self.names.append(t)
         self.target_slots = tuple(slot[t] for t in self.targets)
         self._template = [template.get(k) for k in range(len(slot))]
+        # `steps`: one per node, for run_all, run_observed (step mode, recorders) and every reader of
+        # the plan's nodes. `run_steps`: what run/interpret execute, with GELU and attention chains
+        # fused unless the caller keeps every value (keep_all) or fusion is off.
         self.steps = self._with_frees(steps, keep_all)
+        self.run_steps = self.steps
+        if (FUSE if fuse is None else fuse) and not keep_all:
+            protected = set(self.source_slots) | set(self.target_slots) | {slot[n] for n in graph.outputs if n in slot}
+            fused = fusion.fuse(steps, protected, template)
+            if fused is not steps:
+                self.run_steps = self._with_frees(fused, keep_all)
 
     def _with_frees(self, raw_steps, keep_all: bool) -> tuple[Step, ...]:
         last: dict[int, int] = {}
@@ -150,8 +162,12 @@ class Plan:
                     frees[k].append(s)
         return tuple(Step(*raw, free=tuple(f)) for raw, f in zip(raw_steps, frees))
 
-    def run(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        """Values of `targets`, given values of `sources` in order."""
+    def run(self, inputs: Sequence[torch.Tensor], fused: bool = True) -> list[torch.Tensor]:
+        """Values of `targets`, given values of `sources` in order. `fused=False`: node by node,
+        for autograd graphs that are differentiated again (a fused attention's backward is not)."""
+        if not fused and self.run_steps is not self.steps:
+            env = self._execute(inputs, free=True, which="all")
+            return [env[s] for s in self.target_slots]
         compiled = self._compiled("targets", inputs)
         if compiled is not None:
             try:
@@ -162,7 +178,7 @@ class Plan:
 
     def interpret(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         """`run` by walking the steps in Python: the reference the compiled module is tested against."""
-        env = self._execute(inputs, free=True)
+        env = self._execute(inputs, free=True, which="targets")
         return [env[s] for s in self.target_slots]
 
     def run_all(self, inputs: Sequence[torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -180,7 +196,7 @@ class Plan:
 
     def interpret_all(self, inputs: Sequence[torch.Tensor]) -> dict[str, torch.Tensor]:
         """`run_all` by walking the steps in Python (the reference)."""
-        env = self._execute(inputs, free=False)
+        env = self._execute(inputs, free=False, which="all")
         return {self.names[k]: v for k, v in enumerate(env) if v is not None}
 
     def _call(self, compiled, which: str, inputs):
@@ -195,13 +211,21 @@ class Plan:
     def _build(self, which: str, seen_shapes: bool = True):
         from .fxplan import ALL, FxPlan
 
-        return FxPlan(self, self._shapes, ALL if which == "all" else None, compile=self.mode == "compile",
-                      seen_shapes=self._seen_shapes if seen_shapes else None)
+        key = self._key(which)
+        return FxPlan(self, self._steps(which), self._shapes.get(key), ALL if which == "all" else None,
+                      compile=self.mode == "compile", seen_shapes=self._seen_shapes.get(key) if seen_shapes else None)
+
+    def _steps(self, which: str) -> tuple[Step, ...]:
+        return self.run_steps if which == "targets" else self.steps
+
+    def _key(self, which: str) -> str:
+        """Where the first run's unpacking is kept: one entry when both step lists are the same."""
+        return "targets" if self._steps(which) is self.run_steps else "all"
 
     def _compiled(self, which: str, inputs):
         """The fx module for `which` once a run has shown how each step's results unpack; else None."""
         if self.mode == "interpret" or len(inputs) != len(self.source_slots) or (
-                self._shapes is None and self.mode != "compile"):
+                self._key(which) not in self._shapes and self.mode != "compile"):
             return None
         compiled = self._fx.get(which)
         if compiled is None:
@@ -210,20 +234,21 @@ class Plan:
 
     def run_observed(self, inputs: Sequence[torch.Tensor], observer: "StepObserver") -> list[torch.Tensor]:
         """`run`, with `observer` seeing (and able to replace) every value: tensor hooks, aliases."""
-        env = self._execute(inputs, free=False, observer=observer)
+        env = self._execute(inputs, free=False, which="all", observer=observer)
         return [env[s] for s in self.target_slots]
 
-    def _execute(self, inputs, free: bool, observer: "StepObserver | None" = None) -> list:
+    def _execute(self, inputs, free: bool, which: str, observer: "StepObserver | None" = None) -> list:
         if len(inputs) != len(self.source_slots):
             raise FeedError(f"plan expects {len(self.source_slots)} input values, got {len(inputs)}")
         env = list(self._template)
-        shapes = [] if self._shapes is None and observer is None else None
+        key = self._key(which)
+        shapes = [] if key not in self._shapes and observer is None else None
         seen: dict[int, tuple] = {}  # Shape/Size steps: (input shape, value), folded under a guard
         for s, v in zip(self.source_slots, inputs):
             env[s] = v if observer is None else observer.source(self.names[s], v)
         step = None
         try:
-            for step in self.steps:
+            for step in self._steps(which):
                 args = [None if k is None else env[k] for k in step.in_slots]
                 if observer is not None:
                     args = observer.arguments(step, [None if k is None else self.names[k] for k in step.in_slots], args)
@@ -253,7 +278,7 @@ class Plan:
         except STEP_ERRORS as exc:
             raise step_error(step, exc) from (None if isinstance(exc, OnnxGradError) else exc)
         if shapes is not None:
-            self._shapes, self._seen_shapes = shapes, seen
+            self._shapes[key], self._seen_shapes[key] = shapes, seen
         return env
 
 
