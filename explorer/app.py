@@ -180,10 +180,12 @@ class ExplorerApp(LayoutWork, Workers, PaletteApp, App):
             self.query_one(GraphView).select(ids[0])
 
     def on_graph_view_node_chosen(self, event: GraphView.NodeChosen) -> None:
+        event.graph_view.select(event.box, scroll=event.scroll)
         self.move_cursor(event.node_index, event.tensor, origin="graph")
         self.follow_local(event.node_index, event.tensor)
 
     def on_node_list_picked(self, event: NodeList.Picked) -> None:
+        self.query_one(NodeList).show_entry(event.index)
         self.move_cursor(event.node_index, event.tensor, origin="list")
         if event.jump:
             self.query_one(GraphView).focus()

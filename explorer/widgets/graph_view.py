@@ -59,11 +59,15 @@ class GraphView(ScrollView, can_focus=True):
 
     @dataclass
     class NodeChosen(Message):
-        """A box was moved to or clicked: node index (None for a tensor box) and tensor name."""
+        """A box was moved to or clicked: node index (None for a tensor box) and tensor name.
+        The handler shows it with `graph_view.select(box, scroll)`, in the same frame as the
+        other panes follow the cursor (drawing it here first cost a frame per key)."""
 
         graph_view: "GraphView"
         node_index: int | None
         tensor: str | None
+        box: str = ""
+        scroll: bool = True
 
     def __init__(self, *, id: str | None = None):
         super().__init__(id=id)
@@ -71,6 +75,7 @@ class GraphView(ScrollView, can_focus=True):
         self.placeholder = "laying out the graph…"
         self.marks: dict[str, str] = {}
         self.selected: str | None = None
+        self.chosen: str | None = None  # announced, not yet shown: the next arrow moves from it
         self._styles: dict = {}
 
     # --- content -----------------------------------------------------------------------------
@@ -82,6 +87,7 @@ class GraphView(ScrollView, can_focus=True):
         self.virtual_size = Size(layout.width + 1, layout.height + 1) if layout is not None else Size(0, 0)
         if self.selected is not None and (self.canvas is None or self.selected not in self.canvas.nodes):
             self.selected = None
+        self.chosen = None
         self.refresh()
         # The new virtual size is laid out only after this refresh: scrolling now would be clamped.
         self.call_after_refresh(self.keep_in_view)
@@ -101,17 +107,24 @@ class GraphView(ScrollView, can_focus=True):
     def _box_index(self) -> tuple[dict, dict]:
         return _box_index(self.canvas)
 
-    def select(self, node_id: str | None, scroll: bool = True, announce: bool = False) -> None:
+    def select(self, node_id: str | None, scroll: bool = True) -> None:
         if self.canvas is None or node_id not in self.canvas.nodes:
             return
         self.selected = node_id
+        if self.chosen == node_id:
+            self.chosen = None
         n = self.canvas.nodes[node_id]
         if scroll:
             self._reveal(n)
             self.call_after_refresh(self.keep_in_view)  # in case the size is not laid out yet
         self.refresh()
-        if announce:
-            self.post_message(self.NodeChosen(self, n.node_index, box_tensor(n) if n.node_index is None else None))
+
+    def choose(self, node_id: str, scroll: bool = True) -> None:
+        """Announce a move to `node_id`; the NodeChosen handler selects it."""
+        self.chosen = node_id
+        n = self.canvas.nodes[node_id]
+        self.post_message(self.NodeChosen(self, n.node_index, box_tensor(n) if n.node_index is None else None,
+                                          node_id, scroll))
 
     def keep_in_view(self) -> None:
         """Scroll the selected box (else the graph's first box) into view: the pane is never blank."""
@@ -148,12 +161,13 @@ class GraphView(ScrollView, can_focus=True):
         """Select the nearest box in a direction, preferring boxes roughly in line."""
         if self.canvas is None or not self.canvas.nodes:
             return
-        if self.selected is None:
-            self.select(self._first_box().id, announce=True)
+        current = self.chosen if self.chosen in self.canvas.nodes else self.selected
+        if current is None:
+            self.choose(self._first_box().id)
             return
-        best = self.nearest(self.canvas.nodes[self.selected], dx, dy)
+        best = self.nearest(self.canvas.nodes[current], dx, dy)
         if best is not None:
-            self.select(best.id, announce=True)
+            self.choose(best.id)
 
     def nearest(self, cur, dx: int, dy: int):
         """The box an arrow key moves to from `cur`: ahead in the direction, the least
@@ -193,7 +207,7 @@ class GraphView(ScrollView, can_focus=True):
         x, y = event.x + int(self.scroll_x), event.y + int(self.scroll_y)
         n = self.canvas.node_at(x, y)
         if n is not None:
-            self.select(n.id, scroll=False, announce=True)
+            self.choose(n.id, scroll=False)
 
     # --- drawing -----------------------------------------------------------------------------
     def notify_style_update(self) -> None:
