@@ -15,6 +15,7 @@ from ..gradient import PreparedGradient
 from ..model import Model
 from ..plan import Plan
 from ..selection import GradientSpec, names
+from .absorbed import largest
 
 F64 = torch.float64
 
@@ -111,6 +112,12 @@ class Context:
 
     def frontier(self, name: str) -> tuple[str, ...]:
         """Values read by the nodes downstream of `name` that do not themselves depend on it."""
+        down, reads = self._downstream(name)
+        constants = self.model.graph.initializers
+        return tuple(n for n in reads if n not in down and (n not in constants or n in self.sources))
+
+    def _downstream(self, name: str) -> tuple[set, dict]:
+        """(the values that depend on `name`, itself included; every value their nodes read)"""
         plan = self.keep_plan
         down, reads = {name}, {}
         for step in plan.steps:
@@ -118,8 +125,17 @@ class Context:
             if down.intersection(ins):
                 down.update(plan.names[s] for s in step.out_slots if s is not None)
                 reads.update(dict.fromkeys(ins))
-        constants = self.model.graph.initializers
-        return tuple(n for n in reads if n not in down and (n not in constants or n in self.sources))
+        return down, reads
+
+    def downstream_magnitude(self, name: str) -> float:
+        """The largest finite |value| that depends on `name` at the point (y included): steps far
+        below its ulp may be rounded away before they reach y (see verify/absorbed.py)."""
+        memo = self.memo.setdefault((name, "frontier"), {})
+        if "down" not in memo:
+            memo["down"] = tuple(self._downstream(name)[0])
+        values = self.all_values
+        return max((largest(v) for v in map(values.get, memo["down"])
+                    if isinstance(v, torch.Tensor) and v.is_floating_point()), default=0.0)
 
     def native_tensors(self) -> list[torch.Tensor]:
         return [self.model.to_tensor(n, self._value(n), self.device, None) for n in self.sources]

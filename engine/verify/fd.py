@@ -120,17 +120,22 @@ class Measurement:
     scale: float = 1.0  # the step used, as a multiple of the perturbation set's step
     noise_l: np.ndarray | None = None  # measured roundoff in L per row, when probes were run
     reshaped: np.ndarray | None = None  # bool: a perturbed forward changed y's shape
+    # A probe's tiny step changed L not at all while its step-h quotient is nonzero: the network
+    # rounds such steps away (see absorbed.py), so the measured roundoff is only a lower bound.
+    saturated: bool = False
+    ladder: np.ndarray | None = None  # per item: the larger step scale it was adopted from (absorbed.py), else 0
+    richardson: np.ndarray | None = None  # bool per item: extrapolate whatever the noise (see verdict.classify)
 
     @classmethod
     def empty(cls, n: int, scale: float = 1.0) -> "Measurement":
         nan = lambda: np.full(n, np.nan)  # noqa: E731
         return cls(nan(), nan(), nan(), nan(), nan(), nan(), nan(), np.zeros(n, bool), np.zeros(n, bool), scale,
-                   reshaped=np.zeros(n, bool))
+                   reshaped=np.zeros(n, bool), ladder=np.zeros(n), richardson=np.zeros(n, bool))
 
     def take(self, other: "Measurement", items: np.ndarray) -> None:
         """Adopt `other`'s quotients (another step) for `items`."""
         for name in ("d1", "fplus1", "fminus1", "noise", "d2", "fplus2", "fminus2", "refined", "evaluated",
-                     "reshaped"):
+                     "reshaped", "ladder", "richardson"):
             getattr(self, name)[items] = getattr(other, name)[items]
 
 
@@ -229,8 +234,10 @@ def measure(objective: Objective, x: torch.Tensor, pert: Perturbations, order: t
     m.evaluated[it] = True
     if k and done_main:
         probe_ids = order[:min(k, done_main)].numpy()
-        noise_l = _roundoff(objective, pert, m, probe_ids, plus[:len(probe_ids)], minus[:len(probe_ids)], scale)
+        lp, lm = plus[:len(probe_ids)], minus[:len(probe_ids)]
+        noise_l = _roundoff(objective, pert, m, probe_ids, lp, lm, scale)
         m.noise_l = noise_l
+        m.saturated = bool(np.any((lp == lm).reshape(-1) & (m.d1[_items(probe_ids, pert.rows)] != 0)))
     if noise_l is not None and np.isfinite(noise_l).all():
         m.noise[it] = np.tile(noise_l, len(ids_np)) / h
     else:

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from ..loader import TRAINING_DOMAIN
+from .absorbed import largest
 from .fd import normal
 from .report import FAIL, INCONCLUSIVE, PASS, SKIPPED, NodeCheck
 from .xcheck import XProbe
@@ -115,7 +116,7 @@ def _check_node(ctx, step, ins, live, opts, control) -> NodeCheck:
             return forward(inputs[:k] + [xx] + inputs[k + 1:])
 
         probe = XProbe(ins[k], f, x, y0, dy_flat, node_opts, salt=10007 + step.node_index * 31 + k,
-                       control=control, stage=f"node {step.name}")
+                       control=control, stage=f"node {step.name}", magnitude=lambda: largest(y0))
         r = probe.result(probe.judge(grad))
         if worst is None or _rank(r) > _rank(worst[1]):
             worst = (ins[k], r)

@@ -126,11 +126,15 @@ def doubtful(a: np.ndarray, m: Measurement, tol: Tolerance) -> np.ndarray:
 
 
 def one_sided_gaps(a: np.ndarray, m: Measurement, tol: Tolerance) -> np.ndarray:
-    """Items whose one-sided quotients at step h disagree beyond what curvature or noise explain."""
+    """Items whose one-sided quotients at step h disagree beyond what curvature or noise explain;
+    where refined, also at h/2 without the gap halving (curvature's gap halves with the step, and
+    at the larger steps of absorbed.py it is no longer small)."""
     with np.errstate(invalid="ignore"):
         thr = _threshold(a, m.d1, tol)
         gap = np.abs(m.fplus1 - m.fminus1)
-        return m.evaluated & (gap > np.maximum(thr, 4 * m.noise))
+        g2 = np.abs(m.fplus2 - m.fminus2)
+        halves = m.refined & ~((g2 > np.maximum(thr, 8 * m.noise)) & (g2 > 0.75 * gap))
+        return m.evaluated & (gap > np.maximum(thr, 4 * m.noise)) & ~halves
 
 
 def to_refine(a: np.ndarray, m: Measurement, tol: Tolerance, worst_too: bool = True) -> np.ndarray:
@@ -189,7 +193,9 @@ def classify(a: np.ndarray, m: Measurement, tol: Tolerance) -> Verdicts:
         smooth = r & ~kink
         # Richardson removes the h^2 term but amplifies roundoff 1.7x: worth it only when the two
         # steps differ by more than their noise; otherwise the larger step's quotient is the better.
-        extrapolate = smooth & (np.abs(d1 - d2) > 2 * (m.noise + noise2))
+        # On the larger steps of absorbed.py truncation may be the error to remove, whatever the noise.
+        forced = m.richardson if m.richardson is not None else False
+        extrapolate = smooth & ((np.abs(d1 - d2) > 2 * (m.noise + noise2)) | forced)
         numeric[extrapolate] = (4 * d2[extrapolate] - d1[extrapolate]) / 3
         numeric[kink] = d2[kink]
         fd_err[r] = np.abs(d1[r] - d2[r]) + noise2[r]

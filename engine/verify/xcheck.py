@@ -7,7 +7,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from . import fd, verdict
+from . import absorbed, fd, verdict
 from .batching import BatchEvaluator
 from .report import FAIL, INCONCLUSIVE, PASS, SKIPPED, ItemProblem, XCheck
 from .structure import independent_rows
@@ -33,10 +33,14 @@ class XProbe:
 
     def __init__(self, name: str, fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor,
                  y0: torch.Tensor, dy: torch.Tensor, opts: Options, salt: int, control: fd.Control,
-                 stage: str = "finite differences", compress: bool = True, memo: dict | None = None):
+                 stage: str = "finite differences", compress: bool = True, memo: dict | None = None,
+                 magnitude: Callable[[], float] | None = None):
         """`memo`: a dict kept across checks of the same graph, x and x shape: the batching strategy
-        and whether rows mix are properties of the graph, measured once."""
+        and whether rows mix are properties of the graph, measured once. `magnitude`: the largest
+        value downstream of x (asked only when a verdict may rest on a step it rounds away)."""
         self.name, self.x, self.opts, self.control, self.stage = name, x, opts, control, stage
+        self._magnitude, self._largest = magnitude, None
+        self.laddered = np.zeros(0, np.int64)  # items absorbed.settle measured at larger steps
         self._done_before = control.done
         memo = {} if memo is None else memo
         self._memo = memo
@@ -97,13 +101,17 @@ class XProbe:
     def judge(self, grad: torch.Tensor, roundoff: torch.Tensor | None = None) -> verdict.Verdicts:
         """Verdicts for `grad`; `roundoff` (shaped like x, see Context.analytic_roundoff) samples its
         rounding errors, which widen atol."""
-        a, scale = self.analytic_items(grad)
-        if scale is None:
-            scale = verdict.element_scale(a[self.m.evaluated], self.m.d1[self.m.evaluated])
+        a, given_scale = self.analytic_items(grad)
         slack = None if roundoff is None else self._slack(roundoff)
 
-        def tolerance() -> verdict.Tolerance:
-            tol = verdict.tolerance(len(a), self.opts.rtol, self.opts.atol, scale, self.m.noise)
+        def tolerance(m: fd.Measurement | None = None, strict: bool = False) -> verdict.Tolerance:
+            """From self.m, or from `m`: another step's measurement (absorbed.py); `strict`: atol not
+            raised to the finite differences' resolution."""
+            m = m or self.m
+            scale = given_scale
+            if scale is None:
+                scale = max(verdict.element_scale(a[k.evaluated], k.d1[k.evaluated]) for k in (self.m, m))
+            tol = verdict.tolerance(len(a), self.opts.rtol, self.opts.atol, scale, None if strict else m.noise)
             return tol if slack is None else verdict.widened(tol, slack)
 
         tol = tolerance()
@@ -111,7 +119,7 @@ class XProbe:
         if not worst_too:
             self.analytic = a
             v = verdict.all_clear(a, self.m, tol)
-            if v is not None:
+            if v is not None and (self._magnitude is None or not absorbed.zero_readings(self.m).any()):
                 return v
         undecided = verdict.doubtful(a, self.m, tol) if self.noise_l is None else ()
         if len(undecided):  # the roundoff bound was too coarse to decide: measure it, then judge again
@@ -129,11 +137,23 @@ class XProbe:
         fd.refine(self.objective, self.x, self.pert, self.m, picks, self.opts.chunk, self.control)
         self.analytic = a
         v = verdict.classify(a, self.m, tol)
+        # Larger steps first, where the network may round small ones away: a quantized quotient
+        # looks like a kink, which the retries below would chase with smaller steps.
+        marks = absorbed.settle(self, a, tolerance, v)
+        if marks is not None:
+            tol = tolerance()
+            v = absorbed.marked(verdict.classify(a, self.m, tol), marks)
         if self._retry(a, tol, v):
-            v = verdict.classify(a, self.m, tol)
+            v = absorbed.marked(verdict.classify(a, self.m, tol), marks)
         if self.pert.kind == "directions":
             self._confirm_directions(grad, v)
         return v
+
+    def downstream_magnitude(self) -> float:
+        """The largest |value| downstream of x, y included (0 when unknown)."""
+        if self._largest is None:
+            self._largest = float(self._magnitude()) if self._magnitude is not None else 0.0
+        return self._largest
 
     def _slack(self, roundoff: torch.Tensor) -> np.ndarray:
         """Per item, how far rounding may have moved the analytic value: one sample per element is
@@ -153,11 +173,13 @@ class XProbe:
         machine's summation order, so one rung settles an item on one CPU and not on another).
         """
         adopted = False
-        kinks = [i for i, c in v.causes.items() if c == verdict.KINK]
+        # Items measured at larger steps (absorbed.py) would read the same rounding again here.
+        skip = set(self.laddered.tolist())
+        kinks = [i for i, c in v.causes.items() if c == verdict.KINK and i not in skip]
         for scale in (1 / 4, 1 / 32, 1 / 256):
             kinks, settled = self._retry_at(a, tol, kinks, scale, keep=verdict.KINK)
             adopted |= settled
-        inaccurate = [i for i, c in v.causes.items() if c == verdict.INACCURATE]
+        inaccurate = [i for i, c in v.causes.items() if c == verdict.INACCURATE and i not in skip]
         for scale in (8.0, 64.0):
             inaccurate, settled = self._retry_at(a, tol, inaccurate, scale, keep=verdict.INACCURATE)
             adopted |= settled
@@ -199,8 +221,14 @@ class XProbe:
         dirs = base * scale
         pert = fd.direction_perturbations(self.x, dirs)
         self.control.plan(2 * pert.count)
+        # At the step the failure was measured at: a larger one where the network rounds small ones away.
+        scale = float(max(1.0, self.m.ladder[fails].max()))
+        laddered = scale > 1  # with its own roundoff probes, and h/2 to tell curvature from a kink
         m = fd.measure(self.objective, self.x, pert, torch.arange(pert.count), self.opts.chunk, self.control,
-                       "confirming", noise_l=self.noise_l)
+                       "confirming", scale=scale, noise_l=None if laddered else self.noise_l,
+                       probes=min(fd.PROBES, pert.count) if laddered else 0)
+        if laddered:
+            fd.refine(self.objective, self.x, pert, m, np.arange(pert.count), self.opts.chunk, self.control, "confirming")
         a, s = _direction_items(grad.detach().to(torch.float64), dirs)
         kinks = verdict.one_sided_gaps(a, m, verdict.tolerance(len(a), self.opts.rtol, self.opts.atol, s, m.noise))
         for j, item in enumerate(fails):

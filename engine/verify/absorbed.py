@@ -1,0 +1,155 @@
+"""Perturbations the network rounds away: a step below the resolution of large values downstream.
+
+SqueezeNet with its shipped constant weights has logits of 6.7e9, whose ulp is about 1e-6. A step
+of 1e-6 on the last conv's bias moves them by about one ulp, so L(x ± h) reads L(x), or an ulp
+off, and the quotient is 0 (or a multiple of ulp / h) where the gradient is 7e-4. The roundoff
+probe, at a step 1000 times smaller, is rounded away as well: it measures no noise, and the
+quotient looked exact. A zero gradient would have passed against that 0 just as well.
+
+So where values downstream of x are large enough for this (the step is under ABSORB_ULPS ulps of
+the largest of them), the items whose verdict rests on such a quotient (failures, items too noisy
+to decide, and passes read as exactly zero) are measured again at larger steps: a ladder that
+starts where the roundoff probe's own step reaches an ulp of the largest value, each rung with
+fresh roundoff probes. A rung counts only when its probes register (a probe that reads exactly
+L(x) while its quotient is not zero measures nothing), and the pass or fail verdicts it reaches are
+adopted. A larger step measures the same derivative, with Richardson's h / 2 and the one-sided
+quotients still guarding against curvature and kinks, so it cannot turn a wrong gradient into a
+pass (a failure must hold on both the central and the extrapolated estimate, and agree with the
+previous rung's); items that no rung settles are inconclusive, with the reason.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
+import numpy as np
+import torch
+
+from . import fd, verdict
+from .report import FAIL, INCONCLUSIVE, PASS
+
+if TYPE_CHECKING:
+    from .xcheck import XProbe
+
+ABSORB_ULPS = 1e4  # a step that moves the largest value downstream by fewer ulps may be rounded away
+LADDER = tuple(8.0 ** k for k in range(2, 8))  # 64 .. 2e6 times the step
+MAX_VECTORS = 4096  # vectors per x measured on each rung
+ABSORBED = "absorbed"
+
+
+def largest(t: torch.Tensor) -> float:
+    """The largest finite |value| of `t` (0 when empty)."""
+    return float(torch.nan_to_num(t.abs(), nan=0.0, posinf=0.0).max()) if t.numel() else 0.0
+
+
+def zero_readings(m: fd.Measurement) -> np.ndarray:
+    """Items whose perturbed forwards both gave exactly L(x)."""
+    with np.errstate(invalid="ignore"):
+        return m.evaluated & (m.fplus1 == 0) & (m.fminus1 == 0)
+
+
+def suspects(m: fd.Measurement, v: verdict.Verdicts) -> np.ndarray:
+    """Items whose verdict a rounded-away step could have decided: fails, exact zeros, and the
+    inconclusive ones (a quantized quotient also looks noisy, or like a kink when h / 2 reads
+    another multiple of ulp / h)."""
+    out = (v.status == FAIL) | ((v.status == PASS) & zero_readings(m))
+    for i, cause in v.causes.items():
+        if cause in (verdict.INACCURATE, verdict.KINK):
+            out[i] = True
+    return out
+
+
+def settle(probe: "XProbe", a: np.ndarray, tolerance: Callable[..., verdict.Tolerance],
+           v: verdict.Verdicts) -> dict | None:
+    """Measures the suspects of an x whose steps the network may round away on the ladder, adopting
+    into probe.m what a rung settles; None when nothing was suspect, else {item: reason} for the
+    items no rung settled (see `marked`). `tolerance(m)`: the tolerance
+    with m's noise as the finite differences' resolution."""
+    suspect = suspects(probe.m, v)
+    if not suspect.any():
+        return None
+    magnitude = probe.downstream_magnitude()
+    if not magnitude or not np.isfinite(magnitude):
+        return None
+    ulp = float(np.spacing(magnitude))
+    steps = probe.pert.step.reshape(-1)
+    items = np.nonzero(suspect & (steps < ABSORB_ULPS * ulp))[0]
+    if len(items) == 0:
+        return None
+    probe.laddered = items
+    h = float(steps[items].min())
+    # The first rung whose roundoff probe moves the largest value by an ulp (at unit sensitivity).
+    rungs = [s for s in LADDER if s * h * fd.PROBE_SCALE >= ulp] or [LADDER[-1]]
+    rungs = [s for s in LADDER if s >= rungs[0]]
+    unsettled, largest = items, 0.0
+    fallback = fd.Measurement.empty(len(a))
+    before, before_err = np.full(len(a), np.nan), np.full(len(a), np.nan)
+    for scale in rungs:
+        if probe.control.stopped == "cancelled":
+            break
+        vectors = np.unique(unsettled // probe.rows)[:MAX_VECTORS]
+        k = min(fd.PROBES, len(vectors))
+        probe.control.plan(4 * len(vectors) + 2 * k)
+        rung = fd.measure(probe.objective, probe.x, probe.pert, torch.as_tensor(vectors), probe.opts.chunk,
+                          probe.control, "absorbed steps", scale=scale, budget_applies=False, probes=k)
+        largest = scale * h
+        if rung.saturated:
+            continue
+        fd.refine(probe.objective, probe.x, probe.pert, rung, unsettled[np.isin(unsettled // probe.rows, vectors)],
+                  probe.opts.chunk, probe.control, "absorbed steps")
+        rung.ladder[:] = scale
+        # Adopted: what the rung decides at the tolerance proper. A pass that needs atol raised
+        # to this rung's resolution waits for a larger step, which may resolve it better.
+        strict, decided = _decide(a, rung, tolerance(rung, strict=True), unsettled)
+        # Far from h, quotients at H and H/2 can agree by coincidence: a verdict counts only where
+        # the rung's estimate agrees with the previous rung's, within their error estimates.
+        with np.errstate(invalid="ignore"):
+            agree = ~(np.abs(strict.numeric - before) > strict.fd_error + before_err)
+        decided = decided[agree[decided]]
+        measured = rung.evaluated & np.isfinite(strict.numeric)
+        before, before_err = np.where(measured, strict.numeric, before), np.where(measured, strict.fd_error, before_err)
+        probe.m.take(rung, decided)
+        unsettled = np.setdiff1d(unsettled, decided)
+        lenient, resolved = _decide(a, rung, tolerance(rung), unsettled)
+        resolved = resolved[lenient.status[resolved] == PASS]
+        fallback.take(rung, resolved[~fallback.evaluated[resolved]])
+        if len(unsettled) == 0:
+            break
+    # The rest pass as ordinary items do when their discrepancy is under the resolution of the
+    # finite differences at one of the rungs and a thousandth of the gradient's scale.
+    resolved = unsettled[fallback.evaluated[unsettled]]
+    probe.m.take(fallback, resolved)
+    unsettled = np.setdiff1d(unsettled, resolved)
+    return {i: (f"the network may round the perturbation away: values downstream reach {magnitude:.3g} "
+                f"(ulp {ulp:.3g}), and steps from {steps[i]:.3g} up to {largest:.3g} did not resolve the "
+                f"gradient here (analytic {a[i]:.6g}, numeric at the first step {v.numeric[i]:.6g})")
+            for i in unsettled.tolist()}
+
+
+def _decide(a, rung: fd.Measurement, tol: verdict.Tolerance, items: np.ndarray):
+    """(verdicts, the items decided) at a rung, judged on both estimates: the central quotient, and
+    Richardson's extrapolation, whose noise is larger and whose truncation error is smaller (which
+    wins depends on how far the step is from where the rounding stops). A pass on either counts,
+    a failure only on both; rung.richardson records the estimate each item goes by."""
+    rung.richardson[:] = True
+    extrapolated = verdict.classify(a, rung, tol)
+    rung.richardson[:] = False
+    central = verdict.classify(a, rung, tol)
+    use = (extrapolated.status == PASS) & (central.status != PASS)
+    rung.richardson[:] = use
+    v = verdict.classify(a, rung, tol)
+    failed = (central.status == FAIL) & (extrapolated.status == FAIL)
+    decided = (v.status == PASS) | failed
+    return v, items[decided[items]]
+
+
+def _with_status(v: verdict.Verdicts, items: np.ndarray, wanted: tuple) -> np.ndarray:
+    return items[np.isin(v.status[items].astype(str), wanted)]
+
+
+def marked(v: verdict.Verdicts, marks: dict | None) -> verdict.Verdicts:
+    """`v` with the items `settle` could not resolve made inconclusive, with its reasons."""
+    for i, reason in (marks or {}).items():
+        v.status[i] = INCONCLUSIVE
+        v.reasons[i] = reason
+        v.causes[i] = ABSORBED
+    return v
