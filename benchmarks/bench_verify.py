@@ -255,7 +255,10 @@ def false_alarms_samples(seeds: int) -> dict:
     return counts
 
 
-def false_alarms_light(stems, time_cap: float) -> dict:
+def false_alarms_light(stems, time_cap: float, own: bool = False) -> dict:
+    """Random O(1) weights: fast on the image, sample on a middle weight, fast on the last. `own`:
+    the shipped constant weights (activations up to 1e10, where steps get rounded away), the image
+    alone fed: fast on it, sample on the last Conv/Gemm's bias, fast on its weight."""
     counts = {"checks": 0, "fail": 0, "inconclusive": 0, "pass": 0, "models": []}
     for path in vm.light_models():
         stem = os.path.basename(path)[6:-5]
@@ -265,13 +268,18 @@ def false_alarms_light(stems, time_cap: float) -> dict:
         feeds, made = vm.light_feeds(model)
         data = model.inputs[0]
         picks = [([data], "fast"), ([made[len(made) // 2]], "sample"), ([made[-1]], "fast")]
+        if own:
+            last = [n for n in model.graph.nodes if n.op_type in ("Conv", "Gemm") and n.input[1] in made][-1]
+            bias = [[last.input[2]]] if len(last.input) > 2 and last.input[2] in made else []
+            feeds = {data: feeds[data]}
+            picks = [([data], "fast")] + [(b, "sample") for b in bias] + [([last.input[1]], "fast")]
         for double in (False, True):
             f = feeds if not double else {k: v.astype(np.float64) for k, v in feeds.items()}
             m = model if not double else engine.load(vm.to_float64(model.graph.model))
             for xs, mode in picks:
                 y, zs = vm.light_selection(m, xs)
                 t = time.perf_counter()
-                r = engine.check(m, y, xs, zs, feeds=f, mode=mode, samples=16, time_budget=time_cap)
+                r = engine.check(m, y, xs, zs, feeds=f, mode=mode, samples=None if own else 16, time_budget=time_cap)
                 counts["checks"] += 1
                 counts[r.verdict] += 1
                 line = (f"  {stem} {'f64' if double else 'f32'} {xs[0]} {mode}: {r.verdict} "
@@ -290,6 +298,7 @@ def main() -> int:
     ap.add_argument("--seeds", type=int, default=2, help="seeds per sample model for the false-alarm count")
     ap.add_argument("--detect-seeds", type=int, default=10, help="points x per injected bug for the detection count")
     ap.add_argument("--only-light", action="store_true", help="only the light/ false-alarm sweep (merged into --out)")
+    ap.add_argument("--own", action="store_true", help="with --only-light: the models' own constant weights")
     ap.add_argument("--only-fast", action="store_true", help="only fast mode vs gradcheck's fast mode (41 runs)")
     ap.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results", "verify.json"))
     args = ap.parse_args()
@@ -298,13 +307,13 @@ def main() -> int:
         compare_fast(41)
         return 0
     if args.only_light:
-        light = false_alarms_light(args.light or [], time_cap=120.0)
+        light = false_alarms_light(args.light or [], time_cap=120.0, own=args.own)
         print(f"  { {k: v for k, v in light.items() if k != 'models'} }")
         merged = {}
         if os.path.exists(args.out):
             with open(args.out) as fh:
                 merged = json.load(fh)
-        merged["false_alarms_light"] = light
+        merged["false_alarms_light_own" if args.own else "false_alarms_light"] = light
         write_json(args.out, merged)
         return 0
     rows = [
