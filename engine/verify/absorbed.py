@@ -62,8 +62,8 @@ def settle(probe: "XProbe", a: np.ndarray, tolerance: Callable[..., verdict.Tole
            v: verdict.Verdicts) -> dict | None:
     """Measures the suspects of an x whose steps the network may round away on the ladder, adopting
     into probe.m what a rung settles; None when nothing was suspect, else {item: reason} for the
-    items no rung settled (see `marked`). `tolerance(m)`: the tolerance
-    with m's noise as the finite differences' resolution."""
+    items no rung settled (see `marked`). `tolerance(m, strict)`: the tolerance with m's noise as
+    the finite differences' resolution, or without it."""
     suspect = suspects(probe.m, v)
     if not suspect.any():
         return None
@@ -84,13 +84,13 @@ def settle(probe: "XProbe", a: np.ndarray, tolerance: Callable[..., verdict.Tole
     fallback = fd.Measurement.empty(len(a))
     before, before_err = np.full(len(a), np.nan), np.full(len(a), np.nan)
     for scale in rungs:
-        if probe.control.stopped == "cancelled":
+        if probe.control.halted():  # a time budget stops the ladder too: what is left is inconclusive
             break
         vectors = np.unique(unsettled // probe.rows)[:MAX_VECTORS]
         k = min(fd.PROBES, len(vectors))
         probe.control.plan(4 * len(vectors) + 2 * k)
         rung = fd.measure(probe.objective, probe.x, probe.pert, torch.as_tensor(vectors), probe.opts.chunk,
-                          probe.control, "absorbed steps", scale=scale, budget_applies=False, probes=k)
+                          probe.control, "absorbed steps", scale=scale, probes=k)
         largest = scale * h
         if rung.saturated:
             continue
@@ -140,10 +140,6 @@ def _decide(a, rung: fd.Measurement, tol: verdict.Tolerance, items: np.ndarray):
     failed = (central.status == FAIL) & (extrapolated.status == FAIL)
     decided = (v.status == PASS) | failed
     return v, items[decided[items]]
-
-
-def _with_status(v: verdict.Verdicts, items: np.ndarray, wanted: tuple) -> np.ndarray:
-    return items[np.isin(v.status[items].astype(str), wanted)]
 
 
 def marked(v: verdict.Verdicts, marks: dict | None) -> verdict.Verdicts:
