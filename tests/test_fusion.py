@@ -212,3 +212,17 @@ def test_second_order_gradients_run_unfused():
     plain = PreparedGradient(model.selection("y", ["x"]), plan_pair(model, ["x"], ["y"])[1])
     (g2,) = plain(x, create_graph=True).grads
     assert torch.equal(hv, torch.autograd.grad(g2.sum(), x)[0])
+
+
+def test_a_kernel_that_raises_leaves_the_answer_to_the_chain(monkeypatch):
+    from engine import fusion
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("not on this build")
+
+    monkeypatch.setattr(fusion.F, "scaled_dot_product_attention", refuse)
+    model, x = engine.load(vit_block(gelu="skip")), vit_input()
+    fused, plain = plan_pair(model, ["x", *WEIGHTS], ["y"])
+    assert fused_ops(fused) == ["FusedAttention"]
+    for a, b in zip(gradients(model, fused, x), gradients(model, plain, x)):
+        assert torch.equal(a, b)
