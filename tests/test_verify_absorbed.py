@@ -80,11 +80,16 @@ def test_ordinary_magnitudes_never_reach_the_ladder(monkeypatch):
 @settings(max_examples=12, deadline=None)
 @given(scale=st.sampled_from([1.0, 1e3, 1e6, 1e8, 1e9, 1e10, 1e11]), kind=st.sampled_from(["cancel", "softmax"]),
        mode=st.sampled_from(["full", "fast"]), seed=st.integers(0, 2**16))
-def test_over_scales_right_passes_and_wrong_fails(scale, kind, mode, seed):
-    """Up to values of 1e11 a larger step resolves the gradient: the right one passes and a wrong one
-    fails, at any scale and point."""
+def test_over_scales_right_never_fails_and_wrong_never_passes(scale, kind, mode, seed):
+    """Up to values of 1e11 a larger step resolves every element: the right gradient passes and a
+    wrong one fails. One random direction (fast mode) may stay inconclusive, never wrongly decided;
+    a direction along which softmax does not move (all signs equal) cannot tell gradients apart."""
     right = _check(scale, kind, "right", mode, seed)
-    assert right.verdict == "pass", right.summary()
+    assert right.verdict in (("pass",) if mode == "full" else ("pass", "inconclusive")), right.summary()
+    blind = mode == "fast" and abs(right.results[0].analytic) < 1e-12
     for vjp in ("scaled_1.01", "zero"):
         wrong = _check(scale, kind, vjp, mode, seed)
-        assert wrong.verdict == "fail", wrong.summary()
+        if mode == "full":
+            assert wrong.verdict == "fail", wrong.summary()
+        elif not blind:
+            assert wrong.verdict in ("fail", "inconclusive"), wrong.summary()
