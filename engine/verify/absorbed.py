@@ -135,9 +135,10 @@ def settle(probe: "XProbe", a: np.ndarray, tolerance: Callable[..., verdict.Tole
     resolved = unsettled[fallback.evaluated[unsettled]]
     probe.m.take(fallback, resolved)
     unsettled = np.setdiff1d(unsettled, resolved)
-    # A pass read as exactly zero stays one where no rung moved L either: y does not observably
-    # depend on x in float64 up to steps the size of x (a symmetric softmax, say).
-    unsettled = unsettled[~((v.status[unsettled] == PASS) & ~moved[unsettled])]
+    # Where no rung moved L either, y does not observably depend on x in float64 up to steps the
+    # size of x (a softmax of equal logits, say): those items are judged as if the ladder had not run.
+    probe.laddered = np.setdiff1d(items, unsettled[~moved[unsettled]])
+    unsettled = unsettled[moved[unsettled]]
     return {i: (f"{v.reasons[i]}; larger steps up to {largest:.3g} did not settle it either (values "
                 f"downstream reach {magnitude:.3g}, ulp {ulp:.3g})" if doubtful[i] else
                 f"the network may round the perturbation away: values downstream reach {magnitude:.3g} "
