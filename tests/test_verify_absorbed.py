@@ -93,3 +93,20 @@ def test_over_scales_right_never_fails_and_wrong_never_passes(scale, kind, mode,
             assert wrong.verdict == "fail", wrong.summary()
         elif not blind:
             assert wrong.verdict in ("fail", "inconclusive"), wrong.summary()
+
+
+@pytest.mark.parametrize("mode", ["full", "fast"])
+def test_a_gradient_through_a_dead_unit_still_fails_among_huge_values(mode):
+    """y = (s + Relu(b)) - s with b < 0: the true gradient is exactly 0 and no step moves y, as when
+    s rounds a step away. Steps beyond where s could round them away tell the two apart: a Relu
+    whose VJP lets the gradient through everywhere must still fail."""
+    nodes = [helper.make_node("Mul", ["x", "s"], ["t"]), helper.make_node("Relu", ["b"], ["r"], name="dead"),
+             helper.make_node("Add", ["t", "r"], ["z"]), helper.make_node("Sub", ["z", "t"], ["y"])]
+    proto = make(nodes, [vi("x", [N], F64), vi("b", [N], F64)], [vi("y", [N], F64)], [init("s", np.array(1e10))])
+    feeds = {"x": np.ones(N), "b": -1.0 - np.abs(np.random.default_rng(0).standard_normal(N))}
+    report = engine.check(engine.load(proto), "y", ["b"], ["x"], feeds=feeds, mode=mode)
+    assert report.verdict == "pass", report.summary()
+    with register_op_with_vjp("Relu", lambda b: b.clamp(min=0), lambda g, i, o: (g[0],), since=14):
+        report = engine.check(engine.load(proto), "y", ["b"], ["x"], feeds=feeds, mode=mode)
+    assert report.verdict == "fail", report.summary()
+    assert report.first_failing_node == "dead", report.summary()

@@ -112,7 +112,10 @@ def settle(probe: "XProbe", a: np.ndarray, tolerance: Callable[..., verdict.Tole
         # Adopted: what the rung decides at the tolerance proper. A pass that needs atol raised
         # to this rung's resolution waits for a larger step, which may resolve it better.
         strict, decided = _decide(a, rung, tolerance(rung, strict=True), unsettled)
-        decided = decided[~((strict.status[decided] == FAIL) & doubtful[decided] & ~_slope(rung, strict)[decided])]
+        unsound = doubtful & ~_slope(rung, strict)
+        if scale * h < ABSORB_ULPS * ulp:  # a zero reading may still be rounding, not a flat function
+            unsound |= zero_readings(rung)
+        decided = decided[~((strict.status[decided] == FAIL) & unsound[decided])]
         # Far from h, quotients at H and H/2 can agree by coincidence: a verdict counts only where
         # the rung's estimate agrees with the previous rung's, within their error estimates.
         with np.errstate(invalid="ignore"):
@@ -136,9 +139,11 @@ def settle(probe: "XProbe", a: np.ndarray, tolerance: Callable[..., verdict.Tole
     probe.m.take(fallback, resolved)
     unsettled = np.setdiff1d(unsettled, resolved)
     # Where no rung moved L either, y does not observably depend on x in float64 up to steps the
-    # size of x (a softmax of equal logits, say): those items are judged as if the ladder had not run.
-    probe.laddered = np.setdiff1d(items, unsettled[~moved[unsettled]])
-    unsettled = unsettled[moved[unsettled]]
+    # size of x (a softmax of equal logits, a dead unit): those items are judged as if the ladder
+    # had not run, except failures while even the largest step may still be rounded away.
+    flat = ~moved[unsettled] & ~((v.status[unsettled] == FAIL) & (largest < ABSORB_ULPS * ulp))
+    probe.laddered = np.setdiff1d(items, unsettled[flat])
+    unsettled = unsettled[~flat]
     return {i: (f"{v.reasons[i]}; larger steps up to {largest:.3g} did not settle it either (values "
                 f"downstream reach {magnitude:.3g}, ulp {ulp:.3g})" if doubtful[i] else
                 f"the network may round the perturbation away: values downstream reach {magnitude:.3g} "
