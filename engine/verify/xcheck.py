@@ -41,6 +41,7 @@ class XProbe:
         self.name, self.x, self.opts, self.control, self.stage = name, x, opts, control, stage
         self._magnitude, self._largest = magnitude, None
         self.laddered = np.zeros(0, np.int64)  # items absorbed.settle measured at larger steps
+        self.unresolved = False  # whether the last judge left items absorbed.settle could not resolve
         self._done_before = control.done
         memo = {} if memo is None else memo
         self._memo = memo
@@ -140,6 +141,7 @@ class XProbe:
         # Larger steps first, where the network may round small ones away: a quantized quotient
         # looks like a kink, which the retries below would chase with smaller steps.
         marks = absorbed.settle(self, a, tolerance, v)
+        self.unresolved = bool(marks)
         if marks is not None:
             tol = tolerance()
             v = absorbed.marked(verdict.classify(a, self.m, tol), marks)
