@@ -87,10 +87,9 @@ def settle(probe: "XProbe", a: np.ndarray, tolerance: Callable[..., verdict.Tole
     # value for the kink test to notice). Those fail on a rung only where it measured a slope.
     doubtful = v.status == INCONCLUSIVE
     h = float(steps[items].min())
-    # The first rung whose roundoff probe moves the largest value by an ulp (at unit sensitivity).
+    # From the first rung whose roundoff probe moves the largest value by an ulp (at unit sensitivity).
     rungs = [s for s in LADDER if s * h * fd.PROBE_SCALE >= ulp] or [LADDER[-1]]
-    rungs = [s for s in LADDER if s >= rungs[0]]
-    unsettled, largest = items, 0.0
+    unsettled, widest = items, 0.0
     fallback = fd.Measurement.empty(len(a))
     before, before_err = np.full(len(a), np.nan), np.full(len(a), np.nan)
     moved = np.zeros(len(a), bool)
@@ -102,7 +101,7 @@ def settle(probe: "XProbe", a: np.ndarray, tolerance: Callable[..., verdict.Tole
         probe.control.plan(4 * len(vectors) + 2 * k)
         rung = fd.measure(probe.objective, probe.x, probe.pert, torch.as_tensor(vectors), probe.opts.chunk,
                           probe.control, "absorbed steps", scale=scale, probes=k)
-        largest = scale * h
+        widest = scale * h
         if rung.saturated:
             continue
         fd.refine(probe.objective, probe.x, probe.pert, rung, unsettled[np.isin(unsettled // probe.rows, vectors)],
@@ -141,13 +140,13 @@ def settle(probe: "XProbe", a: np.ndarray, tolerance: Callable[..., verdict.Tole
     # Where no rung moved L either, y does not observably depend on x in float64 up to steps the
     # size of x (a softmax of equal logits, a dead unit): those items are judged as if the ladder
     # had not run, except failures while even the largest step may still be rounded away.
-    flat = ~moved[unsettled] & ~((v.status[unsettled] == FAIL) & (largest < ABSORB_ULPS * ulp))
+    flat = ~moved[unsettled] & ~((v.status[unsettled] == FAIL) & (widest < ABSORB_ULPS * ulp))
     probe.laddered = np.setdiff1d(items, unsettled[flat])
     unsettled = unsettled[~flat]
-    return {i: (f"{v.reasons[i]}; larger steps up to {largest:.3g} did not settle it either (values "
+    return {i: (f"{v.reasons[i]}; larger steps up to {widest:.3g} did not settle it either (values "
                 f"downstream reach {magnitude:.3g}, ulp {ulp:.3g})" if doubtful[i] else
                 f"the network may round the perturbation away: values downstream reach {magnitude:.3g} "
-                f"(ulp {ulp:.3g}), and steps from {steps[i]:.3g} up to {largest:.3g} did not resolve the "
+                f"(ulp {ulp:.3g}), and steps from {steps[i]:.3g} up to {widest:.3g} did not resolve the "
                 f"gradient here (analytic {a[i]:.6g}, numeric at the first step {v.numeric[i]:.6g})")
             for i in unsettled.tolist()}
 

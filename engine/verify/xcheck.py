@@ -111,7 +111,8 @@ class XProbe:
             m = m or self.m
             scale = given_scale
             if scale is None:
-                scale = max(verdict.element_scale(a[k.evaluated], k.d1[k.evaluated]) for k in (self.m, m))
+                measured = (self.m,) if m is self.m else (self.m, m)
+                scale = max(verdict.element_scale(a[k.evaluated], k.d1[k.evaluated]) for k in measured)
             tol = verdict.tolerance(len(a), self.opts.rtol, self.opts.atol, scale, None if strict else m.noise)
             return tol if slack is None else verdict.widened(tol, slack)
 

@@ -44,7 +44,6 @@ class Inspector(Widget, can_focus=True):
         self.lead: tuple[int, ...] = ()
         self.focus_element: tuple[int, ...] | None = None
         self.has_heatmap = False
-        self.info = Group()  # the node and tensor text, without the heatmap
 
     def compose(self) -> ComposeResult:
         yield Page(id="inspector-page")
@@ -125,11 +124,11 @@ class Inspector(Widget, can_focus=True):
             parts.append(self._tensor_text(s, self.tensor))
         if not parts:
             parts.append(Text("Move in the graph (arrows) or the list to inspect a node or tensor.", style="dim"))
-        self.info = Group(*parts)
+        info = Group(*parts)
         arr = self._heat_array()
         self.has_heatmap = arr is not None and arr.size > 0
         if not self.has_heatmap:
-            self.page.show(self.info, keep_offset=keep_offset)
+            self.page.show(info, keep_offset=keep_offset)
             self.remove_class("-sliceable")
             return
         self.set_class(arr.ndim > 2, "-sliceable")
@@ -144,7 +143,7 @@ class Inspector(Widget, can_focus=True):
                      + (f"[{','.join(map(str, self.lead))},:,:]" if self.lead else ""), style="bold")
         if arr.ndim > 2 and not self.has_focus_within:
             title.append("  tab here to slice", style="dim")
-        self.page.show(Group(self.info, title, heatmap(arr, self.lead, focus)), keep_offset=keep_offset)
+        self.page.show(Group(info, title, heatmap(arr, self.lead, focus)), keep_offset=keep_offset)
 
     def _heat_array(self):
         s, t = self.session, self.tensor
