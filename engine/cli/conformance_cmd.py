@@ -17,6 +17,9 @@ def add_parser(sub) -> None:
                    help="also check each forward-passing case's differentiable inputs against finite differences")
     p.add_argument("--per-op", type=int, metavar="K",
                    help="with --gradients: check at most K cases per op (a quicker sample)")
+    p.add_argument("--dtype", choices=["float16", "bfloat16"],
+                   help="run each float32 case's variant in this type instead (inputs rounded, expected values "
+                        "from onnx.reference; with --gradients, the gradient in this type against float64)")
     p.add_argument("--seed", type=int, default=0, help="seed for dy and sampled elements (default 0)")
     p.add_argument("--json", metavar="FILE", help="write every outcome as JSON ('-' for stdout)")
     p.add_argument("--failures", metavar="FILE.md", help="write the failing cases per op as Markdown")
@@ -47,10 +50,18 @@ def run(args) -> int:
         raise OnnxGradError(f"--max-cases must be at least 1, not {args.max_cases}")
     if args.per_op is not None and (args.per_op < 1 or not args.gradients):
         raise OnnxGradError("--per-op needs --gradients and a count of at least 1")
-    cases = select_cases(args.op, args.case, args.max_cases)
+    cases = select_cases(args.op, args.case, None if args.dtype else args.max_cases)
     if not cases:
         raise OnnxGradError(f"no node test case matches --case {' / '.join(args.case)}")
-    result = conformance(cases, gradients=args.gradients, seed=args.seed, progress=_progress(),
+    checker = None
+    if args.dtype:
+        from ..conformance.variants import variants_of
+        from ..conformance.verifier import native_check
+
+        cases, checker = variants_of(cases, args.dtype)[: args.max_cases], native_check
+        if not cases:
+            raise OnnxGradError(f"none of the selected cases has a {args.dtype} variant")
+    result = conformance(cases, gradients=args.gradients, seed=args.seed, progress=_progress(), checker=checker,
                          gradient_filter=(lambda cs: sample_per_op(cs, args.per_op, args.seed)) if args.per_op else None)
     out = sys.stdout if args.json != "-" else sys.stderr
     c = counts(result.outcomes)

@@ -5,6 +5,7 @@ import math
 
 import torch
 
+from ..dtypes import computes_in_float32
 from ..errors import OnnxGradError, UnsupportedOpError
 from ..registry import register
 from .shape import int_list
@@ -27,6 +28,7 @@ def _axis_samples(start, bin_size, pooled, grid, size):
     return low, high, 1.0 - frac, frac, valid
 
 
+@computes_in_float32  # NOTE: in half, sample positions far from 0 lose their fraction (0.01 at x = 10)
 def _roi_align(x, rois, batch_indices, mode, out_h, out_w, sampling_ratio, spatial_scale, half_pixel):
     if mode not in ("avg", "max"):
         raise UnsupportedOpError(f"RoiAlign: mode {mode!r} is not supported (use avg or max)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ..dtypes import computes_in_float32
 from ..errors import OnnxGradError, UnsupportedOpError
 from ..registry import register
 from .conv import torch_pad_list
@@ -15,6 +16,7 @@ _MODES_20 = {"linear": "bilinear", "nearest": "nearest", "cubic": "bicubic"}
 _PADDING = ("zeros", "border", "reflection")
 
 
+@computes_in_float32  # NOTE: sample positions in half lose their fraction (ulp 0.25 at pixel 300)
 def _grid_sample(x, grid, mode, padding_mode, align_corners, op):
     if padding_mode not in _PADDING:
         raise UnsupportedOpError(f"{op}: padding_mode {padding_mode!r} is not supported (use {', '.join(_PADDING)})")
@@ -111,6 +113,7 @@ def col2im(x, image_shape, block_shape, *, dilations=None, pads=None, strides=No
 
 
 @register("DeformConv", since=19)
+@computes_in_float32  # NOTE: as GridSample: the offsets are sample positions
 def deform_conv(x, w, offset, b=None, mask=None, *, dilations=None, group=1, kernel_shape=None, offset_group=1,
                 pads=None, strides=None):
     if x.dim() != 4:
