@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Iterable, Mapping
 import numpy as np
 from onnx import TensorProto, helper
 
+from .dtypes import to_numpy
 from .errors import FeedError, UnsupportedOpError
 from .feed_syntax import SPEC_HELP
 from .loader import GraphIndex
@@ -239,7 +240,7 @@ def defaults_for(model: "Model", names: Iterable[str], feeds: Mapping[str, objec
         by_spec(n)
     for n in unfed:
         if n in graph.initializers:
-            values[n] = model.constants()[n].detach().cpu().numpy()
+            values[n] = to_numpy(model.constants()[n])  # bfloat16 as float32: numpy has none
     if computed:
         base = {**feeds, **{n: values[n] for n in upstream}}
         try:

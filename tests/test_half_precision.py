@@ -223,3 +223,15 @@ def test_retyped_widens_a_bfloat16_model_exactly():
     assert wide.graph.input[0].type.tensor_type.elem_type == F32
     narrow, widened = engine.load(proto).run({"x": x})["y"], engine.load(wide).run({"x": x.astype(np.float32)})["y"]
     np.testing.assert_allclose(narrow, widened, rtol=2.0**-8)  # one bfloat16 rounding apart
+
+
+def test_semantics_md_lists_the_ops_that_compute_in_float32():
+    import pathlib
+    import re
+
+    from engine.registry import supported_ops
+
+    text = (pathlib.Path(__file__).resolve().parents[1] / "docs" / "semantics.md").read_text()
+    listed = re.search(r"<!-- half-in-float32 -->(.*?)<!-- /half-in-float32 -->", text, flags=re.S).group(1)
+    registered = {i.op_type for i in supported_ops() if getattr(i.fn, "half_in_float32", False)}
+    assert {op.strip() for op in listed.replace("\n", " ").split(",")} == registered

@@ -28,7 +28,6 @@ def _axis_samples(start, bin_size, pooled, grid, size):
     return low, high, 1.0 - frac, frac, valid
 
 
-@computes_in_float32  # NOTE: in half, sample positions far from 0 lose their fraction (0.01 at x = 10)
 def _roi_align(x, rois, batch_indices, mode, out_h, out_w, sampling_ratio, spatial_scale, half_pixel):
     if mode not in ("avg", "max"):
         raise UnsupportedOpError(f"RoiAlign: mode {mode!r} is not supported (use avg or max)")
@@ -67,6 +66,7 @@ def _roi_align(x, rois, batch_indices, mode, out_h, out_w, sampling_ratio, spati
 
 
 @register("RoiAlign", since=10, until=15)
+@computes_in_float32  # NOTE: in half, sample positions far from 0 lose their fraction (0.01 at x = 10)
 def roi_align_10(x, rois, batch_indices, *, mode="avg", output_height=1, output_width=1, sampling_ratio=0,
                  spatial_scale=1.0):
     return _roi_align(x, rois, batch_indices, mode, output_height, output_width, sampling_ratio, spatial_scale,
@@ -74,6 +74,7 @@ def roi_align_10(x, rois, batch_indices, *, mode="avg", output_height=1, output_
 
 
 @register("RoiAlign", since=16)
+@computes_in_float32
 def roi_align(x, rois, batch_indices, *, coordinate_transformation_mode="half_pixel", mode="avg",
               output_height=1, output_width=1, sampling_ratio=0, spatial_scale=1.0):
     if coordinate_transformation_mode not in ("half_pixel", "output_half_pixel"):

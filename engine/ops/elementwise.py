@@ -83,6 +83,9 @@ def pow_(x, y):
     return out if out.dtype == x.dtype else out.to(x.dtype)
 
 
+pow_.half_in_float32 = True  # the half branch above (docs/semantics.md lists these ops)
+
+
 def _scalar_exponent(x, y) -> bool:
     """y is one float constant that cannot change x's shape, known here without a device sync."""
     return (y.numel() == 1 and y.dim() <= x.dim() and y.is_cpu and x.is_floating_point()

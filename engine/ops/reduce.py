@@ -64,7 +64,6 @@ def _min(x, dims, keep):
     return _extreme(x, dims, keep, False)
 
 
-@computes_in_float32  # NOTE: torch's half prod multiplies in half: 3-5 ulps over 64 factors, 8-29 cumulative
 def _prod(x, dims, keep):
     for d in reversed(dims):
         x = torch.prod(x, d, keepdim=keep, dtype=x.dtype)
@@ -140,11 +139,13 @@ def reduce_min_v1(data, *, axes=None, keepdims=1):
 
 
 @register("ReduceProd", since=18)
+@computes_in_float32  # NOTE: torch's half prod multiplies in half: 3-5 ulps over 64 factors, 8-29 cumulative
 def reduce_prod(data, axes=None, *, keepdims=1, noop_with_empty_axes=0):
     return _reduce(_prod, data, _read_axes(axes), keepdims, noop_with_empty_axes)
 
 
 @register("ReduceProd", since=1, until=17)
+@computes_in_float32
 def reduce_prod_v1(data, *, axes=None, keepdims=1):
     return _reduce(_prod, data, axes, keepdims)
 

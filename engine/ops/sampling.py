@@ -16,7 +16,6 @@ _MODES_20 = {"linear": "bilinear", "nearest": "nearest", "cubic": "bicubic"}
 _PADDING = ("zeros", "border", "reflection")
 
 
-@computes_in_float32  # NOTE: sample positions in half lose their fraction (ulp 0.25 at pixel 300)
 def _grid_sample(x, grid, mode, padding_mode, align_corners, op):
     if padding_mode not in _PADDING:
         raise UnsupportedOpError(f"{op}: padding_mode {padding_mode!r} is not supported (use {', '.join(_PADDING)})")
@@ -38,6 +37,7 @@ def _grid_sample(x, grid, mode, padding_mode, align_corners, op):
 
 
 @register("GridSample", since=16, until=19)
+@computes_in_float32  # NOTE: sample positions in half lose their fraction (ulp 0.25 at pixel 300)
 def grid_sample_16(x, grid, *, align_corners=0, mode="bilinear", padding_mode="zeros"):
     if mode not in _MODES_16:
         raise UnsupportedOpError(f"GridSample: mode {mode!r} is not supported (use bilinear, nearest or bicubic)")
@@ -45,6 +45,7 @@ def grid_sample_16(x, grid, *, align_corners=0, mode="bilinear", padding_mode="z
 
 
 @register("GridSample", since=20)
+@computes_in_float32
 def grid_sample(x, grid, *, align_corners=0, mode="linear", padding_mode="zeros"):
     if mode not in _MODES_20:
         raise UnsupportedOpError(f"GridSample: mode {mode!r} is not supported (use linear, nearest or cubic)")

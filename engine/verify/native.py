@@ -29,10 +29,21 @@ NATIVE_ULPS = 32
 
 
 class _Rounding(StepObserver):
-    """Rounds every float64 value to the dtype the native run gave it, straight through."""
+    """Rounds every float64 value to the dtype the native run gave it, straight through; and, with
+    `saved`, what the backward saves inside steps that compute in the half type (not inside ops
+    that compute in float32, engine.dtypes.computes_in_float32: they save float32)."""
 
-    def __init__(self, dtypes: dict[str, torch.dtype]):
-        self.dtypes = dtypes
+    def __init__(self, dtypes: dict[str, torch.dtype], saved: torch.dtype | None):
+        self.dtypes, self.saved, self.inside_half = dtypes, saved, True
+
+    def pack(self, t: torch.Tensor) -> torch.Tensor:
+        if self.saved is None or not self.inside_half or t.dtype != F64:
+            return t
+        return t.detach().to(self.saved).to(F64)
+
+    def arguments(self, step, names, args):
+        self.inside_half = not getattr(step.fn, "half_in_float32", False)
+        return args
 
     def _round(self, name, value):
         dtype = self.dtypes.get(name)
@@ -57,11 +68,9 @@ def _rounded_gradients(ctx: Context, native_values: dict) -> list:
     xs = set(ctx.spec.xs)
     leaves = [t.detach().clone().requires_grad_(n in xs) for n, t in zip(ctx.sources, ctx.tensors64)]
 
-    def pack(t):
-        return t.detach().to(half).to(F64) if t.dtype == F64 and half is not None else t
-
-    with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        y = ctx.keep_plan.run_observed(leaves, _Rounding(dtypes))[0]
+    rounding = _Rounding(dtypes, half)
+    with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(rounding.pack, lambda t: t):
+        y = ctx.keep_plan.run_observed(leaves, rounding)[0]
         wanted = [leaf for n, leaf in zip(ctx.sources, leaves) if n in xs]
         if not y.requires_grad:
             return [None] * len(wanted)
