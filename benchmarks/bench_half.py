@@ -120,11 +120,10 @@ def main(argv=None) -> int:
     parser.add_argument("--models", default=",".join(c.name for c in real_models.CASES))
     parser.add_argument("--dtypes", default="float16,bfloat16")
     parser.add_argument("--exporters", default=",".join(real_models.EXPORTERS))
-    parser.add_argument("--json", help="write the rows as JSON")
+    parser.add_argument("--json", default=os.path.join(os.path.dirname(__file__), "results", "half.json"))
     args = parser.parse_args(argv)
     if not real_models.available():
-        print("needs timm and transformers (pip install timm transformers)")
-        return 2
+        sys.exit("bench_half needs timm and transformers (not project dependencies)")
     cases = {c.name: c for c in real_models.CASES}
     rows = []
     print(f"{'model':16} {'exporter':12} {'dtype':9} {'fwd err/eps':>11} {'types':>5} {'native':>16} "
@@ -135,12 +134,13 @@ def main(argv=None) -> int:
                 r = run_one(cases[name], dtype, exporter)
                 rows.append(r)
                 if r.status != "ok":
-                    print(f"{name:16} {exporter:12} {dtype:9} {r.status}")
+                    print(f"{name:16} {exporter:12} {dtype:9} {r.status}", flush=True)
                     continue
                 print(f"{name:16} {exporter:12} {dtype:9} {r.forward_err:11.2f} {r.type_mismatches:5d} "
-                      f"{r.native:>16} {r.native_err:9.3g} {r.rounding_err:9.3g} {r.seconds:6.1f}")
+                      f"{r.native:>16} {r.native_err:9.3g} {r.rounding_err:9.3g} {r.seconds:6.1f}", flush=True)
     if args.json:
-        write_json(args.json, {"rows": [asdict(r) for r in rows]})
+        meta = {"torch": torch.__version__, "load": os.getloadavg()[0], "forward_ulps": FORWARD_ULPS}
+        write_json(args.json, {"meta": meta, "rows": [asdict(r) for r in rows]})
     return 0
 
 
