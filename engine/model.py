@@ -192,6 +192,12 @@ class Model:
             spec = self._selections[key] = validate(self.graph, y, xs, zs)
         return spec
 
+    def needed_inputs(self, y: str, xs=(), zs=()) -> tuple[str, ...]:
+        """Graph inputs y depends on around xs ∪ zs that are in neither (what zs still lacks)."""
+        from .selection import needed_inputs
+
+        return needed_inputs(self.graph, y, xs, zs) if self.graph.has_tensor(y) else ()
+
     def prepare_gradient(self, y: str, xs, zs=(), *, device="cpu", dtype=None,
                          extra_inputs: Sequence[str] = (), compile: bool | None = None) -> PreparedGradient:
         """Compile dy/dxs once; call the result with torch tensors (xs, then zs, then extra_inputs)."""

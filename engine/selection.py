@@ -74,6 +74,13 @@ def upstream(graph: GraphIndex, start: Iterable[str], stop: set[str]) -> tuple[s
     return reached, free
 
 
+def needed_inputs(graph: GraphIndex, y: str, xs=(), zs=()) -> tuple[str, ...]:
+    """The graph inputs y depends on in the graph cut at xs ∪ zs that are in neither: what zs
+    still lacks (the explorer's one key and the CLI's `--zs inputs` add them)."""
+    _, free = upstream(graph, [y], set(names(xs)) | set(names(zs)))
+    return tuple(n for n in graph.inputs if n in free)
+
+
 def unknown_name(graph: GraphIndex, name: str, role: str) -> SelectionError:
     return SelectionError(f"{role} {name!r} is not a tensor of this model{graph.did_you_mean(name)}")
 
