@@ -360,15 +360,16 @@ def _first_output(graph, i: int) -> str | None:
 
 def make_app(model_path: str | None = None, *, model: engine.Model | None = None, label: str | None = None,
              seed: int = 0, device: str = "cpu", dtype: str = "float32", select_from_gradient_node: bool = True,
-             placement: str = "auto", ops: tuple[str, ...] = ()) -> ExplorerApp:
+             placement: str = "auto", ops: tuple[str, ...] = (), dims: dict[str, int] | None = None) -> ExplorerApp:
     """The explorer on a path, a loaded Model, or (neither) the bundled spec example.
 
     A model that fails to load still opens the app, which shows the one-line reason.
     `placement="layered"` makes the drawing independent of the installed Graphviz (snapshots).
     `ops`: Python files that register ops (`--ops`), imported before the model is loaded.
+    `dims`: sizes of the model's symbolic dims (`--dim`), as the dims dialog sets them.
     """
     session, load_error = open_session(model_path, model=model, label=label, seed=seed, device=device, dtype=dtype,
-                                       ops=ops)
+                                       ops=ops, dims=dict(dims or {}))
     if session is not None and select_from_gradient_node:
         session.select_from_gradient_node()
     return ExplorerApp(session, load_error, placement)

@@ -129,3 +129,11 @@ def test_cli_zs_inputs_still_refuses_what_is_wrong(lm_path, capsys):
     assert "it depends on 'attention_mask', which is in neither" in capsys.readouterr().err
     assert main(["check", lm_path, "--y", "y", "--xs", "W", "--zs", "inputs", "--dim", "seq=3", "--mode", "fast",
                  "--feed", "input_ids=random"]) == 0
+
+
+def test_explore_refuses_a_bad_dim_in_one_line(lm_path, capsys):
+    from explorer.launcher import main as onnxgrad
+
+    assert onnxgrad(["explore", lm_path, "--dim", "seq=two"]) == 2
+    assert capsys.readouterr().err.strip() == ("onnxgrad: error: bad dim 'seq=two': write NAME=N with N a positive "
+                                               "integer, e.g. seq=32,batch=2")

@@ -40,7 +40,7 @@ class DimsScreen(ModalScreen):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Label("[b]Symbolic dims[/b]: the size of every value made up for an input nobody fed")
+            yield Label("[b]Symbolic dims[/b]: sizes for the values made up for unfed inputs")
             for k, (name, where) in enumerate(self.dims.items()):
                 with Horizontal():
                     yield Label(name, classes="dims-name")

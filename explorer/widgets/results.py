@@ -35,7 +35,8 @@ class Results(Vertical):
     Results TabbedContent { height: 1fr; }
     Results TabPane { padding: 0; }
     Results DataTable { height: 1fr; }
-    Results #verify-summary, Results #gradient-note { height: auto; max-height: 2; padding: 0 1; }
+    Results #verify-summary { height: auto; max-height: 2; padding: 0 1; }
+    Results #gradient-note { height: auto; max-height: 3; padding: 0 1; }
     Results #verify-detail { height: auto; max-height: 2; padding: 0 1; color: $text-muted; }
     Results #gradient-note { display: none; }
     Results #gradient-note.-shown { display: block; }
@@ -75,7 +76,7 @@ class Results(Vertical):
         table.clear()
         note.set_class(origin is not None, "-shown")
         if origin is not None:
-            note.update(Text.assemble(("NaN/Inf ", "bold red"), origin.message, ("   n: go to the node", "dim")))
+            note.update(Text.assemble((origin.message, "red"), ("   n: go to the node", "bold")))
         if result is None:
             return
         for name, g in result.grads.items():
