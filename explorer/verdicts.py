@@ -42,6 +42,12 @@ def _badness(err: float | None) -> float:
     return math.inf if math.isnan(err) else err
 
 
+def _counts(r) -> str:
+    kind = getattr(r, "kind", "elements")
+    return (f"{getattr(r, 'checked', 0)} {kind} checked: {getattr(r, 'failed', 0)} failed, "
+            f"{getattr(r, 'inconclusive', 0)} inconclusive")
+
+
 def x_rows(report) -> list[VerifyRow]:
     rows = []
     for prefix, results in (("", report.results), ("d2/", getattr(report, "second_order", ()))):
@@ -50,7 +56,7 @@ def x_rows(report) -> list[VerifyRow]:
             rows.append(VerifyRow(f"x:{prefix}{r.name}", prefix + r.name, _status(r.status),
                                   getattr(r, "max_abs_err", None), getattr(r, "max_rel_err", None),
                                   "" if worst is None else str(tuple(worst)), getattr(r, "analytic", None),
-                                  getattr(r, "numeric", None), getattr(r, "reason", "") or "",
+                                  getattr(r, "numeric", None), getattr(r, "reason", "") or _counts(r),
                                   tensor=r.name, index=None if worst is None else tuple(int(i) for i in worst)))
     return rows
 
