@@ -15,22 +15,18 @@ from .loader import GraphIndex, node_inputs
 
 
 @lru_cache(maxsize=None)
-def _nondifferentiable_inputs(domain: str, op_type: str, opset: int) -> frozenset[int]:
+def _never(domain: str, op_type: str, opset: int) -> tuple[bool, ...]:
+    """Per formal input of the op: whether ONNX's schema marks it NonDifferentiable (the last one
+    stands for every variadic input after it); empty for an op the schema does not know."""
     try:
         import onnx
         from onnx.defs import OpSchema
 
         schema = onnx.defs.get_schema(op_type, opset, domain)
     except Exception:  # a custom or unknown op: assume every input carries a derivative
-        return frozenset()
+        return ()
     never = OpSchema.DifferentiationCategory.NonDifferentiable
-    params = list(schema.inputs)
-    out = set()
-    for k in range(64):  # the last formal parameter stands for every variadic input after it
-        param = params[min(k, len(params) - 1)] if params else None
-        if param is not None and param.differentiation_category == never:
-            out.add(k)
-    return frozenset(out)
+    return tuple(p.differentiation_category == never for p in schema.inputs)
 
 
 def _float(graph: GraphIndex, name: str) -> bool:
@@ -43,8 +39,8 @@ def carries_derivative(graph: GraphIndex, node_index: int, k: int, tensor: str) 
     node = graph.nodes[node_index]
     if not _float(graph, tensor):
         return False
-    if k < len(node.input) and k in _nondifferentiable_inputs(node.domain or "", node.op_type,
-                                                              graph.opset(node.domain)):
+    never = _never(node.domain or "", node.op_type, graph.opset(node.domain))
+    if never and k < len(node.input) and never[min(k, len(never) - 1)]:
         return False
     return any(_float(graph, t) for t in node.output if t)
 

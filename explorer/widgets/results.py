@@ -132,12 +132,16 @@ class Results(Vertical):
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         event.stop()
-        row = self._rows.get(str(event.row_key.value)) if event.data_table.id == "verify-table" else None
+        # A highlight posted for a row the table has since cleared arrives without a key.
+        key = getattr(event.row_key, "value", None)
+        row = self._rows.get(str(key)) if event.data_table.id == "verify-table" else None
         if row is not None:
             self._show_detail(row)
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         event.stop()
+        if getattr(event.row_key, "value", None) is None:
+            return
         key = str(event.row_key.value)
         if event.data_table.id != "verify-table":
             self.post_message(self.Jump(key, None))
