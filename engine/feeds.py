@@ -235,8 +235,8 @@ def check_feed(graph: GraphIndex, name: str, value, dims: Dims | None = None) ->
     dtype_ok = want is None or _kind_of(value) in want
     shape_ok = info.shape is None or (len(shape) == len(info.shape) and all(
         not isinstance(d, int) or d <= 0 or d == s for d, s in zip(info.shape, shape)))
-    clash = [(d, s) for d, s in zip(info.shape or (), shape) if isinstance(d, str) and dims and d in dims
-             and dims[d] != s] if shape_ok else []
+    clash = [(d, s) for d, s in zip(info.shape, shape) if isinstance(d, str) and d in dims
+             and dims[d] != s] if dims and shape_ok and info.shape is not None else []
     if not (dtype_ok and shape_ok) or clash:
         # str(dtype) costs more than the whole check: only an error message needs it
         got = str(value.dtype).removeprefix("torch.")
