@@ -226,3 +226,24 @@ def all_cases() -> tuple[ContribCase, ...]:
 def cases_for(ops) -> list[ContribCase]:
     wanted = {o.lower().split("::")[-1] for o in ops}
     return [c for c in all_cases() if c.op.lower() in wanted]
+
+
+def op_domains() -> dict[str, str]:
+    return {c.op: c.domain for c in all_cases()}
+
+
+def op_oracles() -> dict[str, str]:
+    """Per op, what its forward was compared with."""
+    counts: dict[str, list[int]] = {}
+    for c in all_cases():
+        total, decomposed = counts.setdefault(c.op, [0, 0])
+        counts[c.op] = [total + 1, decomposed + (c.reference is not None)]
+    out = {}
+    for op, (total, decomposed) in counts.items():
+        if not decomposed:
+            out[op] = "CPU kernel"
+        elif decomposed == total:
+            out[op] = "ai.onnx decomposition"
+        else:
+            out[op] = f"CPU kernel ({decomposed} by an equivalent graph)"
+    return out
