@@ -22,10 +22,13 @@ NOTES = {
     "Attention": "causal keys are dropped, masked ones get mask_filter_value; refused: 4-D masks, do_rotary, "
                  "past with past_present_share_buffer (the CPU kernel refuses them too)",
     "MultiHeadAttention": "packed QKV/KV (no CPU kernel) checked against the unpacked node; refused: "
-                          "past_sequence_length, cache_indirection",
+                          "past_sequence_length, cache_indirection; the qk output holds the lowest float at "
+                          "causally dropped keys, where finite differences are undefined",
     "GroupQueryAttention": "q/k RMS norm (no CPU kernel) checked against SimplifiedLayerNormalization + the node; "
                            "refused: quantized KV cache, sliding_window_cache, query_seqlens",
     "RotaryEmbedding": "refused: is_packed_batching",
+    "LayerNormalization": "opsets 1-16 of the default domain: onnxruntime's (onnx has one from opset 17)",
+    "SimplifiedLayerNormalization": "default domain, onnxruntime's only: x / sqrt(mean(x²) + epsilon) · scale",
     "MatMulNBits": "g_idx with 4 bits only; with g_idx the CPU kernel ignores uint8 zero points, and so do we",
     "GatherBlockQuantized": "uint8-packed data (gather_axis 0, last quantize_axis); int4/uint4/float8 tensors "
                             "are not loaded",
