@@ -181,3 +181,54 @@ def test_contrib_cli_runs_a_sample_and_writes_json(tmp_path, capsys):
 def test_contrib_cli_refuses_an_unknown_op(capsys):
     assert cli_main(["conformance", "--contrib", "--op", "SkipLayerNorm"]) == 2
     assert "did you mean SkipLayerNormalization" in capsys.readouterr().err
+
+
+LOWERED = ("Gelu", "BiasGelu", "FastGelu", "QuickGelu", "BiasAdd", "BiasSplitGelu", "GemmFastGelu", "FusedMatMul",
+           "FusedConv", "SkipLayerNormalization", "SkipSimplifiedLayerNormalization", "SimplifiedLayerNormalization",
+           "LayerNormalization", "MatMulIntegerToFloat")
+
+
+def _lowered_gradients_match(proto, y, xs, zs, feeds):
+    from engine.lower import lower
+
+    lowered = lower(proto, y=y, xs=",".join(xs), zs=",".join(zs) if zs else None)
+    assert not any(n.domain == MS for n in lowered.graph.node)  # it runs on any runtime
+    session = ort.InferenceSession(lowered.SerializeToString(), providers=["CPUExecutionProvider"])
+    got = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+    want = engine.load(proto).gradient(y, xs, zs, feeds).grads
+    for x in xs:
+        np.testing.assert_allclose(got[f"d{y}_d{x}"], want[x], rtol=1e-3, atol=1e-4 * max(1.0, np.abs(want[x]).max()))
+
+
+@pytest.mark.parametrize("op", LOWERED)
+def test_lowering_expands_contrib_ops_into_ai_onnx(op):
+    from engine.conformance.contrib import expected
+
+    case = next(c for c in all_cases() if c.op == op)
+    feeds = case.feeds()
+    xs = [x for x in case.xs if x in feeds]
+    _lowered_gradients_match(case_model(case, "float32", expected(case, "float32")), case.outputs[0], xs,
+                             [n for n in feeds if n not in xs], feeds)
+
+
+def test_lowering_expands_quantized_weights_held_as_initializers(tmp_path):
+    from onnx import load
+
+    from tests.explorer.test_explorer_contrib import _contrib_model
+
+    proto = load(_contrib_model(tmp_path / "m.onnx"))
+    x = np.random.default_rng(1).standard_normal((1, 3, 16)).astype(np.float32)
+    _lowered_gradients_match(proto, "y", ["x", "gamma", "fc_bias", "scales"], [], {"x": x})
+
+
+def test_lowering_refuses_a_contrib_op_without_an_expansion_in_one_line():
+    from engine.lower import lower
+
+    case = next(c for c in all_cases() if c.op == "Attention")
+    feeds = case.feeds()
+    from engine.conformance.contrib import expected
+
+    proto = case_model(case, "float32", expected(case, "float32"))
+    with pytest.raises(OnnxGradError, match=r"com.microsoft::Attention has no ai.onnx expansion") as info:
+        lower(proto, y="output", xs="input", zs=",".join(n for n in feeds if n != "input"))
+    assert "\n" not in str(info.value)
