@@ -14,8 +14,9 @@ import torch
 
 from ..errors import OnnxGradError, UnsupportedOpError
 from ..registry import register
-from .contrib_attention import MS, merge_heads, rotate, scores_scale, split_heads, work_dtype
+from .contrib_attention import merge_heads, rotate, scores_scale, split_heads, work_dtype
 
+MS = "com.microsoft"
 _REFUSED = ("kv_cache_bit_width", "k_quant_type", "v_quant_type")
 
 

@@ -14,6 +14,8 @@ from ..registry import register
 from .nn import _stash, layer_norm
 
 MS = "com.microsoft"
+ORT_LAYER_NORM = "onnxruntime's contrib LayerNormalization (the default domain had none before opset 17)"
+ORT_RMS_NORM = "onnxruntime's RMS norm in the default domain: x / sqrt(mean(x²) + epsilon) · scale"
 
 
 def _stats_dtype(x, float_dtype=None):
@@ -64,14 +66,12 @@ def skip_simplified_layer_norm(x, skip, gamma, bias=None, *, epsilon=1e-12, n_ou
     return (y, torch.zeros_like(inv_std), inv_std, total)[:n_outputs]
 
 
-@register("LayerNormalization", since=1, until=16,
-          note="onnxruntime's contrib LayerNormalization (the default domain had none before opset 17)")
+@register("LayerNormalization", since=1, until=16, note=ORT_LAYER_NORM)
 def layer_norm_contrib(x, scale, b=None, *, axis=-1, epsilon=1e-5, stash_type=1, n_outputs=1):
     return layer_norm(x, scale, b, axis=axis, epsilon=epsilon, stash_type=stash_type, n_outputs=n_outputs)
 
 
-@register("SimplifiedLayerNormalization", since=1,
-          note="onnxruntime's RMS norm in the default domain: x / sqrt(mean(x²) + epsilon) · scale")
+@register("SimplifiedLayerNormalization", since=1, note=ORT_RMS_NORM)
 def simplified_layer_norm(x, scale, *, axis=-1, epsilon=1e-5, stash_type=1, n_outputs=1):
     axis = axis + x.dim() if axis < 0 else axis
     if not 0 <= axis < x.dim():
