@@ -2,6 +2,8 @@
 
     python tests/distributed_worker.py MODE OUT_DIR STORE_FILE      (RANK and WORLD_SIZE in the environment)
 
+ONNXGRAD_TEST_DEVICE=cuda trains on the GPU LOCAL_RANK names, over NCCL (gloo otherwise).
+
 Every rank fine-tunes sample_models/mlp.onnx in float64 on its shard (4 rows) of each 8-row
 batch, with the all-reduce between a callback that records the local gradient and one that
 records the reduced one. MODE: "train" (50 steps, then one backward with a SUM all-reduce),
@@ -46,9 +48,10 @@ def sgd_step(gm) -> None:
 
 
 def main(mode: str, out_dir: str, store: str) -> None:
-    distributed.init("cpu", timeout=float(os.environ.get("ONNXGRAD_TEST_TIMEOUT", 20)), init_method=f"file://{store}")
+    device = distributed.init(os.environ.get("ONNXGRAD_TEST_DEVICE", "cpu"),
+                              timeout=float(os.environ.get("ONNXGRAD_TEST_TIMEOUT", 20)), init_method=f"file://{store}")
     rank = distributed.rank()
-    gm = engine.GradManager(os.path.join(ROOT, "sample_models", "mlp.onnx"), dtype="float64")
+    gm = engine.GradManager(os.path.join(ROOT, "sample_models", "mlp.onnx"), device=device, dtype="float64")
     distributed.broadcast_params(gm)
     local, reduced = {}, {}
 
@@ -72,7 +75,8 @@ def main(mode: str, out_dir: str, store: str) -> None:
             gm.run({"X": X[rows], "T": T[rows]})
             gm.backward("loss")
         if step == 0:
-            first = {f"local_{n}": local[n].numpy() for n in PARAMS} | {f"reduced_{n}": reduced[n].numpy() for n in PARAMS}
+            first = {f"local_{n}": local[n].cpu().numpy() for n in PARAMS}
+            first |= {f"reduced_{n}": reduced[n].cpu().numpy() for n in PARAMS}
             stats = allreduce.last_backward
         sgd_step(gm)
     gm.save(os.path.join(out_dir, f"rank{rank}.onnx"), all_ranks=True)
@@ -84,8 +88,9 @@ def main(mode: str, out_dir: str, store: str) -> None:
         summed.run({"X": batches()[0][0][rows], "T": batches()[0][1][rows]})
         summed.backward("loss")
     np.savez(os.path.join(out_dir, f"rank{rank}.npz"),
-             **{f"param_{n}": gm.params[n].detach().numpy() for n in PARAMS}, **first,
-             **{f"sum_{n}": gm.grad[n].numpy() for n in PARAMS}, **{f"sumlocal_{n}": local[n].numpy() for n in PARAMS},
+             **{f"param_{n}": gm.params[n].detach().cpu().numpy() for n in PARAMS}, **first,
+             **{f"sum_{n}": gm.grad[n].cpu().numpy() for n in PARAMS},
+             **{f"sumlocal_{n}": local[n].cpu().numpy() for n in PARAMS},
              buckets=stats.buckets, sent_during_backward=stats.sent_during_backward)
 
 

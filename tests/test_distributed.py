@@ -34,7 +34,8 @@ def spawn(mode: str, folder: pathlib.Path, ranks=(0, 1), world: int = 2, collect
                 WORLD_SIZE=str(world), ONNXGRAD_TEST_TIMEOUT=str(collective_timeout), **(env or {}))
     store = folder / "store"
     procs = {r: subprocess.Popen([sys.executable, str(WORKER), mode, str(folder), str(store)],
-                                 env=dict(base, RANK=str(r)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                 env=dict(base, RANK=str(r), LOCAL_RANK=str(r)), stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
              for r in ranks}
     deadline, done = time.monotonic() + LIMIT, {}
     try:
@@ -58,13 +59,18 @@ def one_line_error(result: subprocess.CompletedProcess) -> str:
 
 
 # --- two ranks train like one process ---------------------------------------------------------------
+def train_two_ranks(folder: pathlib.Path, device: str = "cpu") -> dict[int, dict[str, np.ndarray]]:
+    """Both ranks' float64 parameters after training, their gradients at step 0 and their SUM backward."""
+    results = spawn("train", folder, env={"ONNXGRAD_TEST_DEVICE": device})
+    for r, res in results.items():
+        assert res.returncode == 0, f"rank {r}: {res.stderr}"
+    return {r: dict(np.load(folder / f"rank{r}.npz")) for r in (0, 1)}
+
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     folder = tmp_path_factory.mktemp("dp")
-    results = spawn("train", folder)
-    for r, res in results.items():
-        assert res.returncode == 0, f"rank {r}: {res.stderr}"
-    return folder, {r: dict(np.load(folder / f"rank{r}.npz")) for r in (0, 1)}
+    return folder, train_two_ranks(folder)
 
 
 def single_process_training() -> dict[str, np.ndarray]:
@@ -109,6 +115,18 @@ def test_two_ranks_on_half_batches_match_one_process_on_full_batches(trained):
     # The ranks saved byte-identical models; only rank 0 wrote the one saved without all_ranks.
     assert (folder / "rank0.onnx").read_bytes() == (folder / "rank1.onnx").read_bytes()
     assert (folder / "rank0_only.onnx").read_bytes() == (folder / "rank0.onnx").read_bytes()
+
+
+@pytest.mark.cuda
+def test_nccl_two_gpus_train_like_one_process(tmp_path):
+    if torch.cuda.device_count() < 2:
+        pytest.skip("NCCL puts each rank on its own GPU: needs 2")
+    ranks = train_two_ranks(tmp_path, "cuda")
+    want = single_process_training()
+    for n in PARAMS:
+        for r in (0, 1):
+            np.testing.assert_allclose(ranks[r][f"param_{n}"], want[n], rtol=0, atol=1e-6)
+    assert (tmp_path / "rank0.onnx").read_bytes() == (tmp_path / "rank1.onnx").read_bytes()
 
 
 def test_callbacks_before_the_allreduce_see_the_local_gradient_after_it_the_reduced_one(trained):

@@ -5,8 +5,10 @@ The two-process behaviour (training, faults) is in tests/test_distributed.py.
 from __future__ import annotations
 
 import math
+import pathlib
 
 import numpy as np
+import onnx
 import pytest
 import torch
 import torch.distributed as dist
@@ -55,12 +57,13 @@ def test_bucket_plans_cover_each_tensor_once_in_reverse_order_one_dtype_per_buck
         assert sum(p.nbytes < cap for p in plans if p.dtype == dt) <= 1
 
 
-def test_the_default_bucket_closes_once_it_holds_25_mb():
-    tensors = {f"w{i}": torch.zeros(4 * 2 ** 20) for i in (1, 2, 3)}  # 16 MB each
+def test_buckets_close_at_1_mb_then_25_mb_as_ddp_does():
+    tensors = {f"w{i}": torch.zeros(n) for i, n in enumerate([4 * 2 ** 20, 3 * 2 ** 20, 2 ** 20, 2 ** 17, 2 ** 17])}
     cb = distributed.make_allreduce_cb("MEAN")
-    plans = distributed.plan_buckets(tensors, int(cb.bucket_mb * 2 ** 20))
-    assert [p.names for p in plans] == [("w3", "w2"), ("w1",)]
-    assert [p.nbytes for p in plans] == [32 * 2 ** 20, 16 * 2 ** 20]
+    plans = distributed.plan_buckets(tensors, int(cb.bucket_mb * 2 ** 20), allreduce.FIRST_BUCKET_BYTES)
+    assert [p.names for p in plans] == [("w4", "w3"), ("w2", "w1", "w0")]
+    assert [p.nbytes for p in plans] == [2 ** 20, 32 * 2 ** 20]
+    assert allreduce.FIRST_BUCKET_BYTES == dist._DEFAULT_FIRST_BUCKET_BYTES  # DDP's, in this torch
 
 
 # --- a world of one: no process group ---------------------------------------------------------------
@@ -124,15 +127,17 @@ def test_a_second_allreduce_attached_later_to_the_same_name_is_refused_and_chang
 
 
 # --- what differs between ranks, in words -----------------------------------------------------------
-def test_differences_are_named_model_first():
+def test_differences_are_named_model_first_and_the_doc_quotes_them():
     mlp = GradManager(MLP)
-    block = GradManager("sample_models/transformer_block.onnx")
+    proto = onnx.load(MLP)
+    proto.graph.node[1].op_type = "Sigmoid"
+    sigmoid = GradManager(engine.load(proto))
     base = agreement.describe(mlp, PARAMS, "MEAN")
     say = agreement.difference
-    assert say(base, agreement.describe(block, ["X"], "MEAN"), 1).startswith(
-        "the model differs: node 0 is Gemm(X, W1, b1) -> H1 on rank 0 but ")
-    assert say(base, agreement.describe(mlp, PARAMS[:3], "MEAN"), 1) == \
-        "the attach set differs: 'b2' goes through the all-reduce on rank 0 but not on rank 1"
+    quoted = [say(base, agreement.describe(sigmoid, PARAMS[:3], "SUM"), 1),
+              say(base, agreement.describe(mlp, PARAMS[:3], "MEAN"), 1)]
+    assert quoted == ["the model differs: node 1 is Relu(H1) -> A1 on rank 0 but Sigmoid(H1) -> A1 on rank 1",
+                      "the attach set differs: 'b2' goes through the all-reduce on rank 0 but not on rank 1"]
     assert say(agreement.describe(mlp, PARAMS[:3], "MEAN"), base, 3) == \
         "the attach set differs: 'b2' goes through the all-reduce on rank 3 but not on rank 0"
     assert say(base, agreement.describe(mlp, PARAMS, "SUM"), 1) == "the all-reduce is MEAN on rank 0 but SUM on rank 1"
@@ -141,9 +146,11 @@ def test_differences_are_named_model_first():
         "the model differs: parameter 'W1' is (8, 16) float32 on rank 0 but (8, 16) float64 on rank 1"
     with torch.no_grad():
         mlp.params["b2"].add_(1)
-    assert say(base, agreement.describe(mlp, PARAMS, "MEAN"), 1) == (
-        "parameter 'b2' has other values on rank 1 than on rank 0: call engine.distributed.broadcast_params(gm) "
-        "once after building the manager")
+    quoted.append(say(base, agreement.describe(mlp, PARAMS, "MEAN"), 1))
+    assert quoted[-1] == ("parameter 'b2' has other values on rank 1 than on rank 0: call "
+                          "engine.distributed.broadcast_params(gm) once after building the manager")
+    doc = " ".join(pathlib.Path("docs/gradmanager.md").read_text().split())
+    assert [q for q in quoted if q not in doc] == []
 
 
 def test_a_gradient_produced_on_some_ranks_only_is_an_error_on_every_rank():

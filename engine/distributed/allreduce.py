@@ -1,6 +1,7 @@
 """MegEngine's `make_allreduce_cb` for GradManager, on torch.distributed, with DDP's gradient buckets.
 
-The attached parameters are cut into buckets of about `bucket_mb` MB, taken in reverse attach
+The attached parameters are cut into buckets of about `bucket_mb` MB (the first one 1 MB, so
+that sending starts early), taken in reverse attach
 order (the order a backward produces gradients), one dtype and device per bucket. During the
 backward each gradient is copied into its bucket as soon as autograd produces it; a bucket whose
 gradients are all in is all-reduced at once (asynchronously, in bucket order on every rank, so
@@ -25,6 +26,7 @@ from .agreement import agree, describe
 from .group import active, finish, translated, where
 
 OPS = ("MEAN", "SUM")
+FIRST_BUCKET_BYTES = 2 ** 20  # torch.distributed's _DEFAULT_FIRST_BUCKET_BYTES, which DDP uses
 
 
 @dataclass(frozen=True)
@@ -54,17 +56,24 @@ class BackwardStats:
     wait_seconds: float
 
 
-def plan_buckets(tensors: dict[str, torch.Tensor], cap_bytes: int) -> tuple[BucketPlan, ...]:
+def plan_buckets(tensors: dict[str, torch.Tensor], cap_bytes: int,
+                 first_cap_bytes: int | None = None) -> tuple[BucketPlan, ...]:
     """Buckets over `tensors` (attach order) filled in reverse order; a bucket closes once it
-    holds `cap_bytes` or more, as DistributedDataParallel's do."""
+    holds `cap_bytes` or more, the first of each dtype once it holds `first_cap_bytes` (so the
+    first collective starts early), as DistributedDataParallel's do."""
+    first = cap_bytes if first_cap_bytes is None else min(first_cap_bytes, cap_bytes)
     open_: dict[tuple, list[str]] = {}
     closed: list[list[str]] = []
+    started: set[tuple] = set()
     for name in reversed(list(tensors)):
         t = tensors[name]
-        members = open_.setdefault((t.dtype, t.device), [])
+        key = (t.dtype, t.device)
+        members = open_.setdefault(key, [])
         members.append(name)
-        if sum(tensors[n].numel() for n in members) * t.dtype.itemsize >= cap_bytes:
-            closed.append(open_.pop((t.dtype, t.device)))
+        limit = cap_bytes if key in started else first
+        if sum(tensors[n].numel() for n in members) * t.dtype.itemsize >= limit:
+            closed.append(open_.pop(key))
+            started.add(key)
     order = {n: i for i, n in enumerate(reversed(list(tensors)))}
     closed += open_.values()
     closed.sort(key=lambda members: order[members[0]])
@@ -147,7 +156,8 @@ class AllreduceCallback(StreamingCallback):
             return
         if self._agreed is None or self._agreed[0] is not manager.params or self._agreed[1] != names:
             agree(describe(manager, names, self.op), self.group, self.timeout)
-            self.plans = plan_buckets({n: manager.params[n] for n in names}, int(self.bucket_mb * 2 ** 20))
+            self.plans = plan_buckets({n: manager.params[n] for n in names}, int(self.bucket_mb * 2 ** 20),
+                                      FIRST_BUCKET_BYTES)
             self._where = {n: (b, i) for b, plan in enumerate(self.plans) for i, n in enumerate(plan.names)}
             self._agreed = (manager.params, list(names))
         self._buckets = [_Bucket(p) for p in self.plans]
