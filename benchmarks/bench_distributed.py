@@ -3,7 +3,8 @@
 Both sides train the same torch module (bench_engine's MLP and transformer block) on the same
 per-rank shards with SGD, over gloo on loopback, one torch thread per process. GradManager runs
 the module's ONNX export. Runs alternate the two sides (both ranks follow the same schedule);
-each run times `steps` steps on rank 0; the ratio is the median of the per-run ratios.
+each run times `steps` steps on rank 0 (wall time, and the process's CPU time, steadier on a
+loaded machine); the ratio is the median of the per-run ratios.
 
     python benchmarks/bench_distributed.py [--runs 15] [--steps 10] [--world 2] [--json FILE]
 """
@@ -84,11 +85,12 @@ def trainers(name: str, module: nn.Module, x: torch.Tensor, rank: int):
     return ddp_step, gm_step, check
 
 
-def timed(step, steps: int) -> float:
-    start = time.perf_counter()
+def timed(step, steps: int) -> tuple[float, float]:
+    """Seconds per step: wall time, and this process's CPU time (steadier on a loaded machine)."""
+    start, cpu = time.perf_counter(), time.process_time()
     for _ in range(steps):
         step()
-    return (time.perf_counter() - start) / steps
+    return (time.perf_counter() - start) / steps, (time.process_time() - cpu) / steps
 
 
 def rank_main(args) -> None:
@@ -112,13 +114,19 @@ def rank_main(args) -> None:
             pairs.append((g, d))
         rows.append({"case": name, "params": sum(p.numel() for p in module.parameters()),
                      "buckets": stats.buckets, "sent_during_backward": stats.sent_during_backward,
-                     "gm_ms": 1e3 * statistics.median(g for g, _ in pairs),
-                     "ddp_ms": 1e3 * statistics.median(d for _, d in pairs),
-                     "ratio": statistics.median(g / d for g, d in pairs), "pairs_ms": [(1e3 * g, 1e3 * d) for g, d in pairs]})
+                     "gm_ms": 1e3 * statistics.median(g[0] for g, _ in pairs),
+                     "ddp_ms": 1e3 * statistics.median(d[0] for _, d in pairs),
+                     "ratio": statistics.median(g[0] / d[0] for g, d in pairs),
+                     "gm_cpu_ms": 1e3 * statistics.median(g[1] for g, _ in pairs),
+                     "ddp_cpu_ms": 1e3 * statistics.median(d[1] for _, d in pairs),
+                     "cpu_ratio": statistics.median(g[1] / d[1] for g, d in pairs),
+                     "pairs_ms": [(1e3 * g[0], 1e3 * d[0]) for g, d in pairs]})
     if rank == 0:
-        print(f"{'case':<20}{'params':>9}{'buckets':>8}{'gm ms':>9}{'ddp ms':>9}{'ratio':>8}")
+        print(f"{'case':<20}{'params':>9}{'buckets':>8}{'gm ms':>9}{'ddp ms':>9}{'ratio':>8}"
+              f"{'gm cpu':>9}{'ddp cpu':>9}{'ratio':>8}")
         for r in rows:
-            print(f"{r['case']:<20}{r['params']:>9}{r['buckets']:>8}{r['gm_ms']:>9.2f}{r['ddp_ms']:>9.2f}{r['ratio']:>8.3f}")
+            print(f"{r['case']:<20}{r['params']:>9}{r['buckets']:>8}{r['gm_ms']:>9.2f}{r['ddp_ms']:>9.2f}{r['ratio']:>8.3f}"
+                  f"{r['gm_cpu_ms']:>9.2f}{r['ddp_cpu_ms']:>9.2f}{r['cpu_ratio']:>8.3f}")
         meta = {"world": dist.get_world_size(), "backend": "gloo", "machine": platform.machine(), "cpus": os.cpu_count(),
                 "torch": torch.__version__, "threads": 1, "runs": args.runs, "steps": args.steps,
                 "loadavg_end": os.getloadavg()}

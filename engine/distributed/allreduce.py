@@ -91,7 +91,8 @@ class _Bucket:
 
     def __init__(self, plan: BucketPlan):
         self.plan = plan
-        self.flat = torch.zeros(plan.numel + len(plan.names), dtype=plan.dtype, device=plan.device)
+        self.flat = torch.empty(plan.numel + len(plan.names), dtype=plan.dtype, device=plan.device)
+        self.flat[plan.numel:] = 0
         self.missing = len(plan.names)
         self.work = None
 
@@ -100,6 +101,13 @@ class _Bucket:
         self.flat[start:start + grad.numel()].copy_(grad.reshape(-1))
         self.flat[self.plan.numel + i] = 1
         self.missing -= 1
+
+    def fill_missing(self) -> None:
+        """Zeros where this rank produced no gradient (its count stays 0)."""
+        counts = self.flat[self.plan.numel:].tolist()
+        for i, (start, shape) in enumerate(zip(self.plan.offsets, self.plan.shapes)):
+            if counts[i] == 0:
+                self.flat[start:start + math.prod(shape)] = 0
 
     def value(self, i: int) -> torch.Tensor:
         start, shape = self.plan.offsets[i], self.plan.shapes[i]
@@ -191,6 +199,7 @@ class AllreduceCallback(StreamingCallback):
             return
         sent_early = self._next
         for bucket in buckets[self._next:]:
+            bucket.fill_missing()
             self._send(bucket)
         start = time.monotonic()
         size = dist.get_world_size(self.group)

@@ -190,7 +190,14 @@ class GradManager:
             with torch.no_grad():
                 return dict(zip(targets, plan.run(values)))
         with torch.enable_grad():
-            return dict(zip(targets, plan.run_observed(values, _Tape(recorders, self.params))))
+            if any(n not in self.params for r in recorders for n in r.attached):
+                return dict(zip(targets, plan.run_observed(values, _Tape(recorders, self.params))))
+            # Only parameters attached: nothing to turn into a leaf mid-run, so the plan's compiled
+            # module computes every value (no Python per node) and the tape only files them by name.
+            computed = plan.run_all(values)
+            for r in recorders:
+                r._values.update(computed)
+            return {t: computed[t] for t in targets}
 
     # --- backward ------------------------------------------------------------------------------
     def backward(self, y=None, dy=None) -> None:
