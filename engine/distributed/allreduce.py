@@ -89,8 +89,8 @@ def plan_buckets(tensors: dict[str, torch.Tensor], cap_bytes: int,
 class _Bucket:
     """One backward's buffer for a BucketPlan: the gradients, then one count per gradient."""
 
-    def __init__(self, plan: BucketPlan):
-        self.plan = plan
+    def __init__(self, plan: BucketPlan, scale: int = 1):
+        self.plan, self.scale = plan, scale
         self.flat = torch.empty(plan.numel + len(plan.names), dtype=plan.dtype, device=plan.device)
         self.flat[plan.numel:] = 0
         self.missing = len(plan.names)
@@ -98,7 +98,11 @@ class _Bucket:
 
     def put(self, i: int, grad: torch.Tensor) -> None:
         start = self.plan.offsets[i]
-        self.flat[start:start + grad.numel()].copy_(grad.reshape(-1))
+        place = self.flat[start:start + grad.numel()]
+        if self.scale == 1:
+            place.copy_(grad.reshape(-1))
+        else:  # MEAN: divided on the way in, as DDP does, so the reduced sum is the mean (one pass, not two)
+            torch.div(grad.reshape(-1), self.scale, out=place)
         self.flat[self.plan.numel + i] = 1
         self.missing -= 1
 
@@ -168,7 +172,8 @@ class AllreduceCallback(StreamingCallback):
                                       FIRST_BUCKET_BYTES)
             self._where = {n: (b, i) for b, plan in enumerate(self.plans) for i, n in enumerate(plan.names)}
             self._agreed = (manager.params, list(names))
-        self._buckets = [_Bucket(p) for p in self.plans]
+        scale = dist.get_world_size(self.group) if self.op == "MEAN" else 1
+        self._buckets = [_Bucket(p, scale) for p in self.plans]
         self._next = 0
 
     def __call__(self, name: str, grad: torch.Tensor):
@@ -207,8 +212,6 @@ class AllreduceCallback(StreamingCallback):
             with translated(self._what(bucket), self.timeout):
                 finish(bucket.work, self.timeout)
             self._check_counts(bucket, size)
-            if self.op == "MEAN":
-                bucket.flat[:bucket.plan.numel].div_(size)
         self.last_backward = BackwardStats(len(buckets), sent_early, sum(b.plan.nbytes for b in buckets),
                                            time.monotonic() - start)
 
