@@ -235,3 +235,28 @@ def test_a_second_order_gradient_cannot_cross_the_allreduce(world_of_one):
                 inner.backward("loss")
     assert str(failure.value) == ("the all-reduce cannot carry 'W2''s second-order graph to the other ranks; "
                                   "take higher-order gradients without it")
+
+
+def test_buckets_are_filled_again_only_once_no_gradient_holds_them(world_of_one):
+    cb = distributed.make_allreduce_cb("MEAN", bucket_mb=100 / 2 ** 20)
+    gm = GradManager(MLP, dtype="float64").attach(PARAMS, cb)
+    plain = grads(GradManager(MLP, dtype="float64").attach(PARAMS))
+
+    def backward_reusing() -> list[bool]:
+        before = {id(b): b.flat.data_ptr() for b in cb._spare}
+        got = grads(gm)
+        for n in PARAMS:
+            torch.testing.assert_close(got[n], plain[n] * (1 + (n in accumulated)), rtol=1e-15, atol=0)
+        return [before.get(id(b)) == b.flat.data_ptr() for b in cb._spare]
+
+    accumulated = ()
+    assert backward_reusing() == [False] * 3
+    accumulated = PARAMS  # gm.grad still holds views of the first buffers: new ones, and the sums are right
+    assert backward_reusing() == [False] * 3
+    accumulated = ()
+    gm.zero_grad()
+    assert backward_reusing() == [True] * 3  # nothing held them: filled again
+    kept = gm.grad["W1"].view(-1)  # a view of a view still holds [W1]'s buffer
+    gm.zero_grad()
+    assert backward_reusing() == [True, True, False]
+    torch.testing.assert_close(kept, plain["W1"].view(-1), rtol=1e-15, atol=0)

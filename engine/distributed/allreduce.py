@@ -87,35 +87,50 @@ def plan_buckets(tensors: dict[str, torch.Tensor], cap_bytes: int,
 
 
 class _Bucket:
-    """One backward's buffer for a BucketPlan: the gradients, then one count per gradient."""
+    """One backward's buffer for a BucketPlan: the gradients, then one count per gradient (this
+    rank's 0 or 1, written when the bucket is sent; after the all-reduce, how many ranks had it)."""
 
     def __init__(self, plan: BucketPlan, scale: int = 1):
         self.plan, self.scale = plan, scale
         self.flat = torch.empty(plan.numel + len(plan.names), dtype=plan.dtype, device=plan.device)
-        self.flat[plan.numel:] = 0
-        self.missing = len(plan.names)
+        self.spans = [(start, start + math.prod(shape), shape) for start, shape in zip(plan.offsets, plan.shapes)]
+        self.reset()
+
+    def reset(self) -> None:
+        self.counts = [0] * len(self.plan.names)
+        self.missing = len(self.plan.names)
         self.work = None
 
+    def unshared(self) -> bool:
+        """Whether no tensor but `flat` holds the buffer any more (every gradient handed out from
+        it is gone, e.g. an optimizer's zero_grad set them to None): then it can be filled again
+        instead of allocating (and page-faulting) a new one, as DDP keeps its buckets."""
+        use_count = getattr(torch._C, "_storage_Use_Count", None)
+        return use_count is not None and use_count(self.flat.untyped_storage()._cdata) <= 2  # flat + the wrapper
+
     def put(self, i: int, grad: torch.Tensor) -> None:
-        start = self.plan.offsets[i]
-        place = self.flat[start:start + grad.numel()]
+        start, end, shape = self.spans[i]
+        place = self.flat[start:end].view(shape)  # copy_ and div read any strides: no reshape copy
         if self.scale == 1:
-            place.copy_(grad.reshape(-1))
+            place.copy_(grad)
         else:  # MEAN: divided on the way in, as DDP does, so the reduced sum is the mean (one pass, not two)
-            torch.div(grad.reshape(-1), self.scale, out=place)
-        self.flat[self.plan.numel + i] = 1
+            torch.div(grad, self.scale, out=place)
+        self.counts[i] = 1
         self.missing -= 1
 
-    def fill_missing(self) -> None:
-        """Zeros where this rank produced no gradient (its count stays 0)."""
-        counts = self.flat[self.plan.numel:].tolist()
-        for i, (start, shape) in enumerate(zip(self.plan.offsets, self.plan.shapes)):
-            if counts[i] == 0:
-                self.flat[start:start + math.prod(shape)] = 0
+    def seal(self) -> None:
+        """Write the counts, and zeros where this rank produced no gradient: ready to send."""
+        if self.missing == 0:
+            self.flat[self.plan.numel:] = 1
+            return
+        for (start, end, _), count in zip(self.spans, self.counts):
+            if not count:
+                self.flat[start:end] = 0
+        self.flat[self.plan.numel:] = torch.tensor(self.counts, dtype=self.flat.dtype)
 
     def value(self, i: int) -> torch.Tensor:
-        start, shape = self.plan.offsets[i], self.plan.shapes[i]
-        return self.flat[start:start + math.prod(shape)].view(shape)
+        start, end, shape = self.spans[i]
+        return self.flat[start:end].view(shape)
 
 
 class _Slot:
@@ -150,7 +165,9 @@ class AllreduceCallback(StreamingCallback):
         self.last_backward: BackwardStats | None = None
         self._agreed = None  # (params, names) checked with the other ranks
         self._buckets: list[_Bucket] | None = None
+        self._spare: list[_Bucket] = []  # the last backward's, filled again once nothing holds them
         self._where: dict[str, tuple[int, int]] = {}
+        self._labels: dict[int, str] = {}
         self._next = 0
         self._solo = False
 
@@ -171,9 +188,13 @@ class AllreduceCallback(StreamingCallback):
             self.plans = plan_buckets({n: manager.params[n] for n in names}, int(self.bucket_mb * 2 ** 20),
                                       FIRST_BUCKET_BYTES)
             self._where = {n: (b, i) for b, plan in enumerate(self.plans) for i, n in enumerate(plan.names)}
+            self._labels = {id(p): _label(p, k, len(self.plans), self.group) for k, p in enumerate(self.plans)}
             self._agreed = (manager.params, list(names))
         scale = dist.get_world_size(self.group) if self.op == "MEAN" else 1
-        self._buckets = [_Bucket(p, scale) for p in self.plans]
+        spare = {id(b.plan): b for b in self._spare if b.scale == scale and b.unshared()}
+        self._buckets = [spare.get(id(p)) or _Bucket(p, scale) for p in self.plans]
+        for b in self._buckets:
+            b.reset()
         self._next = 0
 
     def __call__(self, name: str, grad: torch.Tensor):
@@ -195,16 +216,17 @@ class AllreduceCallback(StreamingCallback):
             self._next += 1
 
     def _send(self, bucket: _Bucket) -> None:
+        bucket.seal()
         with translated(self._what(bucket), self.timeout):
             bucket.work = dist.all_reduce(bucket.flat, group=self.group, async_op=True)
 
     def end(self) -> None:
         buckets, self._buckets = self._buckets, None
+        self._spare = buckets
         if self._solo:
             return
         sent_early = self._next
         for bucket in buckets[self._next:]:
-            bucket.fill_missing()
             self._send(bucket)
         start = time.monotonic()
         size = dist.get_world_size(self.group)
@@ -226,9 +248,13 @@ class AllreduceCallback(StreamingCallback):
         self._buckets = None
 
     def _what(self, bucket: _Bucket) -> str:
-        names = ", ".join(bucket.plan.names[:4]) + (", ..." if len(bucket.plan.names) > 4 else "")
-        k = next(i for i, p in enumerate(self.plans) if p is bucket.plan)
-        return f"{where(self.group)}: the all-reduce of bucket {k + 1}/{len(self.plans)} ({names}) failed"
+        return self._labels[id(bucket.plan)]
+
+
+def _label(plan: BucketPlan, k: int, count: int, group) -> str:
+    """How an error names bucket k: its rank, its place and its first gradients."""
+    names = ", ".join(plan.names[:4]) + (", ..." if len(plan.names) > 4 else "")
+    return f"{where(group)}: the all-reduce of bucket {k + 1}/{count} ({names}) failed"
 
 
 def make_allreduce_cb(op: str = "MEAN", group=None, *, bucket_mb: float = 25.0,

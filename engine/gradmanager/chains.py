@@ -80,6 +80,9 @@ class Streams:
         for chain in self.chains.values():
             self.callbacks += [cb for cb in chain if isinstance(cb, StreamingCallback) and cb not in self.callbacks]
         self._paused: dict[str, tuple[StreamingCallback, Deferred, int, torch.Tensor]] = {}
+        # Per name: the callbacks before its streaming one, and where that one sits.
+        self._split = {n: next(i for i, cb in enumerate(chain) if isinstance(cb, StreamingCallback))
+                       for n, chain in self.chains.items()}
         self.params = manager.params
         try:
             for cb in self.callbacks:
@@ -99,12 +102,10 @@ class Streams:
                 h.remove()
 
     def _arrived(self, name: str, grad: torch.Tensor) -> None:
-        chain = self.chains[name]
-        for i, cb in enumerate(chain):
-            if isinstance(cb, StreamingCallback):
-                self._paused[name] = (cb, cb(name, grad), i + 1, grad)
-                return
-            grad = _checked(cb, name, grad, cb(name, grad))
+        chain, k = self.chains[name], self._split[name]
+        if k:
+            grad = apply(name, grad, chain[:k])
+        self._paused[name] = (chain[k], chain[k](name, grad), k + 1, grad)
 
     def finish(self) -> dict[str, torch.Tensor]:
         """End every streaming callback, then run the rest of each chain on its answer."""
