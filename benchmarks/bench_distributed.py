@@ -1,6 +1,6 @@
 """Step time of 2-process data-parallel training: GradManager + make_allreduce_cb vs torch DistributedDataParallel.
 
-Both sides train the same torch module (bench_engine's MLP and transformer block) on the same
+Both sides train the same torch module (bench_engine's MLP and transformer block, and a tiny MLP) on the same
 per-rank shards with SGD, over gloo on loopback, one torch thread per process. GradManager runs
 the module's ONNX export. Runs alternate the two sides (both ranks follow the same schedule);
 each run times `steps` steps on rank 0 (wall time, and the process's CPU time, steadier on a
@@ -33,8 +33,16 @@ import engine  # noqa: E402
 from engine import distributed  # noqa: E402
 
 
+def all_cases():
+    """bench_engine's MLP and transformer block, and a tiny MLP (sample_models/mlp.onnx's 8-16-3 shape)
+    whose step is all fixed costs: Python, hooks, collective latency."""
+    torch.manual_seed(0)
+    tiny = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 10))
+    return [(n, m, x) for n, m, x in cases() if n != "small_cnn"] + [("tiny_mlp", tiny, torch.randn(4, 8))]
+
+
 def loss_fn(name: str, y: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    return nn.functional.cross_entropy(y, labels) if name == "mlp" else y.square().mean()
+    return nn.functional.cross_entropy(y, labels) if name.endswith("mlp") else y.square().mean()
 
 
 def trainers(name: str, module: nn.Module, x: torch.Tensor, rank: int):
@@ -98,7 +106,7 @@ def rank_main(args) -> None:
     distributed.init("cpu", timeout=120, init_method=f"file://{args.store}")
     rank = dist.get_rank()
     rows = []
-    for name, module, x in cases():
+    for name, module, x in all_cases():
         if name not in args.cases:
             continue
         ddp_step, gm_step, check = trainers(name, module, x, rank)
@@ -138,7 +146,7 @@ def main(argv=None):
     p.add_argument("--runs", type=int, default=15)
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--world", type=int, default=2)
-    p.add_argument("--cases", default="mlp,transformer_block")
+    p.add_argument("--cases", default="mlp,transformer_block,tiny_mlp")
     p.add_argument("--json", default=os.path.join(os.path.dirname(__file__), "results", "distributed.json"))
     p.add_argument("--store", help=argparse.SUPPRESS)  # set for the ranks this script starts
     args = p.parse_args(argv)
