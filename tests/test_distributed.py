@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import re
 import signal
 import subprocess
 import sys
@@ -161,8 +162,9 @@ def test_a_killed_rank_gives_the_other_a_one_line_error_not_a_hang(tmp_path):
     results = spawn("die", tmp_path)
     assert results[1].returncode == -signal.SIGKILL
     message = one_line_error(results[0])
-    assert message.startswith("rank 0 of 2: the all-reduce of bucket 1/3 (b2, W2) failed after ")
-    assert "another rank died, left or did not answer within 20 s (" in message
+    # Usually the first bucket of step 10; a reset connection can also cut the end of step 9 short.
+    assert re.fullmatch(r"rank 0 of 2: the all-reduce of bucket [123]/3 \((b2, W2|b1|W1)\) failed after [\d.]+ s: "
+                        r"another rank died, left or did not answer within 20 s \(.+\)", message), message
     assert time.monotonic() - start < LIMIT
 
 

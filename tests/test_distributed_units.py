@@ -260,3 +260,20 @@ def test_buckets_are_filled_again_only_once_no_gradient_holds_them(world_of_one)
     gm.zero_grad()
     assert backward_reusing() == [True, True, False]
     torch.testing.assert_close(kept, plain["W1"].view(-1), rtol=1e-15, atol=0)
+
+
+def test_init_refuses_a_second_group_and_a_rendezvous_without_rank(world_of_one, monkeypatch, tmp_path):
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    with pytest.raises(OnnxGradError) as failure:
+        distributed.init("cpu")
+    assert str(failure.value) == ("a torch.distributed process group already exists: call engine.distributed.init() "
+                                  "once per process")
+    dist.destroy_process_group()
+    monkeypatch.delenv("RANK", raising=False)
+    try:
+        with pytest.raises(OnnxGradError) as failure:
+            distributed.init("cpu", init_method=f"file://{tmp_path}/store")
+        assert str(failure.value) == (f"init_method 'file://{tmp_path}/store' needs RANK and WORLD_SIZE in the "
+                                      "environment")
+    finally:
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)  # for the fixture to end

@@ -40,7 +40,9 @@ def _value_digest(t: torch.Tensor) -> str:
 def agree(entries: list[Entry], group, timeout: float | None) -> None:
     """Raise a DistributedError on every rank, naming the first difference, unless all ranks agree."""
     digest = hashlib.sha256(repr(entries).encode()).digest()
-    mine = torch.tensor(list(digest), dtype=torch.int64)
+    # NCCL moves only CUDA tensors (each rank's own GPU); gloo moves CPU ones.
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend(group) == "nccl" else "cpu"
+    mine = torch.tensor(list(digest), dtype=torch.int64, device=device)
     size = dist.get_world_size(group)
     gathered = [torch.empty_like(mine) for _ in range(size)]
     what = f"{where(group)}: comparing the ranks' models at the first backward failed"

@@ -50,6 +50,8 @@ def init(device: str | torch.device = "cpu", *, timeout: float = DEFAULT_TIMEOUT
     device = torch.device(device)
     if init_method is None and "WORLD_SIZE" not in os.environ:
         return device
+    if not dist.is_available():
+        raise OnnxGradError("this torch build has no torch.distributed: data-parallel training needs it")
     if dist.is_initialized():
         raise OnnxGradError("a torch.distributed process group already exists: call engine.distributed.init() "
                             "once per process")
@@ -58,7 +60,9 @@ def init(device: str | torch.device = "cpu", *, timeout: float = DEFAULT_TIMEOUT
         torch.cuda.set_device(device)
     backend = backend or ("nccl" if device.type == "cuda" else "gloo")
     kwargs = {}
-    if init_method is not None:  # a file:// or tcp:// rendezvous names the rank and size itself
+    if init_method is not None:  # a file:// or tcp:// rendezvous: the rank and size come from the environment
+        if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+            raise OnnxGradError(f"init_method {init_method!r} needs RANK and WORLD_SIZE in the environment")
         kwargs = dict(init_method=init_method, rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
     who = f"rank {os.environ.get('RANK', '?')} of {os.environ.get('WORLD_SIZE', '?')}"
     with translated(f"{who}: the process group did not form", timeout, "not every rank joined within"):
