@@ -222,7 +222,6 @@ class AllreduceCallback(StreamingCallback):
 
     def end(self) -> None:
         buckets, self._buckets = self._buckets, None
-        self._spare = buckets
         if self._solo:
             return
         sent_early = self._next
@@ -234,6 +233,7 @@ class AllreduceCallback(StreamingCallback):
             with translated(self._what(bucket), self.timeout):
                 finish(bucket.work, self.timeout)
             self._check_counts(bucket, size)
+        self._spare = buckets  # every collective on them is over
         self.last_backward = BackwardStats(len(buckets), sent_early, sum(b.plan.nbytes for b in buckets),
                                            time.monotonic() - start)
 
@@ -245,7 +245,7 @@ class AllreduceCallback(StreamingCallback):
                                        "ranks in this backward: every rank must differentiate the same y")
 
     def abort(self) -> None:
-        self._buckets = None
+        self._buckets, self._spare = None, []  # a bucket may still be in flight: never fill it again
 
     def _what(self, bucket: _Bucket) -> str:
         return self._labels[id(bucket.plan)]
