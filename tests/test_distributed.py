@@ -20,6 +20,7 @@ import torch
 from onnx import numpy_helper
 
 import engine
+from engine import distributed
 from tests.distributed_worker import LR, PARAMS, ROWS, STEPS, batches
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -168,11 +169,18 @@ def test_a_killed_rank_gives_the_other_a_one_line_error_not_a_hang(tmp_path):
     assert time.monotonic() - start < LIMIT
 
 
-def test_a_rank_that_never_joins_gives_a_one_line_error_within_the_timeout(tmp_path):
-    results = spawn("train", tmp_path, ranks=(0,), collective_timeout=2)
-    message = one_line_error(results[0])
-    assert message.startswith("rank 0 of 2: the process group did not form after ")
+def test_a_rank_that_never_joins_gives_a_one_line_error_within_the_timeout(tmp_path, monkeypatch):
+    """Rank 0 of 2 alone, in this process: joining fails after the timeout and leaves no group."""
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    start = time.monotonic()
+    with pytest.raises(engine.DistributedError) as failure:
+        distributed.init("cpu", timeout=2, init_method=f"file://{tmp_path}/store")
+    assert time.monotonic() - start < 30
+    message = str(failure.value)
+    assert "\n" not in message and message.startswith("rank 0 of 2: the process group did not form after ")
     assert "not every rank joined within 2 s" in message
+    assert not torch.distributed.is_initialized() and distributed.world_size() == 1
 
 
 def test_an_attach_set_that_differs_is_named_at_the_first_backward(tmp_path):
