@@ -13,6 +13,9 @@ def add_parser(sub) -> None:
     p.add_argument("--case", action="append", default=[], metavar="TEXT",
                    help="only cases whose name contains TEXT (repeatable)")
     p.add_argument("--max-cases", type=int, metavar="N", help="stop after the first N selected cases")
+    p.add_argument("--contrib", action="store_true",
+                   help="run the generated com.microsoft cases (onnxruntime's contrib ops) against onnxruntime "
+                        "instead: float32 and float16 forward, and gradients with --gradients")
     p.add_argument("--gradients", action="store_true",
                    help="also check each forward-passing case's differentiable inputs against finite differences")
     p.add_argument("--per-op", type=int, metavar="K",
@@ -46,6 +49,12 @@ def run(args) -> int:
     from ..conformance.report import counts, failures_markdown, localize
     from ..conformance.suite import conformance, sample_per_op
 
+    if args.contrib and args.dtype:
+        raise OnnxGradError("--dtype makes variants of onnx's node cases; --contrib runs float32 and float16 already")
+    if args.contrib:
+        from .contrib_cmd import run_contrib
+
+        return run_contrib(args, _progress())
     if args.max_cases is not None and args.max_cases < 1:
         raise OnnxGradError(f"--max-cases must be at least 1, not {args.max_cases}")
     if args.per_op is not None and (args.per_op < 1 or not args.gradients):
