@@ -87,7 +87,9 @@ class PreparedGradient:
             if wanted and y.requires_grad:
                 if not y.is_floating_point():
                     raise SelectionError(f"y {spec.y!r} is {str(y.dtype).removeprefix('torch.')}: gradients need a float y")
-                seed = torch.ones_like(y) if dy is None else dy.to(device=y.device, dtype=y.dtype)
+                # A one-element y's seed of ones is autograd's own default (no tensor to build and check).
+                seed = (None if y.numel() == 1 else torch.ones_like(y)) if dy is None else \
+                    dy.to(device=y.device, dtype=y.dtype)
                 raw = torch.autograd.grad(y, [leaves[i] for i in wanted], seed, allow_unused=True,
                                           create_graph=create_graph)
         grads, disconnected = complete_gradients(spec, leaves, wanted, raw)
