@@ -6,6 +6,7 @@ two sides; each run times `calls` calls; the reported ratio is the median of the
 
     python benchmarks/bench_engine.py [--runs 15] [--calls 20] [--device cpu] [--json FILE]
     python benchmarks/bench_engine.py --small [--runs 41] [--calls 10] [--threads 1 2]   # results/engine_small.json
+    python benchmarks/bench_engine.py --small --breakdown [--runs 201]   # where the time goes (1 thread)
 
 --small: millisecond models (MLP, CNN, transformer block) with x alone in xs and a scalar loss:
 torch eager, the prepared gradient and `Model.gradient`, numpy in and numpy out on all three.
@@ -124,26 +125,32 @@ def bench_case(name, module, x, runs, calls, device):
             "native_ms": 1e3 * statistics.median(n for _, n in pairs), "ratio": ratio}
 
 
-class MeanSquare(nn.Module):
-    """A scalar loss on a module's output: the mean of its squares."""
+class Regression(nn.Module):
+    """A scalar loss on a module's output: the mean squared distance to a fixed target (a constant
+    in the export). Not the mean of squares alone: after a final LayerNorm that is nearly constant."""
 
-    def __init__(self, module):
+    def __init__(self, module, x):
         super().__init__()
         self.module = module
+        with torch.no_grad():
+            self.register_buffer("target", torch.randn_like(module(x)))
 
     def forward(self, x):
-        return (self.module(x) ** 2).mean()
+        return ((self.module(x) - self.target) ** 2).mean()
 
 
 def small_cases():
-    """Millisecond models, x alone in xs, a scalar loss: where per-call overhead shows."""
+    """Millisecond models, x alone in xs, a scalar loss: where per-call overhead shows. The
+    encoder layer is torch's own nn.TransformerEncoderLayer (a neighbour of the written-out block)."""
     torch.manual_seed(1)
     mlp = nn.Sequential(nn.Linear(256, 512), nn.GELU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10))
-    cnn = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2),
-                        nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
-                        nn.Linear(32, 10))
-    return [("mlp_ms", MeanSquare(mlp), torch.randn(32, 256)), ("cnn_ms", MeanSquare(cnn), torch.randn(8, 3, 32, 32)),
-            ("block_ms", MeanSquare(Block(64, 4, 256)), torch.randn(4, 32, 64))]
+    cnn = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
+                        nn.Conv2d(8, 16, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                        nn.Linear(16, 10))
+    encoder = nn.TransformerEncoderLayer(64, 4, 256, dropout=0.0, batch_first=True)
+    cases = [("mlp_ms", mlp, torch.randn(32, 256)), ("cnn_ms", cnn, torch.randn(8, 3, 16, 16)),
+             ("block_ms", Block(64, 4, 256), torch.randn(4, 32, 64)), ("encoder_ms", encoder, torch.randn(4, 32, 64))]
+    return [(name, Regression(module.eval(), x), x) for name, module, x in cases]
 
 
 def bench_small(name, module, x, runs, calls, threads):
@@ -195,6 +202,59 @@ def bench_small(name, module, x, runs, calls, threads):
     return row
 
 
+def breakdown(name, module, x, runs):
+    """Where a call's time goes, 1 thread: thread CPU medians (forwards alone, without autograd;
+    whole calls) and Python function calls per call (cProfile counts: exact whatever the load)."""
+    import cProfile
+    import pstats
+
+    torch.set_num_threads(1)
+    model = engine.load(export(module.eval(), x))
+    x_np = x.numpy()
+    prepared = model.prepare_gradient("y", ["x"])
+    plan = model.prepare(["x"], ["y"])
+    leaf = torch.from_numpy(x_np).requires_grad_()
+
+    def eager():
+        a = torch.from_numpy(x_np).requires_grad_()
+        return torch.autograd.grad(module(a), a)[0].numpy()
+
+    fns = {"eager": eager, "prepared": lambda: prepared(torch.from_numpy(x_np)).grads[0].numpy(),
+           "gradient": lambda: model.gradient("y", ["x"], feeds={"x": x_np}).grads["x"],
+           "eager forward": lambda: module(leaf), "plan forward": lambda: plan.run([leaf])}
+    row = {"case": name}
+    for k in ("eager", "prepared", "gradient"):
+        fns[k]()
+        prof = cProfile.Profile()
+        prof.runcall(fns[k])
+        row[f"{k}_python_calls"] = pstats.Stats(prof).total_calls
+    cpu = {k: [] for k in fns}
+    for _ in range(10):
+        for fn in fns.values():
+            fn()
+    for _ in range(runs):
+        for k, fn in fns.items():
+            t = time.thread_time()
+            fn()
+            cpu[k].append(time.thread_time() - t)
+    for k in fns:
+        row[k.replace(" ", "_") + "_cpu_ms"] = 1e3 * statistics.median(cpu[k])
+    row["load_average"] = os.getloadavg()[0]
+    return row
+
+
+def main_breakdown(args):
+    rows = [breakdown(n, m, x, args.runs) for n, m, x in small_cases()]
+    print(f"{'case':<11}{'python calls (eager/prepared/gradient)':>40}{'fwd eager/plan ms':>20}"
+          f"{'eager/prepared/gradient ms':>30}  load")
+    for r in rows:
+        calls = f"{r['eager_python_calls']} / {r['prepared_python_calls']} / {r['gradient_python_calls']}"
+        fwd = f"{r['eager_forward_cpu_ms']:.3f} / {r['plan_forward_cpu_ms']:.3f}"
+        whole = f"{r['eager_cpu_ms']:.3f} / {r['prepared_cpu_ms']:.3f} / {r['gradient_cpu_ms']:.3f}"
+        print(f"{r['case']:<11}{calls:>40}{fwd:>20}{whole:>30}  {r['load_average']:.1f}")
+    return rows
+
+
 def main_small(args):
     rows = [bench_small(n, m, x, args.runs, args.calls, t) for t in args.threads for n, m, x in small_cases()]
     print(f"{'case':<10}{'thr':>4}{'eager ms':>10}{'prepared':>10}{'gradient':>10}  {'(cpu ratios, 1 thread)':>24}  load")
@@ -214,7 +274,11 @@ def main(argv=None):
     p.add_argument("--small", action="store_true",
                    help="the millisecond models instead (x alone in xs, scalar loss; eager / prepared / Model.gradient)")
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="with --small: torch thread counts")
+    p.add_argument("--breakdown", action="store_true",
+                   help="with --small: Python calls and thread CPU of forwards and whole calls, 1 thread")
     args = p.parse_args(argv)
+    if args.small and args.breakdown:
+        return main_breakdown(args)
     if args.small:
         path = args.json if args.json != DEFAULT_JSON else os.path.join(os.path.dirname(DEFAULT_JSON), "engine_small.json")
         rows = main_small(args)

@@ -30,13 +30,13 @@ FEED, CONSTANT, DEFAULT = 0, 1, 2
 class _Declared:
     """What a fed tensor must be for the quick path: exactly this numpy dtype, shapes that fit."""
 
-    __slots__ = ("dtype", "dims", "is_float")
+    __slots__ = ("dtype", "dims", "exact")
 
     def __init__(self, elem_type: int, shape):
         self.dtype = np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
-        self.is_float = elem_type in FLOAT_ONNX_TYPES
         # None: a free dim (symbolic, unknown or not positive), else the size it must have.
         self.dims = None if shape is None else tuple(d if isinstance(d, int) and d > 0 else None for d in shape)
+        self.exact = self.dims is not None and None not in self.dims
 
     def fits(self, value) -> bool:
         if type(value) is not np.ndarray or value.dtype != self.dtype:
@@ -44,6 +44,8 @@ class _Declared:
         if self.dims is None:
             return True
         shape = value.shape
+        if self.exact:
+            return shape == self.dims
         return len(shape) == len(self.dims) and all(d is None or d == s for d, s in zip(self.dims, shape))
 
 
