@@ -101,9 +101,10 @@ class GradientCall:
             array.flags.writeable = False
         return t, array
 
-    def __call__(self, feeds: Mapping[str, object], dy=None, seed: int = 0) -> GradientResult:
+    def __call__(self, feeds: Mapping[str, object], dy=None, seed: int = 0,
+                 dims: Mapping[str, int] | None = None) -> GradientResult:
         model, spec = self.model, self.spec
-        defaults = model.selection_values(spec, feeds, seed=seed, names=self.unfed) if self.unfed else None
+        defaults = model.selection_values(spec, feeds, seed=seed, names=self.unfed, dims=dims) if self.unfed else None
         tensors, values = [], {}
         for k, (name, kind, info) in enumerate(self.sources):
             if kind == FEED:
