@@ -17,6 +17,7 @@ from ..errors import LoweringError, ModelLoadError
 from ..loader import TRAINING_DOMAIN, _toposort
 from ..selection import names as split_names
 from .context import Ctx, attr, collect_constants, collect_types
+from .contrib import expand_contrib
 from .core import backward, cut_slice
 
 # ReduceSum takes axes as an input from 13, ScatterElements adds duplicates from 16; LayerNormalization is 17.
@@ -177,7 +178,7 @@ def lower(model, y: str | None = None, xs=None, zs=None, *, dy: str | bool | Non
     load(proto)  # one-line errors for bad models, unknown ops and invalid Gradient nodes
     if not (y or xs) and not any(n.domain == TRAINING_DOMAIN and n.op_type == "Gradient" for n in proto.graph.node):
         raise LoweringError("the model has no Gradient node: name a selection with y and xs (--y, --xs)")
-    state = Lowering(upgraded(proto))
+    state = Lowering(upgraded(expand_contrib(proto)))
     while state.gradient_nodes():
         state.lower_gradient_node(state.innermost())
     if y or xs:
