@@ -67,7 +67,8 @@ class Ctx:
     """Builds the nodes of one backward graph; `nodes` collects them in creation order."""
 
     def __init__(self, types: dict[str, TypeInfo], constants: dict[str, np.ndarray], used: set[str],
-                 prefix: str = "grad"):
+                 prefix: str = "grad", opset: int = 17):
+        self.opset = opset  # the model's ai.onnx opset: every node a rule adds must be valid at it
         self.types = types
         self.constants = constants
         self.used = used
@@ -160,21 +161,25 @@ class Ctx:
         where = f"node {n.name or '(unnamed)'!r} ({n.op_type})" if n is not None else "lowering"
         return LoweringError(f"cannot lower {where}: {why}")
 
-    def infer(self, nodes: list[NodeProto], inputs: list[str], opset: int = 17) -> None:
+    def infer(self, nodes: list[NodeProto], inputs: list[str]) -> None:
         """Type the outputs of `nodes` (a decomposition built by a rule) with onnx shape inference."""
         declared = []
         for t in inputs:
             info = self.types.get(t)
             declared.append(helper.make_tensor_value_info(t, self.elem(t), None if info is None else info.shape))
         graph = helper.make_graph(nodes, "decomposition", declared, [])
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-        self.types.update({k: v for k, v in collect_types(onnx.shape_inference.infer_shapes(model)).items()
-                           if k not in inputs})
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", self.opset)])
+        self.constants.update(collect_constants(model))  # a function body's Constant nodes, e.g. its axes
+        inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
+        self.types.update({k: v for k, v in collect_types(inferred).items() if k not in inputs})
 
     # -- shape-agnostic helpers ---------------------------------------------------------------
+    def tensor_like(self, value: float, like: str):
+        """A one-element TensorProto in like's element type (ConstantOfShape's value)."""
+        return numpy_helper.from_array(np.asarray([value], dtype=helper.tensor_dtype_to_np_dtype(self.elem(like))))
+
     def fill_like(self, t: str, value: float) -> str:
-        fill = numpy_helper.from_array(np.asarray([value], dtype=helper.tensor_dtype_to_np_dtype(self.elem(t))))
-        return self.op("ConstantOfShape", [self.op("Shape", [t])], value=fill)
+        return self.op("ConstantOfShape", [self.op("Shape", [t])], value=self.tensor_like(value, t))
 
     def add_all(self, terms: list[str]) -> str | None:
         if not terms:
@@ -182,6 +187,14 @@ class Ctx:
         if len(terms) == 1:
             return terms[0]
         return self.op("Add", terms) if len(terms) == 2 else self.op("Sum", terms)
+
+    def reduce(self, op_type: str, t: str, axes, keepdims: int = 1) -> str:
+        """A Reduce* node over constant axes, written as the model's opset wants them: an input from
+        opset 18 (from 13 for ReduceSum), an attribute before."""
+        axes = [int(a) for a in axes]
+        if op_type == "ReduceSum" or self.opset >= 18:
+            return self.op(op_type, [t, self.ints(axes)], keepdims=keepdims)
+        return self.op(op_type, [t], axes=axes, keepdims=keepdims)
 
     def reduce_sum(self, g: str, axes, keepdims: int = 1) -> str:
         axes = list(axes)

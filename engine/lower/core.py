@@ -12,7 +12,7 @@ from typing import Sequence
 from onnx import NodeProto, TensorProto
 
 from .context import Ctx
-from .registry import BACKWARD
+from .registry import BACKWARD, REFUSED
 
 FLOATS = {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.BFLOAT16}
 
@@ -60,10 +60,8 @@ def propagate(ctx: Ctx, nodes: Sequence[NodeProto], seeds: dict[str, str], xs: S
         grads = [ctx.add_all(partials.pop(t, [])) if t in active else None for t in node.output]
         if all(g is None for g in grads):
             continue
-        fn = BACKWARD.get(node.op_type) if node.domain in ("", "ai.onnx") else None
         ctx.node = node
-        if fn is None:
-            raise ctx.error(f"no backward rule for {node.op_type} (rules exist for {', '.join(sorted(BACKWARD))})")
+        fn = rule_for(ctx, node)
         ctx.wanted = tuple(bool(t) and t in active for t in node.input)
         in_grads = list(fn(ctx, node, grads) or [])
         for t, g, want in zip(node.input, in_grads, ctx.wanted):
@@ -71,6 +69,22 @@ def propagate(ctx: Ctx, nodes: Sequence[NodeProto], seeds: dict[str, str], xs: S
                 partials.setdefault(t, []).append(g)
     ctx.node, ctx.wanted = outer
     return [ctx.add_all(partials.get(x, [])) for x in xs]
+
+
+def rule_for(ctx: Ctx, node: NodeProto):
+    """The node's backward rule: its own, else its ONNX function body's; refusals say why not."""
+    from .decompose import function_rule
+
+    standard = node.domain in ("", "ai.onnx")
+    fn = BACKWARD.get(node.op_type) if standard else None
+    if fn is not None:
+        return fn
+    if standard and node.op_type in REFUSED:
+        raise ctx.error(REFUSED[node.op_type])
+    fn = function_rule(ctx, node)
+    if fn is None:
+        raise ctx.error(f"no backward rule for {node.op_type} (rules exist for {', '.join(sorted(BACKWARD))})")
+    return fn
 
 
 def backward(ctx: Ctx, nodes: Sequence[NodeProto], y: str, xs: Sequence[str], zs: Sequence[str],

@@ -41,8 +41,12 @@ def as_proto(model) -> ModelProto:
     raise TypeError(f"expected a path, bytes, ModelProto or engine Model, got {type(model).__name__}")
 
 
+def opset_version(proto: ModelProto) -> int:
+    return next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 1)
+
+
 def upgraded(proto: ModelProto) -> ModelProto:
-    version = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 1)
+    version = opset_version(proto)
     if version >= MIN_OPSET:
         return proto
     try:
@@ -65,7 +69,7 @@ class Lowering:
         del g.node[:]
         g.node.extend(nodes)
         del g.value_info[:]
-        self.proto = shape_inference.infer_shapes(self.proto)
+        self.proto = shape_inference.infer_shapes(self.proto, data_prop=True)
         self.types = collect_types(self.proto)
         self.constants = collect_constants(self.proto)
         self.used = {t for n in self.proto.graph.node for t in list(n.output) + [n.name]}
@@ -76,7 +80,7 @@ class Lowering:
         return list(self.proto.graph.node)
 
     def ctx(self, prefix: str) -> Ctx:
-        return Ctx(self.types, self.constants, self.used, prefix)
+        return Ctx(self.types, self.constants, self.used, prefix, opset_version(self.proto))
 
     def gradient_nodes(self) -> list[onnx.NodeProto]:
         return [n for n in self.nodes if n.domain == TRAINING_DOMAIN and n.op_type == "Gradient"]

@@ -133,7 +133,7 @@ def layer_norm(ctx, node, grads):
     y = node.output[0]
 
     def mean(t):
-        return ctx.op("ReduceMean", [t], axes=axes, keepdims=1)
+        return ctx.reduce("ReduceMean", t, axes)
 
     centered = ctx.op("Sub", [x, mean(x)])
     var = mean(ctx.op("Mul", [centered, centered]))

@@ -1,0 +1,211 @@
+"""The lowering sweep: every node case whose gradient the engine computes, lowered to plain ONNX
+(`engine.lower`) and run by onnxruntime, against the engine's own gradients.
+
+Per case: xs, zs and the ys are the gradient sweep's (`gradients.selection_for`: the float inputs
+the schema tags differentiable); each y is lowered with a seeded random `dy` input, the lowered
+model must pass onnx's full checker and strict shape inference, and onnxruntime's gradients must
+equal the engine's in the case's own element type to `TOL` of the gradient's scale (the tolerance
+of tests/test_lower.py: `max |ort - engine| <= TOL * max(1, max |engine|)`).
+"""
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+import numpy as np
+from onnx import TensorProto
+
+from ..errors import LoweringError, OnnxGradError
+from .cases import case_info
+
+LOWERED, WRONG, REFUSED, ERROR, RUNTIME, NOT_APPLICABLE = (
+    "lowered", "wrong", "refused", "error", "runtime lacks op", "not applicable")
+LOWERING_STATUSES = (LOWERED, WRONG, REFUSED, ERROR, RUNTIME, NOT_APPLICABLE)
+TOL = 1e-5
+
+
+@dataclass(frozen=True)
+class LoweringOutcome:
+    name: str
+    op: str
+    expanded: bool
+    status: str
+    reason: str = ""
+    error: float = 0.0  # the worst scaled |ort - engine| over the case's gradients
+    nodes: int = 0  # nodes of the (last) lowered model
+    seconds: float = 0.0
+
+    @property
+    def applicable(self) -> bool:
+        return self.status != NOT_APPLICABLE
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "op": self.op, "expanded": self.expanded, "status": self.status,
+                "reason": self.reason, "error": self.error, "nodes": self.nodes, "seconds": round(self.seconds, 4)}
+
+
+def _one_line(exc: BaseException, limit: int = 300) -> str:
+    text = str(exc).strip()
+    return (text.splitlines()[0] if text else type(exc).__name__)[:limit]
+
+
+def _session(proto):
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 4
+    return ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+def _ort_run(proto, feeds: dict) -> dict:
+    """onnxruntime's outputs; bfloat16 goes in and out as OrtValues (its numpy API has no bfloat16)."""
+    import ml_dtypes
+    import onnxruntime as ort
+
+    wide = [o for o in proto.graph.output if o.type.tensor_type.elem_type == TensorProto.BFLOAT16]
+    if wide:  # read bfloat16 outputs through a Cast to float32
+        proto = _with_float_outputs(proto, wide)
+    session = _session(proto)
+    values = {}
+    for i in session.get_inputs():
+        if i.name not in feeds:
+            continue
+        v = np.asarray(feeds[i.name])
+        if i.type == "tensor(bfloat16)":
+            values[i.name] = ort.OrtValue.ortvalue_from_numpy_with_onnx_type(
+                np.ascontiguousarray(v.astype(ml_dtypes.bfloat16).view(np.uint16)), TensorProto.BFLOAT16)
+        else:
+            values[i.name] = ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(v))
+    names = [o.name for o in session.get_outputs()]
+    return dict(zip(names, (v.numpy() for v in session.run_with_ort_values(names, values))))
+
+
+def _with_float_outputs(proto, outputs):
+    from onnx import ModelProto, helper
+
+    out = ModelProto()
+    out.CopyFrom(proto)
+    for o in outputs:
+        inner = f"{o.name}/bfloat16"
+        for n in out.graph.node:
+            n.output[:] = [inner if t == o.name else t for t in n.output]
+            n.input[:] = [inner if t == o.name else t for t in n.input]
+        out.graph.node.append(helper.make_node("Cast", [inner], [o.name], to=TensorProto.FLOAT))
+        vi = next(v for v in out.graph.output if v.name == o.name)
+        vi.type.tensor_type.elem_type = TensorProto.FLOAT
+    return out
+
+
+def scaled_error(got, want) -> float:
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    if got.shape != want.shape:
+        return float("inf")
+    same = (np.isnan(got) & np.isnan(want)) | (np.isinf(want) & (got == want))  # NaN and inf where expected
+    with np.errstate(invalid="ignore"):
+        diff = np.where(same, 0.0, np.abs(got - want))
+    if np.isnan(diff).any():
+        return float("inf")
+    finite = np.abs(want[np.isfinite(want)])
+    return float(diff.max(initial=0.0) / max(1.0, finite.max(initial=0.0)))
+
+
+def lower_case(case, seed: int = 0) -> LoweringOutcome:
+    """Lower one case's gradients, run them in onnxruntime, compare with the engine."""
+    from .. import load
+    from ..lower import lower
+    from .gradients import selection_for
+
+    info = case_info(case)
+    start = time.perf_counter()
+
+    def outcome(status: str, reason: str = "", error: float = 0.0, nodes: int = 0) -> LoweringOutcome:
+        return LoweringOutcome(case.name, info.op, info.expanded, status, reason, error, nodes,
+                               time.perf_counter() - start)
+
+    sel = selection_for(case)
+    if isinstance(sel, str):
+        return outcome(NOT_APPLICABLE, sel)
+    xs, zs, ys, feeds, _ = sel
+    rng = np.random.default_rng(seed)
+    worst, nodes = 0.0, 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            model = load(case.model, check=False)
+        except Exception as exc:  # noqa: BLE001 - the forward sweep reports load failures
+            return outcome(NOT_APPLICABLE, f"the engine cannot load it: {_one_line(exc)}")
+        for k, y in enumerate(ys):
+            try:
+                y_value = model.run(feeds, outputs=[y])[y]
+                dy = rng.standard_normal(np.shape(y_value)).astype(np.asarray(y_value).dtype)
+                want = model.gradient(y, xs, zs, feeds=feeds, dy=dy).grads
+            except Exception as exc:  # noqa: BLE001 - the gradient sweep reports the engine's own failures
+                return outcome(NOT_APPLICABLE, f"the engine computes no gradient of {y}: {_one_line(exc)}")
+            names = [f"lowered_d{k}_{i}" for i in range(len(xs))]
+            try:
+                lowered = lower(case.model, y, xs, zs, dy=f"lowered_dy{k}", names=names)
+            except LoweringError as exc:
+                return outcome(REFUSED, _one_line(exc))
+            except Exception as exc:  # noqa: BLE001 - a rule that crashes is a bug to list, not a crash
+                return outcome(ERROR, f"lowering raised {type(exc).__name__}: {_one_line(exc)}")
+            nodes = len(lowered.graph.node)
+            problem = invalid(lowered)
+            if problem:
+                return outcome(ERROR, problem, nodes=nodes)
+            try:
+                got = _ort_run(lowered, {**feeds, f"lowered_dy{k}": dy})
+            except Exception as exc:  # noqa: BLE001 - onnxruntime's refusal, classified below
+                try:
+                    _session(case.model)
+                except Exception as forward_exc:  # noqa: BLE001
+                    return outcome(RUNTIME, f"onnxruntime cannot run the forward case: {_one_line(forward_exc)}")
+                if "NOT_IMPLEMENTED" in str(exc):  # a standard op onnxruntime has no kernel for (e.g. in bfloat16)
+                    return outcome(RUNTIME, f"onnxruntime: {_one_line(exc)}", nodes=nodes)
+                return outcome(ERROR, f"onnxruntime: {_one_line(exc)}", nodes=nodes)
+            for x, name in zip(xs, names):
+                err = scaled_error(got[name], want[x])
+                worst = max(worst, err)
+                if not err <= TOL:
+                    return outcome(WRONG, f"d{y}/d{x}: scaled error {err:.3g} > {TOL:g}", worst, nodes)
+    return outcome(LOWERED, "", worst, nodes)
+
+
+def invalid(lowered) -> str:
+    """'' when the lowered model passes onnx's full checker and strict shape inference, else why not."""
+    import onnx
+
+    try:
+        onnx.checker.check_model(lowered, full_check=True)
+        onnx.shape_inference.infer_shapes(lowered, check_type=True, strict_mode=True)
+    except Exception as exc:  # noqa: BLE001 - any checker complaint is the finding
+        return f"invalid lowered model: {_one_line(exc)}"
+    return ""
+
+
+def lowering_sweep(cases: Iterable, *, seed: int = 0,
+                   progress: Callable[[int, int, LoweringOutcome], None] | None = None) -> list[LoweringOutcome]:
+    cases = list(cases)
+    out = []
+    for i, case in enumerate(cases):
+        try:
+            out.append(lower_case(case, seed))
+        except OnnxGradError as exc:
+            out.append(LoweringOutcome(case.name, case_info(case).op, case_info(case).expanded, ERROR, _one_line(exc)))
+        if progress is not None:
+            progress(i + 1, len(cases), out[-1])
+    return out
+
+
+def op_lowering_status(outcomes: Iterable[LoweringOutcome]) -> tuple[str, str]:
+    """(status, note) for one op from its cases: wrong > error > refused > runtime lacks op > lowered."""
+    applicable = [o for o in outcomes if o.applicable]
+    if not applicable:
+        return "", ""
+    for status in (WRONG, ERROR, REFUSED, RUNTIME):
+        bad = [o for o in applicable if o.status == status]
+        if bad:
+            lowered = sum(o.status == LOWERED for o in applicable)
+            return status, f"{len(bad)}/{len(applicable)} {status}, {lowered} lowered; {bad[0].name}: {bad[0].reason}"
+    return LOWERED, ""
