@@ -53,6 +53,15 @@ def collect_constants(model: onnx.ModelProto) -> dict[str, np.ndarray]:
     return out
 
 
+def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
+    """onnx shape inference, propagating Shape-derived values where it can (data_prop), which some
+    function ops' inference does not survive: then without."""
+    try:
+        return onnx.shape_inference.infer_shapes(model, data_prop=True)
+    except Exception:  # noqa: BLE001 - the plain inference raises its own error if it must
+        return onnx.shape_inference.infer_shapes(model)
+
+
 def attr(node: NodeProto, name: str, default=None):
     for a in node.attribute:
         if a.name == name:
@@ -170,7 +179,7 @@ class Ctx:
         graph = helper.make_graph(nodes, "decomposition", declared, [])
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", self.opset)])
         self.constants.update(collect_constants(model))  # a function body's Constant nodes, e.g. its axes
-        inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
+        inferred = infer_shapes(model)
         self.types.update({k: v for k, v in collect_types(inferred).items() if k not in inputs})
 
     # -- shape-agnostic helpers ---------------------------------------------------------------
@@ -220,11 +229,39 @@ class Ctx:
             axes = list(range(lead)) + [lead + i for i, d in enumerate(sx) if d == 1 and so[lead + i] != 1]
             g = self.reduce_sum(g, axes)
             return g if lead == 0 else self.op("Reshape", [g, self.ints(sx)])
-        rx, ro = self.need_rank(x), self.need_rank(out)
-        padded = self.op("Shape", [x])
-        if ro > rx:
-            padded = self.op("Concat", [self.ints([1] * (ro - rx)), padded], axis=0)
-        differs = self.op("Not", [self.op("Equal", [padded, self.op("Shape", [out])])])
+        # shapes only known at run time: x's shape left-padded with ones to out's rank, compared with out's
+        shape_x, shape_out = self.op("Shape", [x]), self.op("Shape", [out])
+        lead = self.op("Sub", [self.op("Shape", [shape_out]), self.op("Shape", [shape_x])])
+        ones = self.op("ConstantOfShape", [lead], value=numpy_helper.from_array(np.ones(1, np.int64)))
+        padded = self.op("Concat", [ones, shape_x], axis=0)
+        differs = self.op("Not", [self.op("Equal", [padded, shape_out])])
         axes = self.op("Reshape", [self.op("NonZero", [differs]), self.ints([-1])])
         g = self.op("ReduceSum", [g, axes], keepdims=1, noop_with_empty_axes=1)
-        return self.op("Reshape", [g, self.op("Shape", [x])])
+        return self.op("Reshape", [g, shape_x])
+
+    def dims(self, t: str, start: int, stop: int | None = None) -> str:
+        """t's dimensions start:stop as a 1-D int64 tensor: a constant where known, else a Shape slice."""
+        shape = self.shape(t)
+        if shape is not None:
+            return self.ints(shape[start:stop])
+        rank = self.need_rank(t)
+        return self.op("Slice", [self.op("Shape", [t]), self.ints([start]), self.ints([rank if stop is None else stop])])
+
+    def shape_from(self, parts) -> str:
+        """A 1-D int64 shape from parts: ints (constants) and 1-D int64 tensor names, concatenated."""
+        names = [self.ints([p]) if isinstance(p, (int, np.integer)) else p for p in parts]
+        return names[0] if len(names) == 1 else self.op("Concat", names, axis=0)
+
+    def positions(self, t: str) -> str:
+        """An int64 tensor shaped like t holding each element's flat position: applying a gather-like op
+        to it says where each output element came from."""
+        flat = self.op("Range", [self.const(np.asarray(0, np.int64)), self.op("Size", [t]), self.const(np.asarray(1, np.int64))])
+        return self.op("Reshape", [flat, self.op("Shape", [t])])
+
+    def scatter_back(self, g: str, x: str, positions: str) -> str:
+        """The gradient of a gather-like op: g added up at the flat positions of x its elements came from."""
+        flat = self.ints([-1])
+        zeros = self.op("Reshape", [self.fill_like(x, 0.0), flat])
+        added = self.op("ScatterElements", [zeros, self.op("Reshape", [positions, flat]), self.op("Reshape", [g, flat])],
+                        axis=0, reduction="add")
+        return self.op("Reshape", [added, self.op("Shape", [x])])

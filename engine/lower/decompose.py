@@ -33,31 +33,38 @@ def through(ctx, node: NodeProto, grads: Sequence[str | None], build: Callable[[
     return [found.get(t) if t else None for t in wanted]
 
 
+def _latest(versions, opset: int) -> int | None:
+    return max((v for v in versions if v <= opset), default=None)
+
+
 def function_body(ctx, node: NodeProto) -> FunctionProto | None:
-    """The op's ONNX function body at the model's opset, instantiated for this node's input types."""
+    """The op's ONNX function body (the newest one at or below the model's opset), instantiated for
+    this node's attributes and input types."""
     try:
         schema = onnx.defs.get_schema(node.op_type, ctx.opset, node.domain or "")
     except Exception:  # noqa: BLE001 - no schema: no body
         return None
     data = None
     if schema.has_context_dependent_function:
-        types = []
-        for t in node.input:
-            info = ctx.types.get(t) if t else None
-            shape = None if info is None else info.shape
-            types.append(helper.make_tensor_type_proto(ctx.elem(t), shape).SerializeToString() if t
-                         else onnx.TypeProto().SerializeToString())
+        version = _latest(schema.context_dependent_function_opset_versions, ctx.opset)
+        types = [helper.make_tensor_type_proto(ctx.elem(t), _shape(ctx, t)).SerializeToString() if t
+                 else onnx.TypeProto().SerializeToString() for t in node.input]
         try:
-            data = schema.get_context_dependent_function_with_opset_version(ctx.opset, node.SerializeToString(), types)
+            data = schema.get_context_dependent_function_with_opset_version(version, node.SerializeToString(), types)
         except Exception:  # noqa: BLE001 - the builder refuses these attributes or types
             data = None
     elif schema.has_function:
-        data = schema.get_function_with_opset_version(ctx.opset)
+        data = schema.get_function_with_opset_version(_latest(schema.function_opset_versions, ctx.opset))
     if not data:
         return None
     body = FunctionProto()
     body.ParseFromString(data)
     return body
+
+
+def _shape(ctx, t):
+    info = ctx.types.get(t)
+    return None if info is None else info.shape
 
 
 def _attribute_values(node: NodeProto, body: FunctionProto) -> dict[str, AttributeProto]:
@@ -73,21 +80,13 @@ def _attribute_values(node: NodeProto, body: FunctionProto) -> dict[str, Attribu
     return values
 
 
-def inline(ctx, node: NodeProto, body: FunctionProto) -> list[str]:
-    """Add the body's nodes reading the node's inputs; the recomputed outputs' names."""
-    if any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for n in body.node for a in n.attribute):
-        raise ctx.error("its function body holds subgraphs, which are not inlined")
-    rename = {formal: actual for formal, actual in zip(body.input, list(node.input) + [""] * len(body.input))}
+def _resolved(node: NodeProto, body: FunctionProto) -> list[NodeProto]:
+    """The body's nodes with attribute references replaced by the node's values (or the defaults)."""
     values = _attribute_values(node, body)
+    out = []
     for n in body.node:
         copy = NodeProto()
         copy.CopyFrom(n)
-        copy.input[:] = [rename.get(t, t) if t else "" for t in n.input]
-        for k, t in enumerate(n.output):
-            if t:
-                rename[t] = ctx.fresh(f"{node.name or node.op_type}/{t}")
-                copy.output[k] = rename[t]
-        copy.name = ctx.fresh(f"{node.name or node.op_type}/{n.op_type}_node")
         kept = []
         for a in copy.attribute:
             if a.ref_attr_name:
@@ -100,6 +99,42 @@ def inline(ctx, node: NodeProto, body: FunctionProto) -> list[str]:
             kept.append(a)
         del copy.attribute[:]
         copy.attribute.extend(kept)
+        out.append(copy)
+    return out
+
+
+def _at_opset(ctx, node: NodeProto, body: FunctionProto, nodes: list[NodeProto]) -> list[NodeProto]:
+    """The body's nodes converted to the model's opset (a body written for an older one)."""
+    version = next((o.version for o in body.opset_import if o.domain in ("", "ai.onnx")), ctx.opset)
+    if version >= ctx.opset:
+        return nodes
+    present = [(formal, actual) for formal, actual in zip(body.input, node.input) if actual]
+    inputs = [helper.make_tensor_value_info(formal, ctx.elem(actual), _shape(ctx, actual)) for formal, actual in present]
+    produced = {t for n in nodes for t in n.output}
+    outputs = [helper.make_tensor_value_info(t, 0, None) for t in body.output if t in produced]
+    graph = helper.make_graph(nodes, "body", inputs, outputs)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", version)])
+    try:
+        return list(onnx.version_converter.convert_version(model, ctx.opset).graph.node)
+    except Exception as exc:  # noqa: BLE001 - the converter's own refusal, in one line
+        raise ctx.error(f"its function body (opset {version}) does not convert to opset {ctx.opset}: "
+                        f"{str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}") from None
+
+
+def inline(ctx, node: NodeProto, body: FunctionProto) -> list[str]:
+    """Add the body's nodes reading the node's inputs; the recomputed outputs' names."""
+    if any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for n in body.node for a in n.attribute):
+        raise ctx.error("its function body holds subgraphs, which are not inlined")
+    rename = {formal: actual for formal, actual in zip(body.input, list(node.input) + [""] * len(body.input))}
+    for n in _at_opset(ctx, node, body, _resolved(node, body)):
+        copy = NodeProto()
+        copy.CopyFrom(n)
+        copy.input[:] = [rename.get(t, t) if t else "" for t in n.input]
+        for k, t in enumerate(n.output):
+            if t:
+                rename[t] = ctx.fresh(f"{node.name or node.op_type}/{t}")
+                copy.output[k] = rename[t]
+        copy.name = ctx.fresh(f"{node.name or node.op_type}/{n.op_type}_node")
         ctx.nodes.append(copy)
     return [rename.get(t) for t in body.output]
 

@@ -49,7 +49,13 @@ def pow_(ctx, node, grads):
         b_minus_1 = ctx.op("Sub", [b, ctx.scalar(1.0, a)])
         return ctx.op("Mul", [g, ctx.op("Mul", [b, ctx.op("Pow", [a, b_minus_1])])])
 
-    return _both(ctx, node, da, lambda: ctx.op("Mul", [g, ctx.op("Mul", [y, ctx.op("Log", [a])])]))
+    def db():
+        # NOTE: as torch, 0 where a = 0 and b >= 0 (y log a is 0 · -inf there)
+        flat = ctx.op("And", [ctx.op("Equal", [a, ctx.scalar(0.0, a)]), ctx.op("GreaterOrEqual", [b, ctx.scalar(0.0, a)])])
+        slope = ctx.op("Where", [flat, ctx.scalar(0.0, a), ctx.op("Mul", [y, ctx.op("Log", [a])])])
+        return ctx.op("Mul", [g, slope])
+
+    return _both(ctx, node, da, db)
 
 
 def _times(ctx, g, factor):
@@ -61,7 +67,7 @@ def neg(ctx, node, grads):
     return [ctx.op("Neg", [grads[0]])]
 
 
-@rule("Identity", "Dropout")
+@rule("Identity", "Dropout", "OptionalGetElement")
 def identity(ctx, node, grads):
     if node.op_type == "Dropout" and len(node.input) > 2 and node.input[2]:
         training = ctx.value(node.input[2])
@@ -181,9 +187,10 @@ def cast_like(ctx, node, grads):
     return [ctx.op("Cast", [grads[0]], to=ctx.elem(node.input[0])), None]
 
 
-@rule("Floor", "Ceil", "Round", "Sign", "Hardmax", "Bernoulli")
+@rule("Floor", "Ceil", "Round", "Sign", "Hardmax", "Bernoulli", "DynamicQuantizeLinear")
 def piecewise_constant(ctx, node, grads):
-    """Flat almost everywhere (Bernoulli: a sample): no gradient flows back, as in the engine."""
+    """Flat almost everywhere (Bernoulli: a sample): no gradient flows back, as in the engine (which
+    also treats DynamicQuantizeLinear's scale as a constant of its input)."""
     return [None] * len(node.input)
 
 

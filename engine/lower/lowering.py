@@ -11,12 +11,12 @@ import os
 from typing import Sequence
 
 import onnx
-from onnx import ModelProto, helper, shape_inference, version_converter
+from onnx import ModelProto, helper, version_converter
 
 from ..errors import LoweringError, ModelLoadError
 from ..loader import TRAINING_DOMAIN, _toposort
 from ..selection import names as split_names
-from .context import Ctx, attr, collect_constants, collect_types
+from .context import Ctx, attr, collect_constants, collect_types, infer_shapes
 from .core import backward, cut_slice
 
 # ReduceSum takes axes as an input from 13, ScatterElements adds duplicates from 16; LayerNormalization is 17.
@@ -69,7 +69,7 @@ class Lowering:
         del g.node[:]
         g.node.extend(nodes)
         del g.value_info[:]
-        self.proto = shape_inference.infer_shapes(self.proto, data_prop=True)
+        self.proto = infer_shapes(self.proto)
         self.types = collect_types(self.proto)
         self.constants = collect_constants(self.proto)
         self.used = {t for n in self.proto.graph.node for t in list(n.output) + [n.name]}
@@ -195,5 +195,9 @@ def lower(model, y: str | None = None, xs=None, zs=None, *, dy: str | bool | Non
         del out.opset_import[:]
         out.opset_import.extend(kept)
     if check:
-        onnx.checker.check_model(out, full_check=True)
+        try:
+            onnx.checker.check_model(out, full_check=True)
+        except Exception as exc:  # noqa: BLE001 - onnx's checker or its shape inference, in one line
+            text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise LoweringError(f"the lowered model fails onnx's full check: {text}") from None
     return out

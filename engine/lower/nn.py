@@ -1,4 +1,4 @@
-"""Backward rules of engine/ops/nn.py: MatMul, Gemm, the normalizations, LRN."""
+"""Backward rules of engine/ops/nn.py: MatMul, Gemm, LRN, Det, Einsum (the normalizations: norm.py)."""
 from __future__ import annotations
 
 import numpy as np
@@ -77,78 +77,6 @@ def gemm(ctx, node, grads):
     if c and ctx.wants(2):
         gc = g if beta == 1.0 else ctx.op("Mul", [g, ctx.scalar(beta, g)])
         out[2] = ctx.unbroadcast(gc, c, node.output[0])
-    return out
-
-
-def _channel_axes(rank):
-    return [0] + list(range(2, rank))
-
-
-@rule("BatchNormalization")
-def batch_norm(ctx, node, grads):
-    """Inference mode: y = scale (x - mean) / sqrt(var + eps) + B, per channel (axis 1)."""
-    if attr(node, "training_mode", 0) or any(grads[1:]):
-        raise ctx.error("only inference-mode BatchNormalization is lowered (training_mode=0, one output)")
-    g = grads[0]
-    x, scale, bias, mean, var = node.input[:5]
-    rank = ctx.need_rank(x)
-    axes = _channel_axes(rank)
-    eps = ctx.scalar(attr(node, "epsilon", 1e-5), x)
-
-    def per_channel(t):  # [C] -> [1, C, 1, ...] so it broadcasts against x
-        return ctx.op("Unsqueeze", [t, ctx.ints([0] + list(range(2, rank)))])
-
-    inv = ctx.op("Reciprocal", [ctx.op("Sqrt", [ctx.op("Add", [var, eps])])])
-    scaled_inv = ctx.op("Mul", [scale, inv])
-    centered = ctx.op("Sub", [x, per_channel(mean)]) if any(ctx.wants(i) for i in (1, 4)) else None
-    gsum = ctx.reduce_sum(g, axes, keepdims=0) if any(ctx.wants(i) for i in (2, 3)) else None
-    out = [None] * 5
-    if ctx.wants(0):
-        out[0] = ctx.op("Mul", [g, per_channel(scaled_inv)])
-    if ctx.wants(1):
-        xhat = ctx.op("Mul", [centered, per_channel(inv)])
-        out[1] = ctx.reduce_sum(ctx.op("Mul", [g, xhat]), axes, keepdims=0)
-    if ctx.wants(2):
-        out[2] = gsum
-    if ctx.wants(3):
-        out[3] = ctx.op("Neg", [ctx.op("Mul", [gsum, scaled_inv])])
-    if ctx.wants(4):  # d/dvar of (var + eps)^(-1/2) is -1/2 inv^3
-        gc = ctx.reduce_sum(ctx.op("Mul", [g, centered]), axes, keepdims=0)
-        inv3 = ctx.op("Mul", [inv, ctx.op("Mul", [inv, inv])])
-        out[4] = ctx.op("Mul", [ctx.op("Mul", [gc, ctx.op("Mul", [scale, inv3])]), ctx.scalar(-0.5, x)])
-    return out
-
-
-@rule("LayerNormalization")
-def layer_norm(ctx, node, grads):
-    """y = scale x̂ + B, x̂ = (x - mean) / sqrt(var + eps) over the axes from `axis` to the last."""
-    if any(grads[1:]):
-        raise ctx.error("gradients through the Mean / InvStdDev outputs are not lowered")
-    g = grads[0]
-    x, scale = node.input[0], node.input[1]
-    bias = node.input[2] if len(node.input) > 2 else ""
-    rank = ctx.need_rank(x)
-    axis = attr(node, "axis", -1) % rank
-    axes = list(range(axis, rank))
-    y = node.output[0]
-
-    def mean(t):
-        return ctx.reduce("ReduceMean", t, axes)
-
-    centered = ctx.op("Sub", [x, mean(x)])
-    var = mean(ctx.op("Mul", [centered, centered]))
-    inv = ctx.op("Reciprocal", [ctx.op("Sqrt", [ctx.op("Add", [var, ctx.scalar(attr(node, "epsilon", 1e-5), x)])])])
-    xhat = ctx.op("Mul", [centered, inv])
-    out = [None, None, None]
-    if ctx.wants(0):  # dx = inv (dx̂ - mean(dx̂) - x̂ mean(dx̂ x̂))
-        dxhat = ctx.op("Mul", [g, scale])
-        inner = ctx.op("Sub", [ctx.op("Sub", [dxhat, mean(dxhat)]),
-                               ctx.op("Mul", [xhat, mean(ctx.op("Mul", [dxhat, xhat]))])])
-        out[0] = ctx.op("Mul", [inv, inner])
-    if ctx.wants(1):
-        out[1] = ctx.unbroadcast(ctx.op("Mul", [g, xhat]), scale, y)
-    if bias and ctx.wants(2):
-        out[2] = ctx.unbroadcast(g, bias, y)
     return out
 
 
