@@ -9,6 +9,7 @@ of tests/test_lower.py: `max |ort - engine| <= TOL * max(1, max |engine|)`).
 """
 from __future__ import annotations
 
+import re
 import time
 import warnings
 from dataclasses import dataclass
@@ -27,6 +28,19 @@ TOL = 1e-5  # float32 and float64
 TOLS = {TensorProto.FLOAT16: 5e-3, TensorProto.BFLOAT16: 4e-2}  # a few units in the last place
 
 
+# Disagreements understood and accepted (regex on the case name -> why); any other one is a bug.
+DOCUMENTED = {
+    r"^test_attention_.*(fullymasked|nan_robustness|structural_empty|softmax_precision|local_window_gqa_rank4_mask)":
+        "a fully masked row: Softmax over all -inf is NaN, which Attention's function body hides with "
+        "Where/IsNaN; the lowered backward multiplies that NaN by the zero gradient Where sends back "
+        "(the double-where problem of reverse mode), where the engine's Attention kernel gives 0",
+}
+
+
+def documented(name: str) -> str:
+    return next((why for pattern, why in DOCUMENTED.items() if re.search(pattern, name)), "")
+
+
 @dataclass(frozen=True)
 class LoweringOutcome:
     name: str
@@ -37,6 +51,7 @@ class LoweringOutcome:
     error: float = 0.0  # the worst scaled |ort - engine| over the case's gradients
     nodes: int = 0  # nodes of the (last) lowered model
     seconds: float = 0.0
+    documented: str = ""  # why a wrong result here is expected (DOCUMENTED)
 
     @property
     def applicable(self) -> bool:
@@ -44,7 +59,8 @@ class LoweringOutcome:
 
     def to_json(self) -> dict:
         return {"name": self.name, "op": self.op, "expanded": self.expanded, "status": self.status,
-                "reason": self.reason, "error": self.error, "nodes": self.nodes, "seconds": round(self.seconds, 4)}
+                "reason": self.reason, "error": self.error, "nodes": self.nodes, "seconds": round(self.seconds, 4),
+                "documented": self.documented}
 
 
 def _one_line(exc: BaseException, limit: int = 300) -> str:
@@ -122,8 +138,9 @@ def lower_case(case, seed: int = 0) -> LoweringOutcome:
     start = time.perf_counter()
 
     def outcome(status: str, reason: str = "", error: float = 0.0, nodes: int = 0) -> LoweringOutcome:
+        why = documented(case.name) if status == WRONG and error == float("inf") else ""
         return LoweringOutcome(case.name, info.op, info.expanded, status, reason, error, nodes,
-                               time.perf_counter() - start)
+                               time.perf_counter() - start, why)
 
     sel = selection_for(case)
     if isinstance(sel, str):
@@ -165,6 +182,8 @@ def lower_case(case, seed: int = 0) -> LoweringOutcome:
                 if "NOT_IMPLEMENTED" in str(exc):  # a standard op onnxruntime has no kernel for (e.g. in bfloat16)
                     return outcome(RUNTIME, f"onnxruntime: {_one_line(exc)}", nodes=nodes)
                 return outcome(ERROR, f"onnxruntime: {_one_line(exc)}", nodes=nodes)
+            if random_draws(case, feeds):
+                continue  # the engine and onnxruntime draw different numbers: ran, not compared
             for x, name in zip(xs, names):
                 err = scaled_error(got[name], want[x])
                 worst = max(worst, err)
@@ -174,7 +193,20 @@ def lower_case(case, seed: int = 0) -> LoweringOutcome:
                     if differs:
                         return outcome(RUNTIME, f"onnxruntime's forward differs from the case's: {differs}", worst, nodes)
                     return outcome(WRONG, f"d{y}/d{x}: scaled error {err:.3g} > {tol:g}", worst, nodes)
-    return outcome(LOWERED, "", worst, nodes)
+    return outcome(LOWERED, "random op: lowered and run, values not compared" if random_draws(case, feeds) else "",
+                   worst, nodes)
+
+
+def random_draws(case, feeds) -> bool:
+    """Whether the case draws random numbers (a random op, Dropout in training mode)."""
+    from .runner import RANDOM_OPS
+
+    for n in case.model.graph.node:
+        if n.op_type in RANDOM_OPS:
+            return True
+        if n.op_type == "Dropout" and len(n.input) > 2 and n.input[2] in feeds and bool(np.asarray(feeds[n.input[2]])):
+            return True
+    return False
 
 
 def forward_differs(case) -> str:

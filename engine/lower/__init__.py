@@ -9,7 +9,7 @@ The package itself is callable, so `engine.lower(model, ...)` is `engine.lower.l
 import sys
 import types
 
-from . import activation, conv, elementwise, indexing, nn, norm, pool, reduce, resize, rnn, shape  # noqa: F401  (fill the registry)
+from . import activation, control, conv, elementwise, indexing, nn, norm, pool, quantize, reduce, resize, rnn, sampling, shape  # noqa: F401  (fill the registry)
 from .core import supported_ops
 from .lowering import lower
 from .registry import BACKWARD, rule

@@ -171,12 +171,20 @@ class Ctx:
         return LoweringError(f"cannot lower {where}: {why}")
 
     def infer(self, nodes: list[NodeProto], inputs: list[str]) -> None:
-        """Type the outputs of `nodes` (a decomposition built by a rule) with onnx shape inference."""
-        declared = []
+        """Type the outputs of `nodes` (a decomposition built by a rule) with onnx shape inference; every
+        tensor they read and do not compute (an input of the rule's node, or one a body reads from its
+        enclosing graph) is declared with what is known of it."""
+        produced = {o for n in nodes for o in n.output}
+        inputs = list(dict.fromkeys(list(inputs) + [t for n in nodes for t in n.input if t and t not in produced]))
+        declared, known = [], []
         for t in inputs:
+            value = self.constants.get(t)
+            if value is not None and value.size <= 64:  # small constants (axes, shapes) by value
+                known.append(numpy_helper.from_array(np.asarray(value), t))
+                continue
             info = self.types.get(t)
             declared.append(helper.make_tensor_value_info(t, self.elem(t), None if info is None else info.shape))
-        graph = helper.make_graph(nodes, "decomposition", declared, [])
+        graph = helper.make_graph(nodes, "decomposition", declared, [], known)
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", self.opset)])
         self.constants.update(collect_constants(model))  # a function body's Constant nodes, e.g. its axes
         inferred = infer_shapes(model)
@@ -261,7 +269,20 @@ class Ctx:
     def scatter_back(self, g: str, x: str, positions: str) -> str:
         """The gradient of a gather-like op: g added up at the flat positions of x its elements came from."""
         flat = self.ints([-1])
-        zeros = self.op("Reshape", [self.fill_like(x, 0.0), flat])
-        added = self.op("ScatterElements", [zeros, self.op("Reshape", [positions, flat]), self.op("Reshape", [g, flat])],
-                        axis=0, reduction="add")
+        size = self.op("Reshape", [self.op("Size", [x]), self.ints([1])])
+        added = self.scatter_add("ScatterElements", size, self.op("Reshape", [positions, flat]),
+                                 self.op("Reshape", [g, flat]), x, axis=0)
         return self.op("Reshape", [added, self.op("Shape", [x])])
+
+    def scatter_add(self, op_type: str, shape: str, indices: str, updates: str, like: str, **attrs) -> str:
+        """Zeros of `shape` (a 1-D shape tensor) in like's element type with `updates` added at `indices`
+        (ScatterElements / ScatterND); half types add in float32, which onnxruntime's CPU kernels need."""
+        elem = self.elem(like)
+        half = elem in (TensorProto.FLOAT16, TensorProto.BFLOAT16)
+        work = TensorProto.FLOAT if half else elem
+        zeros = self.op("ConstantOfShape", [shape], value=numpy_helper.from_array(
+            np.zeros(1, helper.tensor_dtype_to_np_dtype(work))))
+        if half:
+            updates = self.op("Cast", [updates], to=work)
+        added = self.op(op_type, [zeros, indices, updates], reduction="add", **attrs)
+        return self.op("Cast", [added], to=elem) if half else added

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 import onnx
-from onnx import AttributeProto, FunctionProto, NodeProto, helper
+from onnx import AttributeProto, FunctionProto, GraphProto, NodeProto, helper, numpy_helper
 
 from .core import propagate
 
@@ -121,21 +121,49 @@ def _at_opset(ctx, node: NodeProto, body: FunctionProto, nodes: list[NodeProto])
                         f"{str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}") from None
 
 
-def inline(ctx, node: NodeProto, body: FunctionProto) -> list[str]:
-    """Add the body's nodes reading the node's inputs; the recomputed outputs' names."""
-    if any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for n in body.node for a in n.attribute):
-        raise ctx.error("its function body holds subgraphs, which are not inlined")
-    rename = {formal: actual for formal, actual in zip(body.input, list(node.input) + [""] * len(body.input))}
-    for n in _at_opset(ctx, node, body, _resolved(node, body)):
+def rename_refs(graph: GraphProto, rename: dict[str, str]) -> None:
+    """In place: references of graph's nodes (nested graphs too) to renamed outer names, except the
+    names the graph defines itself."""
+    local = {i.name for i in graph.input} | {t.name for t in graph.initializer} | {o for n in graph.node for o in n.output}
+    mapping = {k: v for k, v in rename.items() if k not in local}
+    for n in graph.node:
+        n.input[:] = [mapping.get(t, t) for t in n.input]
+        for a in n.attribute:
+            for g in ([a.g] if a.type == AttributeProto.GRAPH else list(a.graphs) if a.type == AttributeProto.GRAPHS else []):
+                rename_refs(g, mapping)
+
+
+def copy_nodes(ctx, nodes, rename: dict[str, str], hint: str) -> None:
+    """Add copies of `nodes` to ctx: inputs renamed through `rename`, every output a fresh name (added
+    to `rename`), subgraphs' references to renamed names followed."""
+    for n in nodes:
         copy = NodeProto()
         copy.CopyFrom(n)
         copy.input[:] = [rename.get(t, t) if t else "" for t in n.input]
+        for a in copy.attribute:
+            for g in ([a.g] if a.type == AttributeProto.GRAPH else list(a.graphs) if a.type == AttributeProto.GRAPHS else []):
+                rename_refs(g, rename)
         for k, t in enumerate(n.output):
             if t:
-                rename[t] = ctx.fresh(f"{node.name or node.op_type}/{t}")
+                rename[t] = ctx.fresh(f"{hint}/{t}")
                 copy.output[k] = rename[t]
-        copy.name = ctx.fresh(f"{node.name or node.op_type}/{n.op_type}_node")
+        copy.name = ctx.fresh(f"{hint}/{n.op_type}_node")
         ctx.nodes.append(copy)
+
+
+def inline_graph(ctx, graph: GraphProto, inputs: list[str], hint: str) -> list[str]:
+    """The graph's nodes reading `inputs` in place of its own; the names of its outputs."""
+    rename = dict(zip([i.name for i in graph.input], inputs))
+    for t in graph.initializer:
+        rename[t.name] = ctx.const(numpy_helper.to_array(t))
+    copy_nodes(ctx, graph.node, rename, hint)
+    return [rename.get(o.name, o.name) for o in graph.output]
+
+
+def inline(ctx, node: NodeProto, body: FunctionProto) -> list[str]:
+    """Add the body's nodes reading the node's inputs; the recomputed outputs' names."""
+    rename = {formal: actual for formal, actual in zip(body.input, list(node.input) + [""] * len(body.input))}
+    copy_nodes(ctx, _at_opset(ctx, node, body, _resolved(node, body)), rename, node.name or node.op_type)
     return [rename.get(t) for t in body.output]
 
 

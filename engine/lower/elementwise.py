@@ -67,13 +67,29 @@ def neg(ctx, node, grads):
     return [ctx.op("Neg", [grads[0]])]
 
 
-@rule("Identity", "Dropout", "OptionalGetElement")
+@rule("Identity", "OptionalGetElement")
 def identity(ctx, node, grads):
-    if node.op_type == "Dropout" and len(node.input) > 2 and node.input[2]:
-        training = ctx.value(node.input[2])
-        if training is None or bool(training):
-            raise ctx.error("Dropout in training mode is random: only inference mode is lowered")
     return [grads[0]]
+
+
+@rule("Dropout")
+def dropout(ctx, node, grads):
+    """Inference: the identity. Training: y = x / (1 - ratio) where the random mask keeps x, 0 elsewhere;
+    the mask is a constant for differentiation, read from the node's own mask output (as the engine)."""
+    inputs = list(node.input) + ["", ""]
+    training = ctx.value(inputs[2]) if inputs[2] else False
+    if training is not None and not bool(training):
+        return [grads[0]]
+    mask = node.output[1] if len(node.output) > 1 and node.output[1] else ""
+    ratio = inputs[1]
+    if not mask:
+        if ratio and ctx.value(ratio) is not None and float(ctx.value(ratio)) == 0.0:
+            return [grads[0]]
+        raise ctx.error("Dropout in training mode without its mask output: the random mask cannot be recovered")
+    x = node.input[0]
+    keep = ctx.op("Sub", [ctx.scalar(1.0, x), ratio if ratio else ctx.scalar(0.5, x)])
+    dx = ctx.op("Where", [mask, ctx.op("Div", [grads[0], keep]), ctx.scalar(0.0, x)])
+    return [dx if training is not None else ctx.op("Where", [inputs[2], dx, grads[0]])]  # a run-time switch
 
 
 @rule("Abs")

@@ -22,7 +22,7 @@ def gather(ctx, node, grads):
     g_perm = list(range(axis, axis + rank_idx)) + list(range(axis)) + list(range(axis + rank_idx, rank + rank_idx - 1))
     moved = ctx.op("Transpose", [data], perm=front) if axis else data
     g_moved = ctx.op("Transpose", [g], perm=g_perm) if axis else g
-    scattered = ctx.op("ScatterND", [ctx.fill_like(moved, 0.0), rows, g_moved], reduction="add")
+    scattered = ctx.scatter_add("ScatterND", ctx.op("Shape", [moved]), rows, g_moved, data)
     back = [front.index(i) for i in range(rank)]
     return [ctx.op("Transpose", [scattered], perm=back) if axis else scattered, None]
 
@@ -31,8 +31,8 @@ def gather(ctx, node, grads):
 def gather_elements(ctx, node, grads):
     """Positions picked twice receive both gradients: ScatterElements with reduction="add"."""
     data, indices = node.input[:2]
-    return [ctx.op("ScatterElements", [ctx.fill_like(data, 0.0), indices, grads[0]], axis=attr(node, "axis", 0),
-                   reduction="add"), None]
+    return [ctx.scatter_add("ScatterElements", ctx.op("Shape", [data]), indices, grads[0], data,
+                            axis=attr(node, "axis", 0)), None]
 
 
 @rule("GatherND")
@@ -40,7 +40,7 @@ def gather_nd(ctx, node, grads):
     if attr(node, "batch_dims", 0):
         raise ctx.error("GatherND with batch_dims > 0 is not lowered")
     data, indices = node.input[:2]
-    return [ctx.op("ScatterND", [ctx.fill_like(data, 0.0), indices, grads[0]], reduction="add"), None]
+    return [ctx.scatter_add("ScatterND", ctx.op("Shape", [data]), indices, grads[0], data), None]
 
 
 @rule("MaxUnpool")
@@ -104,3 +104,28 @@ def scatter(ctx, node, grads):
 
     return [share(data_zero, data_nz, lambda t: t) if ctx.wants(0) else None, None,
             share(update_zero, update_nz, take) if ctx.wants(2) else None]
+
+
+@rule("TensorScatter")
+def tensor_scatter(ctx, node, grads):
+    """present = past with update written at write_indices[b] + i along the axis (modulo its length when
+    circular): past gets g except where written, update gets g gathered from where it went."""
+    g, past, update = grads[0], node.input[0], node.input[1]
+    write = node.input[2] if len(node.input) > 2 and node.input[2] else ""
+    rank = ctx.need_rank(past)
+    axis = attr(node, "axis", -2) % rank
+    length = ctx.op("Squeeze", [ctx.dims(update, axis, axis + 1), ctx.ints([0])])
+    steps = ctx.op("Range", [ctx.const(np.asarray(0, np.int64)), length, ctx.const(np.asarray(1, np.int64))])
+    starts = ctx.op("Cast", [write], to=7) if write else ctx.const(np.zeros(1, np.int64))
+    where = ctx.op("Add", [ctx.op("Unsqueeze", [starts, ctx.ints([1])]), ctx.op("Unsqueeze", [steps, ctx.ints([0])])])
+    if attr(node, "mode", "linear") == "circular":
+        where = ctx.op("Mod", [where, ctx.dims(past, axis, axis + 1)])
+    # (batch, length) positions viewed as (batch, 1, .., length at the axis, .., 1), spread over update
+    view = ctx.shape_from([-1] + [ctx.dims(update, axis, axis + 1) if i == axis else 1 for i in range(1, rank)])
+    index = ctx.op("Expand", [ctx.op("Reshape", [where, view]), ctx.op("Shape", [update])])
+    out = [None, None, None]
+    if ctx.wants(0):
+        out[0] = ctx.op("ScatterElements", [g, index, ctx.fill_like(update, 0.0)], axis=axis)
+    if ctx.wants(1):
+        out[1] = ctx.op("GatherElements", [g, index], axis=axis)
+    return out

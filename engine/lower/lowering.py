@@ -50,9 +50,24 @@ def upgraded(proto: ModelProto) -> ModelProto:
     if version >= MIN_OPSET:
         return proto
     try:
-        return version_converter.convert_version(proto, MIN_OPSET)
+        converted = version_converter.convert_version(proto, MIN_OPSET)
     except Exception as exc:
         raise LoweringError(f"cannot convert opset {version} to {MIN_OPSET}: {str(exc).splitlines()[0]}") from None
+    before, after = (_output_shapes(infer_shapes(m)) for m in (proto, converted))
+    for name, shape in before.items():
+        if shape is not None and after.get(name) is not None and after[name] != shape:
+            raise LoweringError(f"onnx's version converter (opset {version} to {MIN_OPSET}) changes output {name!r} "
+                                f"from shape {list(shape)} to {list(after[name])}")
+    return converted
+
+
+def _output_shapes(proto: ModelProto) -> dict:
+    out = {}
+    for o in proto.graph.output:
+        dims = o.type.tensor_type.shape.dim
+        static = o.type.tensor_type.HasField("shape") and all(d.HasField("dim_value") for d in dims)
+        out[o.name] = tuple(d.dim_value for d in dims) if static else None
+    return out
 
 
 class Lowering:

@@ -21,13 +21,9 @@ def max_pool(ctx, node, grads):
     else:  # row-major indices of our own (storage_order=1 counts column-major)
         kept = {a.name: helper.get_attribute_value(a) for a in node.attribute if a.name in POOL_ATTRS}
         _, indices = ctx.op("MaxPool", [x], n=2, **kept)
-    flat = ctx.ints([-1])
-    zeros = ctx.op("Reshape", [ctx.fill_like(x, 0.0), flat])
     # Indices count over the whole tensor (batch and channel included), so one flat scatter does it;
-    # overlapping windows may pick the same input, hence reduction="add".
-    scattered = ctx.op("ScatterElements", [zeros, ctx.op("Reshape", [indices, flat]), ctx.op("Reshape", [g, flat])],
-                       axis=0, reduction="add")
-    return [ctx.op("Reshape", [scattered, ctx.op("Shape", [x])])]
+    # overlapping windows may pick the same input, hence an added scatter.
+    return [ctx.scatter_back(g, x, indices)]
 
 
 def _extra(ctx, node, x, out, win: Window) -> list[int]:

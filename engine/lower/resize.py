@@ -42,6 +42,8 @@ def resize(ctx, node, grads):
             sizes = ""
         else:
             raise ctx.error("with both scales and sizes inputs, which one is empty must be known while lowering")
+    if attr(node, "mode", "nearest") == "nearest":
+        return [_nearest(ctx, node, grads[0])] + [None] * (len(node.input) - 1)
     if sizes and attr(node, "keep_aspect_ratio_policy", "stretch") != "stretch":
         raise ctx.error("keep_aspect_ratio_policy other than stretch couples the axes; it is not lowered")
     rank = ctx.need_rank(x)
@@ -67,6 +69,25 @@ def resize(ctx, node, grads):
         moved = ctx.op("MatMul", [moved, ctx.op("Transpose", [spread], perm=[1, 0])])
         g = ctx.op("Transpose", [moved], perm=[int(i) for i in np.argsort(last)]) if a != rank - 1 else moved
     return [g] + [None] * (len(node.input) - 1)
+
+
+def _nearest(ctx, node, g) -> str:
+    """Nearest mode copies input elements: the same Resize applied to (1 + each element's flat position)
+    says where each output came from (0: an extrapolated constant), and g is added back there."""
+    x = node.input[0]
+    info = ctx.types.get(x)
+    if info is None or info.shape is None or None in info.shape or np.prod(info.shape, dtype=np.int64) >= 2**31 - 1:
+        raise ctx.error(f"nearest mode needs {x!r} to have a static size below 2^31 elements")
+    positions = ctx.op("Add", [ctx.positions(x), ctx.const(np.asarray(1, np.int64))])
+    # int32 holds every position of a tensor below 2^31 elements, and onnxruntime resizes it
+    moved = ctx.op("Resize", [ctx.op("Cast", [positions], to=TensorProto.INT32)] + list(node.input[1:]),
+                   **{a.name: helper.get_attribute_value(a) for a in node.attribute if a.name != "extrapolation_value"},
+                   extrapolation_value=0.0)
+    source = ctx.op("Reshape", [ctx.op("Cast", [moved], to=TensorProto.INT64), ctx.ints([-1])])
+    size = ctx.op("Add", [ctx.op("Reshape", [ctx.op("Size", [x]), ctx.ints([1])]), ctx.ints([1])])
+    added = ctx.scatter_add("ScatterElements", size, source, ctx.op("Reshape", [g, ctx.ints([-1])]), x, axis=0)
+    kept = ctx.op("Slice", [added, ctx.ints([1]), ctx.ints([2**62])])
+    return ctx.op("Reshape", [kept, ctx.op("Shape", [x])])
 
 
 def _pick(ctx, t: str, k: int) -> str:
