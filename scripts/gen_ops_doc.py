@@ -3,9 +3,11 @@
     python scripts/gen_ops_doc.py                # write docs/ops.md
     python scripts/gen_ops_doc.py --check        # exit 1 when docs/ops.md is not current
     python scripts/gen_ops_doc.py --raise-floor  # also record the pass counts in tests/conformance_floor.json
+                                                 # and tests/lowering_floor.json
 
-The forward columns come from every collected case; the gradient column from the seeded sample
-that CI also runs (`engine.conformance.suite.DOC_GRADIENT_SAMPLE` cases per op).
+The forward columns come from every collected case; the gradient and lowered columns from the seeded
+samples that CI also runs (`engine.conformance.suite.DOC_GRADIENT_SAMPLE` and `DOC_LOWERING_SAMPLE`
+cases per op).
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ sys.path.insert(0, str(ROOT))
 
 DOC = ROOT / "docs" / "ops.md"
 FLOOR = ROOT / "tests" / "conformance_floor.json"
+LOWERING_FLOOR = ROOT / "tests" / "lowering_floor.json"
 
 
 def floor_from(run, previous: dict | None) -> dict:
@@ -43,6 +46,23 @@ def floor_from(run, previous: dict | None) -> dict:
         "gradient_sample_pass": grad_pass,
         "gradient_sample_undocumented_fail_max": undocumented,
         "passing": passing,
+    }
+
+
+def lowering_floor_from(run, previous: dict | None) -> dict:
+    """The lowering sample's floor after `run`: the cases that lower and match must keep doing so."""
+    from engine.conformance.lowered import ERROR, LOWERED, WRONG
+
+    lowered = sorted(o.name for o in run.lowered if o.status == LOWERED)
+    if previous:
+        lost = sorted(set(previous.get("lowered", [])) - set(lowered))
+        if lost:
+            raise SystemExit(f"not raising the lowering floor: {len(lost)} recorded cases no longer lower, e.g. {lost[:5]}")
+    return {
+        "onnx": __import__("onnx").__version__,
+        "lowered_count": len(lowered),
+        "wrong_or_error_max": sum(o.status in (WRONG, ERROR) and not o.documented for o in run.lowered),
+        "lowered": lowered,
     }
 
 
@@ -73,6 +93,10 @@ def main(argv=None) -> int:
         floor = floor_from(run, previous)
         FLOOR.write_text(json.dumps(floor, indent=1) + "\n")
         print(f"wrote {FLOOR}: forward_pass {floor['forward_pass']}, gradient_sample_pass {floor['gradient_sample_pass']}")
+        previous = json.loads(LOWERING_FLOOR.read_text()) if LOWERING_FLOOR.exists() else None
+        lowering = lowering_floor_from(run, previous)
+        LOWERING_FLOOR.write_text(json.dumps(lowering, indent=1) + "\n")
+        print(f"wrote {LOWERING_FLOOR}: lowered_count {lowering['lowered_count']}")
     return 0
 
 

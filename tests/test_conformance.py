@@ -38,6 +38,7 @@ from engine.errors import OnnxGradError
 
 ROOT = Path(__file__).resolve().parents[1]
 FLOOR = json.loads((ROOT / "tests" / "conformance_floor.json").read_text())
+LOWERING_FLOOR = json.loads((ROOT / "tests" / "lowering_floor.json").read_text())
 GRADIENT_SAMPLE_CEILING_S = 300  # measured ~10 s on 2 cores; this only catches a runaway
 
 
@@ -72,6 +73,22 @@ def test_gradient_sample_has_no_undocumented_failure(run):
     ops = {g.op for g in run.gradients}
     assert all(sum(g.op == op for g in run.gradients) <= DOC_GRADIENT_SAMPLE for op in ops)
     assert run.gradient_seconds < GRADIENT_SAMPLE_CEILING_S
+
+
+@pytest.mark.slow
+def test_lowering_sample_never_drops(run):
+    """DOC_LOWERING_SAMPLE cases per op lowered (engine.lower), run by onnxruntime, against the engine."""
+    from engine.conformance.lowered import ERROR, LOWERED, REFUSED, WRONG
+
+    lowered = {o.name for o in run.lowered if o.status == LOWERED}
+    reasons = {o.name: f"{o.status}: {o.reason}" for o in run.lowered}
+    lost = sorted(set(LOWERING_FLOOR["lowered"]) - lowered)
+    assert not lost, "cases that lowered before fail now:\n" + "\n".join(f"{n}: {reasons.get(n)}" for n in lost[:20])
+    assert len(lowered) >= LOWERING_FLOOR["lowered_count"]
+    bad = [o for o in run.lowered if o.status in (WRONG, ERROR) and not o.documented]
+    assert len(bad) <= LOWERING_FLOOR["wrong_or_error_max"], "\n".join(f"{o.name}: {o.reason}" for o in bad)
+    refusals = [o.reason for o in run.lowered if o.status == REFUSED]
+    assert all(r and "\n" not in r for r in refusals), refusals  # every refusal is one line
 
 
 @pytest.mark.slow

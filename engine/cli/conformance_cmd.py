@@ -15,8 +15,11 @@ def add_parser(sub) -> None:
     p.add_argument("--max-cases", type=int, metavar="N", help="stop after the first N selected cases")
     p.add_argument("--gradients", action="store_true",
                    help="also check each forward-passing case's differentiable inputs against finite differences")
+    p.add_argument("--lower", action="store_true",
+                   help="also lower each forward-passing case's gradients to plain ONNX (engine.lower), run them in "
+                        "onnxruntime and compare with the engine")
     p.add_argument("--per-op", type=int, metavar="K",
-                   help="with --gradients: check at most K cases per op (a quicker sample)")
+                   help="with --gradients or --lower: check at most K cases per op (a quicker sample)")
     p.add_argument("--seed", type=int, default=0, help="seed for dy and sampled elements (default 0)")
     p.add_argument("--json", metavar="FILE", help="write every outcome as JSON ('-' for stdout)")
     p.add_argument("--failures", metavar="FILE.md", help="write the failing cases per op as Markdown")
@@ -45,13 +48,19 @@ def run(args) -> int:
 
     if args.max_cases is not None and args.max_cases < 1:
         raise OnnxGradError(f"--max-cases must be at least 1, not {args.max_cases}")
-    if args.per_op is not None and (args.per_op < 1 or not args.gradients):
-        raise OnnxGradError("--per-op needs --gradients and a count of at least 1")
+    if args.per_op is not None and (args.per_op < 1 or not (args.gradients or args.lower)):
+        raise OnnxGradError("--per-op needs --gradients or --lower and a count of at least 1")
+    if args.lower:
+        try:
+            import onnxruntime  # noqa: F401
+        except ImportError:
+            raise OnnxGradError("--lower runs the lowered models in onnxruntime: pip install onnxruntime") from None
     cases = select_cases(args.op, args.case, args.max_cases)
     if not cases:
         raise OnnxGradError(f"no node test case matches --case {' / '.join(args.case)}")
-    result = conformance(cases, gradients=args.gradients, seed=args.seed, progress=_progress(),
-                         gradient_filter=(lambda cs: sample_per_op(cs, args.per_op, args.seed)) if args.per_op else None)
+    sample = (lambda cs: sample_per_op(cs, args.per_op, args.seed)) if args.per_op else None
+    result = conformance(cases, gradients=args.gradients, seed=args.seed, progress=_progress(), gradient_filter=sample,
+                         lower=args.lower)
     out = sys.stdout if args.json != "-" else sys.stderr
     c = counts(result.outcomes)
     print(f"forward: {c['pass']} / {len(result.outcomes)} pass  ("
@@ -75,11 +84,11 @@ def run(args) -> int:
             if args.show == "all" or (args.show == "failures" and (failing or o.status == "inconclusive")):
                 accepted = f" (documented: {o.documented})" if o.documented else ""
                 print(f"  {o.status:<16} {o.name}: {o.reason}{accepted}", file=out)
+    bad_lowering = _report_lowering(result, args.show, out) if args.lower else 0
     if args.slowest:
-        timed = sorted(list(result.outcomes) + list(result.gradients), key=lambda o: -o.seconds)[: args.slowest]
-        print("slowest: " + ", ".join(
-            f"{o.name} ({'gradient' if hasattr(o, 'evaluations') else 'forward'}) {o.seconds:.2f}s" for o in timed),
-            file=out)
+        timed = sorted([(o, "forward") for o in result.outcomes] + [(o, "gradient") for o in result.gradients]
+                       + [(o, "lowering") for o in result.lowered], key=lambda p: -p[0].seconds)[: args.slowest]
+        print("slowest: " + ", ".join(f"{o.name} ({kind}) {o.seconds:.2f}s" for o, kind in timed), file=out)
     if args.json:
         import json
 
@@ -92,4 +101,26 @@ def run(args) -> int:
     if args.failures:
         with open(args.failures, "w") as fh:
             fh.write(failures_markdown(result.outcomes, gradients=result.gradients))
-    return 1 if (any(o.failed for o in result.outcomes) or bad_gradient) else 0
+    return 1 if (any(o.failed for o in result.outcomes) or bad_gradient or bad_lowering) else 0
+
+
+def _report_lowering(result, show: str, out) -> int:
+    """Print the lowering sweep's totals and cases; the number of undocumented wrong or error cases."""
+    from ..conformance.lowered import ERROR, LOWERED, WRONG
+
+    applicable = [o for o in result.lowered if o.applicable]
+    counts: dict[str, int] = {}
+    for o in applicable:
+        counts[o.status] = counts.get(o.status, 0) + 1
+    lowered = counts.pop(LOWERED, 0)
+    print(f"lowered: {lowered} / {len(applicable)} cases whose gradient the engine computes ("
+          + ", ".join(f"{n} {s}" for s, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+          + f")  {result.lowered_seconds:.1f}s", file=out)
+    bad = 0
+    for o in applicable:
+        failing = o.status in (WRONG, ERROR) and not o.documented
+        bad += failing
+        if show == "all" or (show == "failures" and o.status != LOWERED):
+            accepted = f" (documented: {o.documented})" if o.documented else ""
+            print(f"  {o.status:<16} {o.name}: {o.reason}{accepted}", file=out)
+    return bad

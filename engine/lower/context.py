@@ -252,8 +252,7 @@ class Ctx:
         shape = self.shape(t)
         if shape is not None:
             return self.ints(shape[start:stop])
-        rank = self.need_rank(t)
-        return self.op("Slice", [self.op("Shape", [t]), self.ints([start]), self.ints([rank if stop is None else stop])])
+        return self.op("Slice", [self.op("Shape", [t]), self.ints([start]), self.ints([2**62 if stop is None else stop])])
 
     def shape_from(self, parts) -> str:
         """A 1-D int64 shape from parts: ints (constants) and 1-D int64 tensor names, concatenated."""

@@ -10,6 +10,7 @@ from .decompose import inline_graph, through
 from .registry import refuse, rule
 
 refuse("a Loop's trip count and condition are run-time values, so it cannot be unrolled", "Loop")
+refuse("If branches are not lowered (a condition known while lowering is not folded either)", "If")
 
 
 @rule("Scan")

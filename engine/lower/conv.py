@@ -49,26 +49,29 @@ def window(ctx, node, x, kernel=None) -> Window:
     return Window(tuple(kernel), tuple(strides), tuple(dilations), tuple(begin), tuple(end))
 
 
-def land_on(ctx, t, x) -> str:
-    """t, whose spatial sizes are at most x's, padded at the end to x's spatial sizes (read at run time)."""
+def fit(ctx, t, x) -> str:
+    """t cropped, then zero-padded at the end, to x's spatial sizes (read at run time)."""
     rank = ctx.need_rank(x)
+    axes = ctx.ints(range(2, rank))
+    t = ctx.op("Slice", [t, ctx.ints([0] * (rank - 2)), ctx.dims(x, 2), axes])
     short = ctx.op("Sub", [ctx.dims(x, 2), ctx.dims(t, 2)])
-    pads = ctx.op("Concat", [ctx.ints([0] * (rank + 2)), short], axis=0)
-    return ctx.op("Pad", [t, pads])
+    return ctx.op("Pad", [t, ctx.op("Concat", [ctx.ints([0] * (rank + 2)), short], axis=0)])
 
 
 def adjoint(ctx, g, w, x, out, win: Window, group: int = 1, end=None) -> str:
-    """The adjoint of Conv(x, w) with this window, applied to g: a ConvTranspose landing on x's size."""
+    """The adjoint of Conv(x, w) with this window, applied to g: a ConvTranspose landing on x's size.
+    Rows of x past the last window's reach get nothing (zeros); with static sizes output_padding says
+    how many, otherwise the transposed conv keeps its end rows (no end crop) and is fitted to x."""
     end = list(win.end if end is None else end)
-    attrs = dict(strides=list(win.strides), dilations=list(win.dilations), pads=list(win.begin) + end, group=group)
+    attrs = dict(strides=list(win.strides), dilations=list(win.dilations), group=group)
     sx, so = spatial(ctx, x), spatial(ctx, out)
     if sx is not None and so is not None and None not in sx + so:
         natural = [s * (o - 1) + r - b - e for s, o, r, b, e in zip(win.strides, so, win.reach, win.begin, end)]
         output_padding = [size - n for size, n in zip(sx, natural)]
         if any(output_padding):
             attrs["output_padding"] = output_padding
-        return ctx.op("ConvTranspose", [g, w], **attrs)
-    return land_on(ctx, ctx.op("ConvTranspose", [g, w], **attrs), x)
+        return ctx.op("ConvTranspose", [g, w], pads=list(win.begin) + end, **attrs)
+    return fit(ctx, ctx.op("ConvTranspose", [g, w], pads=list(win.begin) + [0] * len(end), **attrs), x)
 
 
 def weight_grad(ctx, g, x, w_shape, win: Window, group: int, end=None) -> str:

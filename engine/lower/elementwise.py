@@ -271,3 +271,4 @@ def asinh_acosh(ctx, node, grads):
 @rule("Atanh")
 def atanh(ctx, node, grads):
     return [ctx.op("Div", [grads[0], _one_minus_square(ctx, node.input[0])])]
+

@@ -166,16 +166,26 @@ class Lowering:
             info = self.types.get(spec.y)
             if info is None:
                 raise LoweringError(f"the type of y {spec.y!r} is unknown, so no dy input can be declared")
-            g.input.append(helper.make_tensor_value_info(dy, info.elem_type, info.shape))
+            g.input.append(self.declared(dy, spec.y, info))
             self.types[dy] = info
         grads = backward(ctx, self.nodes, spec.y, spec.xs, spec.zs, seed=dy)
         for x, out, grad in zip(spec.xs, outputs, grads):
             ctx.emit("Identity", [grad], [out])
-            info = self.types.get(x)
-            g.output.append(helper.make_tensor_value_info(out, info.elem_type if info else 1,
-                                                          info.shape if info else None))
+            g.output.append(self.declared(out, x, self.types.get(x)))
         self.replace(None, ctx.nodes)
         return outputs
+
+    def declared(self, name: str, like: str, info) -> onnx.ValueInfoProto:
+        """A value info for `name` typed as `like`, symbolic dimensions (their names) included."""
+        g = self.proto.graph
+        found = next((v for v in list(g.input) + list(g.value_info) + list(g.output) if v.name == like), None)
+        if found is not None and found.type.HasField("tensor_type"):
+            out = onnx.ValueInfoProto()
+            out.CopyFrom(found)
+            out.name = name
+            out.doc_string = ""
+            return out
+        return helper.make_tensor_value_info(name, info.elem_type if info else 1, info.shape if info else None)
 
 
 def gradient_attrs(node: onnx.NodeProto) -> tuple[list[str], list[str], str]:

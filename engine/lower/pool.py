@@ -7,9 +7,11 @@ from onnx import helper
 
 from .context import attr
 from .conv import Window, adjoint, spatial, window
-from .registry import rule
+from .registry import refuse, rule
 
 POOL_ATTRS = ("auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "strides")
+
+refuse("its gradient with respect to the regions and at ties is not lowered", "MaxRoiPool")
 
 
 @rule("MaxPool")

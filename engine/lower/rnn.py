@@ -91,10 +91,10 @@ class Unrolled:
     def outputs(self) -> list[str]:
         ctx = self.ctx
         x = ctx.op("Transpose", [self.x], perm=[1, 0, 2]) if self.layout else self.x
-        steps = ctx.shape(self.x)
-        if steps is None or steps[self.layout] is None:
+        info = ctx.types.get(self.x)
+        steps = None if info is None or info.shape is None else info.shape[self.layout]
+        if steps is None:
             raise ctx.error(f"needs the static length of the time axis of {self.x!r}")
-        steps = steps[self.layout]
         batch = ctx.dims(self.x, 1 - self.layout, 2 - self.layout)
         states = [self._initial(s, batch) for s in ([self.h0, self.c0] if self.op == "LSTM" else [self.h0])]
         ys, finals = [], []

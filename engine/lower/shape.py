@@ -154,3 +154,23 @@ def range_(ctx, node, grads):
         steps = ctx.op("Range", [ctx.const(np.asarray(0, np.int64)), ctx.op("Size", [g]), ctx.const(np.asarray(1, np.int64))])
         out[2] = ctx.op("ReduceSum", [ctx.op("Mul", [g, ctx.op("Cast", [steps], to=ctx.elem(delta))])], keepdims=0)
     return out
+
+
+@rule("Trilu")
+def trilu(ctx, node, grads):
+    """A mask: g through the same triangle."""
+    k = [node.input[1]] if len(node.input) > 1 and node.input[1] else []
+    return [ctx.op("Trilu", [grads[0]] + k, upper=attr(node, "upper", 1)), None]
+
+
+@rule("OneHot")
+def one_hot(ctx, node, grads):
+    """y = values[1] where hot, values[0] elsewhere: each value gets the sum of g over its cells."""
+    g, (indices, depth, values) = grads[0], node.input
+    if not ctx.wants(2):
+        return [None, None, None]
+    picked = ctx.op("OneHot", [indices, depth, ctx.const(np.array([0.0, 1.0], np.float32))], axis=attr(node, "axis", -1))
+    hot = ctx.op("ReduceSum", [ctx.op("Mul", [g, ctx.op("Cast", [picked], to=ctx.elem(values))])], keepdims=0)
+    total = ctx.op("ReduceSum", [g], keepdims=0)
+    both = ctx.op("Concat", [ctx.op("Unsqueeze", [t, ctx.ints([0])]) for t in (ctx.op("Sub", [total, hot]), hot)], axis=0)
+    return [None, None, both]
