@@ -112,51 +112,30 @@ def other_size(feeds: dict) -> dict:
     return {name: x if x.dtype.kind == "f" else x[:, :-4]}
 
 
-def lower_real(case, exporter: str, cache: str | None = real_models.CACHE, dynamic: bool = False) -> RealLowering:
-    """Lower, check and run one architecture; with `dynamic` (symbolic batch / sequence), the one lowered
-    model also runs at a second input size."""
-    from tests.lowering import check_valid
+@dataclass(frozen=True)
+class Judged:
+    """One input size's comparison of onnxruntime on the lowered model with the engine."""
 
-    proto, model, y, xs, zs, feeds, dy = prepared(case, exporter, cache, dynamic)
-    opset = next(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx"))
-    start = time.perf_counter()
+    worst_l2: float
+    errors: dict
+    round_off: int = 0
+    kink_flips: int = 0
+    same_forward_l2: float = 0.0
+    problem: str = ""
 
-    def result(problem: str = "", **kw) -> RealLowering:
-        base = dict(name=case.name, exporter=exporter, opset=opset, nodes_forward=len(proto.graph.node),
-                    nodes_lowered=kw.pop("nodes_lowered", 0), xs=len(xs), lower_s=kw.pop("lower_s", 0.0),
-                    worst_l2=kw.pop("worst_l2", float("nan")), problem=problem)
-        return RealLowering(**base, **kw)
 
-    try:
-        lowered = engine.lower(proto, y, xs, zs, dy=True, names=[f"grad_{i}" for i in range(len(xs))])
-        seconds = time.perf_counter() - start
-        check_valid(lowered)
-    except Exception as exc:  # noqa: BLE001 - the survey reports every refusal, one line
-        return result(f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300]}")
+def judge(model, proto, lowered, y, xs, zs, feeds, dy) -> Judged:
+    """onnxruntime's gradients against the engine's at `feeds` (see the module's docstring)."""
     names = [f"grad_{i}" for i in range(len(xs))]
     fed = {**feeds, f"d{y}": dy}
-    kinks = [t for n in proto.graph.node if n.op_type in ("Relu", "MaxPool") for t in (n.input[0], n.output[0])]
+    kinks = list(dict.fromkeys(t for n in proto.graph.node if n.op_type in ("Relu", "MaxPool")
+                               for t in (n.input[0], n.output[0])))
     probe = onnx.ModelProto()
     probe.CopyFrom(lowered)
     known = {o.name for o in probe.graph.output}
-    for t in dict.fromkeys(kinks):
-        if t not in known:
-            probe.graph.output.append(onnx.helper.make_tensor_value_info(t, onnx.TensorProto.FLOAT, None))
-    try:
-        got = ort_run(probe, fed)
-        if dynamic:
-            resized = other_size(feeds)
-            shape = model.run(resized, outputs=[y])[y].shape
-            dy2 = np.random.default_rng(8).standard_normal(shape).astype(np.float32)
-            got2 = ort_run(lowered, {**resized, f"d{y}": dy2})
-            want2 = model.gradient(y, xs, zs, feeds=resized, dy=dy2).grads
-            second = max(rel_l2(got2[n], want2[x]) for x, n in zip(xs, names) if np.linalg.norm(want2[x]) > 1e-6)
-            if second > L2_TOL:
-                return result(f"at a second input size, relative L2 {second:.3g}", nodes_lowered=len(lowered.graph.node),
-                              lower_s=seconds)
-    except Exception as exc:  # noqa: BLE001
-        return result(f"onnxruntime: {str(exc).strip().splitlines()[0][:300]}", nodes_lowered=len(lowered.graph.node),
-                      lower_s=seconds)
+    probe.graph.output.extend(onnx.helper.make_tensor_value_info(t, onnx.TensorProto.FLOAT, None)
+                              for t in kinks if t not in known)
+    got = ort_run(probe, fed)
     want = model.gradient(y, xs, zs, feeds=feeds, dy=dy).grads
     errors = {x: rel_l2(got[n], want[x]) for x, n in zip(xs, names)}
     round_off = 0
@@ -169,14 +148,50 @@ def lower_real(case, exporter: str, cache: str | None = real_models.CACHE, dynam
                 ours = np.linalg.norm(got[n].astype(np.float64) - exact[x])
                 errors[x] = 0.0 if ours <= 2 * own + L2_TOL * np.linalg.norm(exact[x]) else errors[x]
     worst = max(errors.values())
-    common = dict(nodes_lowered=len(lowered.graph.node), lower_s=seconds, worst_l2=worst, errors=errors,
-                  round_off=round_off)
     if worst <= L2_TOL:
-        return result(**common)
-    flips = kink_flips(proto, got, model.run(feeds, outputs=list(dict.fromkeys(kinks)))) if kinks else 0
+        return Judged(worst, errors, round_off)
+    flips = kink_flips(proto, got, model.run(feeds, outputs=kinks)) if kinks else 0
     if not flips:
-        return result(f"relative L2 {worst:.3g} > {L2_TOL:g} with no kink decided differently", **common)
+        return Judged(worst, errors, round_off, problem=f"relative L2 {worst:.3g} > {L2_TOL:g} with no kink decided "
+                                                         "differently")
     same = engine.load(lowered).run(fed, outputs=names)
     same_l2 = max(rel_l2(same[n], want[x]) for x, n in zip(xs, names))
     problem = "" if same_l2 <= L2_TOL else f"the engine on the lowered graph is {same_l2:.3g} from its own gradients"
-    return result(problem, kink_flips=flips, same_forward_l2=same_l2, **common)
+    return Judged(worst, errors, round_off, flips, same_l2, problem)
+
+
+def lower_real(case, exporter: str, cache: str | None = real_models.CACHE, dynamic: bool = False) -> RealLowering:
+    """Lower, check and run one architecture; with `dynamic` (symbolic batch / sequence), the one lowered
+    model also runs at a second input size."""
+    from tests.lowering import check_valid
+
+    proto, model, y, xs, zs, feeds, dy = prepared(case, exporter, cache, dynamic)
+    opset = next(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx"))
+    base = dict(name=case.name, exporter=exporter, opset=opset, nodes_forward=len(proto.graph.node), xs=len(xs))
+    start = time.perf_counter()
+    try:
+        lowered = engine.lower(proto, y, xs, zs, dy=True, names=[f"grad_{i}" for i in range(len(xs))])
+        seconds = time.perf_counter() - start
+        check_valid(lowered)
+    except Exception as exc:  # noqa: BLE001 - the survey reports every refusal, one line
+        return RealLowering(**base, nodes_lowered=0, lower_s=0.0, worst_l2=float("nan"),
+                            problem=f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300]}")
+    runs = [(feeds, dy)]
+    if dynamic:
+        resized = other_size(feeds)
+        shape = model.run(resized, outputs=[y])[y].shape
+        runs.append((resized, np.random.default_rng(8).standard_normal(shape).astype(np.float32)))
+    results = []
+    for k, (fed, seed) in enumerate(runs):
+        try:
+            results.append(judge(model, proto, lowered, y, xs, zs, fed, seed))
+        except Exception as exc:  # noqa: BLE001
+            results.append(Judged(float("nan"), {}, problem=f"onnxruntime: {str(exc).strip().splitlines()[0][:300]}"))
+        if k and results[-1].problem:
+            results[-1] = Judged(**{**results[-1].__dict__, "problem": f"at a second input size: {results[-1].problem}"})
+    first = results[0]
+    return RealLowering(**base, nodes_lowered=len(lowered.graph.node), lower_s=seconds,
+                        worst_l2=max(r.worst_l2 for r in results), kink_flips=sum(r.kink_flips for r in results),
+                        same_forward_l2=max(r.same_forward_l2 for r in results),
+                        round_off=first.round_off, problem="; ".join(r.problem for r in results if r.problem),
+                        errors=first.errors)

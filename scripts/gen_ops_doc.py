@@ -3,11 +3,12 @@
     python scripts/gen_ops_doc.py                # write docs/ops.md
     python scripts/gen_ops_doc.py --check        # exit 1 when docs/ops.md is not current
     python scripts/gen_ops_doc.py --raise-floor  # also record the pass counts in tests/conformance_floor.json
-                                                 # and tests/lowering_floor.json
+    python scripts/gen_ops_doc.py --lower        # first re-run the full lowering sweep (minutes) and record it
+                                                 # in tests/lowering_floor.json
 
-The forward columns come from every collected case; the gradient and lowered columns from the seeded
-samples that CI also runs (`engine.conformance.suite.DOC_GRADIENT_SAMPLE` and `DOC_LOWERING_SAMPLE`
-cases per op).
+The forward columns come from every collected case; the gradient column from the seeded sample that CI
+also runs (`engine.conformance.suite.DOC_GRADIENT_SAMPLE` cases per op); the lowered column from the full
+lowering sweep recorded in tests/lowering_floor.json (CI re-runs a sample of it).
 """
 from __future__ import annotations
 
@@ -49,21 +50,20 @@ def floor_from(run, previous: dict | None) -> dict:
     }
 
 
-def lowering_floor_from(run, previous: dict | None) -> dict:
-    """The lowering sample's floor after `run`: the cases that lower and match must keep doing so."""
-    from engine.conformance.lowered import ERROR, LOWERED, WRONG
+def record_lowering(run) -> dict:
+    """Run the full lowering sweep over the run's forward-passing cases and record it."""
+    from engine.conformance.cases import case_named
+    from engine.conformance.lowered import lowering_sweep, sweep_record
 
-    lowered = sorted(o.name for o in run.lowered if o.status == LOWERED)
-    if previous:
-        lost = sorted(set(previous.get("lowered", [])) - set(lowered))
-        if lost:
-            raise SystemExit(f"not raising the lowering floor: {len(lost)} recorded cases no longer lower, e.g. {lost[:5]}")
-    return {
-        "onnx": __import__("onnx").__version__,
-        "lowered_count": len(lowered),
-        "wrong_or_error_max": sum(o.status in (WRONG, ERROR) and not o.documented for o in run.lowered),
-        "lowered": lowered,
-    }
+    passing = [case_named(o.name) for o in run.outcomes if o.status == "pass"]
+    previous = json.loads(LOWERING_FLOOR.read_text()) if LOWERING_FLOOR.exists() else None
+    try:
+        record = sweep_record(lowering_sweep(passing), previous)
+    except ValueError as exc:
+        raise SystemExit(f"not recording the lowering sweep: {exc}") from None
+    LOWERING_FLOOR.write_text(json.dumps(record, indent=1) + "\n")
+    print(f"wrote {LOWERING_FLOOR}: {record['summary']}")
+    return record
 
 
 def main(argv=None) -> int:
@@ -72,10 +72,12 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--check", action="store_true", help="compare with docs/ops.md instead of writing it")
     p.add_argument("--raise-floor", action="store_true", help=f"also update {FLOOR.relative_to(ROOT)}")
+    p.add_argument("--lower", action="store_true", help=f"re-run the full lowering sweep into {LOWERING_FLOOR.name}")
     p.add_argument("--out", type=Path, default=DOC)
     args = p.parse_args(argv)
     run = doc_run()
-    text = render_ops_doc(run)
+    lowering = record_lowering(run) if args.lower else json.loads(LOWERING_FLOOR.read_text())
+    text = render_ops_doc(run, lowering)
     if args.check:
         current = args.out.read_text() if args.out.exists() else ""
         if current == text:
@@ -93,10 +95,6 @@ def main(argv=None) -> int:
         floor = floor_from(run, previous)
         FLOOR.write_text(json.dumps(floor, indent=1) + "\n")
         print(f"wrote {FLOOR}: forward_pass {floor['forward_pass']}, gradient_sample_pass {floor['gradient_sample_pass']}")
-        previous = json.loads(LOWERING_FLOOR.read_text()) if LOWERING_FLOOR.exists() else None
-        lowering = lowering_floor_from(run, previous)
-        LOWERING_FLOOR.write_text(json.dumps(lowering, indent=1) + "\n")
-        print(f"wrote {LOWERING_FLOOR}: lowered_count {lowering['lowered_count']}")
     return 0
 
 

@@ -277,20 +277,45 @@ def op_lowering_status(outcomes: Iterable[LoweringOutcome]) -> tuple[str, str]:
     return (LOWERED, also[2:]) if checked else ("documented", f"{accepted[0].name}: {accepted[0].documented}")
 
 
-def lowering_column(outcomes):
-    """The *lowered* column of docs/ops.md."""
-    from .report import Column
+def sweep_record(outcomes, previous: dict | None = None) -> dict:
+    """What tests/lowering_floor.json keeps of a full sweep: totals, the docs/ops.md cell of every op, and
+    the cases that lowered and matched (which must keep doing so); refuses to drop a recorded case."""
+    import onnx
 
+    lowered = sorted(o.name for o in outcomes if o.status == LOWERED)
+    if previous:
+        lost = sorted(set(previous.get("lowered", [])) - set(lowered))
+        if lost:
+            raise ValueError(f"{len(lost)} recorded cases no longer lower, e.g. {lost[:5]}")
     by_op: dict[str, list[LoweringOutcome]] = {}
     for o in outcomes:
         by_op.setdefault(o.op, []).append(o)
-    cells = {op: op_lowering_status(group) for op, group in by_op.items()}
+    cells = {op: op_lowering_status(group) for op, group in sorted(by_op.items())}
     applicable = [o for o in outcomes if o.applicable]
-    lowered = sum(o.status == LOWERED for o in applicable)
-    rest = collections.Counter(o.status for o in applicable if o.status != LOWERED)
-    summary = (f"Lowered (`engine.lower`, run by onnxruntime, against the engine's gradients): {lowered} of "
-               f"{len(applicable)} cases" + "".join(f", {n} {s}" for s, n in sorted(rest.items())) + ".")
-    legend = ("*lowered* is `engine.lower` on the same cases, run by onnxruntime and compared with the engine: "
-              "`lowered`, `refused` (one line says why), `wrong`, `error`, `runtime lacks op` (onnxruntime cannot "
-              "run the case or the ops the backward needs) — see [lowering](lowering.md).")
-    return Column("lowered", legend, summary, cells)
+    return {
+        "onnx": onnx.__version__,
+        "summary": {"applicable": len(applicable),
+                    **dict(sorted(collections.Counter(o.status for o in applicable).items())),
+                    "documented": sum(bool(o.documented) for o in applicable)},
+        "wrong_or_error_max": sum(o.status in (WRONG, ERROR) and not o.documented for o in outcomes),
+        "ops": {op: [status, note[:200]] for op, (status, note) in cells.items() if status},
+        "lowered": lowered,
+    }
+
+
+def lowering_column(record: dict):
+    """The *lowered* column of docs/ops.md, from a recorded full sweep (`sweep_record`)."""
+    from .report import Column
+
+    counts = dict(record["summary"])
+    applicable, lowered = counts.pop("applicable"), counts.pop(LOWERED, 0)
+    documented = counts.pop("documented", 0)
+    rest = "".join(f", {n} {s}" + (f" ({documented} documented)" if s == WRONG and documented else "")
+                   for s, n in counts.items() if n)
+    summary = (f"Lowered (`engine.lower`, run by onnxruntime, against the engine's gradients; every case whose "
+               f"gradient the engine computes): {lowered} of {applicable}{rest}.")
+    legend = ("*lowered* is `onnxgrad conformance --lower` over every forward-passing case whose gradient the "
+              "engine computes, run by onnxruntime and compared with the engine: `lowered`, `refused` (one line "
+              "says why), `wrong`, `error`, `runtime lacks op` (onnxruntime cannot run the case, or the ops the "
+              "backward needs); see [lowering](lowering.md).")
+    return Column("lowered", legend, summary, {op: tuple(cell) for op, cell in record["ops"].items()})

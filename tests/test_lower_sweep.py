@@ -1,0 +1,79 @@
+"""The lowering sweep over onnx's node cases (engine/conformance/lowered.py): each case whose gradient the
+engine computes, lowered by engine.lower, checked, run by onnxruntime and compared with the engine.
+
+The full sweep (`onnxgrad conformance --lower`, minutes) is recorded in tests/lowering_floor.json by
+`python scripts/gen_ops_doc.py --lower`; CI re-runs one case per op (seeded) and holds it to the record.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from engine.conformance import case_named
+from engine.conformance.lowered import ERROR, LOWERED, NOT_APPLICABLE, REFUSED, WRONG, lower_case
+from engine.conformance.suite import lowering_sample
+
+pytest.importorskip("onnxruntime")
+ROOT = Path(__file__).resolve().parents[1]
+RECORD = json.loads((ROOT / "tests" / "lowering_floor.json").read_text())
+CONFORMANCE = json.loads((ROOT / "tests" / "conformance_floor.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def sample():
+    return lowering_sample(CONFORMANCE["passing"])
+
+
+@pytest.mark.slow
+def test_sampled_cases_still_lower(sample):
+    recorded = set(RECORD["lowered"])
+    reasons = {o.name: f"{o.status}: {o.reason}" for o in sample}
+    lost = sorted(o.name for o in sample if o.name in recorded and o.status != LOWERED)
+    assert not lost, "cases that lowered before fail now:\n" + "\n".join(f"{n}: {reasons[n]}" for n in lost)
+    assert sum(o.status == LOWERED for o in sample) >= 100  # one case per op: most ops lower
+
+
+@pytest.mark.slow
+def test_sample_has_no_wrong_gradient_and_one_line_refusals(sample):
+    bad = [o for o in sample if o.status in (WRONG, ERROR) and not o.documented]
+    assert not bad, "\n".join(f"{o.name}: {o.reason}" for o in bad)
+    refusals = [o.reason for o in sample if o.status == REFUSED]
+    assert all(r and "\n" not in r for r in refusals), refusals
+
+
+def test_record_meets_the_target():
+    """The recorded full sweep: at least 95% of the cases onnxruntime can run lower and match, none wrong."""
+    summary = dict(RECORD["summary"])
+    runnable = summary["applicable"] - summary.get("runtime lacks op", 0)
+    assert summary.get(LOWERED, 0) >= 0.95 * runnable
+    assert RECORD["wrong_or_error_max"] == 0
+    assert len(RECORD["lowered"]) == summary.get(LOWERED, 0)
+
+
+def test_a_wrong_rule_is_caught():
+    """Sin's backward rule swapped for Cos's: the sweep says wrong, and right again once restored."""
+    from engine.lower.registry import BACKWARD
+
+    case = case_named("test_sin_example")
+    assert lower_case(case).status == LOWERED
+    sin = BACKWARD["Sin"]
+    BACKWARD["Sin"] = BACKWARD["Cos"]
+    try:
+        outcome = lower_case(case)
+    finally:
+        BACKWARD["Sin"] = sin
+    assert outcome.status == WRONG and "scaled error" in outcome.reason
+
+
+@pytest.mark.parametrize("name, status", [
+    ("test_floor", NOT_APPLICABLE),  # the schema marks no float input differentiable
+    ("test_loop11", REFUSED),
+    ("test_gelu_tanh_1", LOWERED),
+])
+def test_statuses(name, status):
+    outcome = lower_case(case_named(name))
+    assert outcome.status == status, outcome.reason
+    if status == REFUSED:
+        assert outcome.reason.startswith("cannot lower node") and "Loop" in outcome.reason
