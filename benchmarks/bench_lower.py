@@ -49,10 +49,12 @@ import json, statistics, sys, time
 import numpy as np, onnx, onnxruntime as ort
 from onnxruntime.capi._pybind_state import GradientGraphBuilder
 forward, lowered, feeds_path, loss, xs, runs = sys.argv[1:5] + [sys.argv[5].split(","), int(sys.argv[6])]
+threads = int(sys.argv[7])
 feeds = dict(np.load(feeds_path))
 builder = GradientGraphBuilder(onnx.load(forward).SerializeToString(), {loss}, set(xs), loss)
 builder.build()
 options = ort.SessionOptions(); options.log_severity_level = 3
+if threads: options.intra_op_num_threads = threads; options.inter_op_num_threads = 1
 def session(data):
     s = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
     names = {i.name for i in s.get_inputs()}
@@ -153,8 +155,14 @@ def main() -> int:
     ap.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results", "lower.json"))
     ap.add_argument("--real", action="store_true", help="also the timm / transformers architectures, both exporters")
     ap.add_argument("--only", default="", help="comma-separated case names (e.g. mlp,bert_dynamo)")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="threads for torch and every onnxruntime session (0: each library's default); one thread "
+                         "keeps the sides comparable on a loaded machine")
     args = ap.parse_args()
-    results = {"runs": args.runs, "torch_threads": torch.get_num_threads(), "onnxruntime": ort.__version__,
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    results = {"runs": args.runs, "threads": args.threads, "torch_threads": torch.get_num_threads(),
+               "onnxruntime": ort.__version__,
                "models": {}}
     tmp = tempfile.mkdtemp()
     only = set(filter(None, args.only.split(",")))
@@ -166,6 +174,8 @@ def main() -> int:
         lowered = engine.lower(proto, loss, xs, zs)
         options = ort.SessionOptions()
         options.log_severity_level = 3
+        if args.threads:
+            options.intra_op_num_threads, options.inter_op_num_threads = args.threads, 1
         session = ort.InferenceSession(lowered.SerializeToString(), options, providers=["CPUExecutionProvider"])
         names = {i.name for i in session.get_inputs()}
         ort_feeds = {k: v for k, v in feeds.items() if k in names}
@@ -189,7 +199,8 @@ def main() -> int:
             onnx.save(upgraded(proto), paths[0])  # the same opset-17 graph the lowering starts from
             onnx.save(lowered, paths[1])
             np.savez(paths[2], **{k: np.asarray(v) for k, v in feeds.items()})
-            run = subprocess.run([args.ortt_python, "-c", ORTT_SCRIPT, *paths, loss, ",".join(xs), str(args.runs)],
+            run = subprocess.run([args.ortt_python, "-c", ORTT_SCRIPT, *paths, loss, ",".join(xs), str(args.runs),
+                                  str(args.threads)],
                                  capture_output=True, text=True)
             lines = [ln for ln in run.stdout.splitlines() if ln.startswith("{")]
             error = (run.stderr.strip().splitlines() or ["?"])[-1]

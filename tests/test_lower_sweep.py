@@ -77,3 +77,22 @@ def test_statuses(name, status):
     assert outcome.status == status, outcome.reason
     if status == REFUSED:
         assert outcome.reason.startswith("cannot lower node") and "Loop" in outcome.reason
+
+
+def test_docs_table_lists_every_rule_and_refusal():
+    """docs/lowering.md's tables name every op that has a rule, and every refusal with its reason."""
+    import re
+
+    from engine.lower.registry import BACKWARD, REFUSED
+
+    text = (ROOT / "docs" / "lowering.md").read_text()
+    rules = text[text.index("| Family | Ops |"):text.index("Ops that carry no gradient")]
+    named = set(re.findall(r"\b[A-Z][A-Za-z0-9]+\b", rules))
+    assert set(BACKWARD) <= named, sorted(set(BACKWARD) - named)
+    refusals = text[text.index("| Op | Why |"):text.index("Other refusals")]
+    rows = {}
+    for line in refusals.splitlines()[2:]:
+        if line.startswith("|"):
+            ops, why = (c.strip() for c in line.strip("|").split("|"))
+            rows.update({op.strip(): why for op in ops.split(",")})
+    assert rows == REFUSED

@@ -86,6 +86,16 @@ class Ctx:
         self.wanted: tuple[bool, ...] = ()
         self.node: NodeProto | None = None  # the forward node whose rule is running
 
+    def sub(self, prefix: str) -> "Ctx":
+        """A context for a subgraph's nodes: its own node list, this model's names, types and opset."""
+        return Ctx(self.types, self.constants, self.used, prefix, self.opset)
+
+    def value_info(self, name: str, like: str) -> onnx.ValueInfoProto:
+        """A subgraph input or output typed as `like` (unknown dimensions left open)."""
+        info = self.types.get(like)
+        shape = None if info is None or info.shape is None else info.shape
+        return helper.make_tensor_value_info(name, self.elem(like), shape)
+
     # -- names and nodes ---------------------------------------------------------------------
     def fresh(self, hint: str) -> str:
         base = f"{self.prefix}/{hint}"
@@ -262,13 +272,15 @@ class Ctx:
     def positions(self, t: str) -> str:
         """An int64 tensor shaped like t holding each element's flat position: applying a gather-like op
         to it says where each output element came from."""
-        flat = self.op("Range", [self.const(np.asarray(0, np.int64)), self.op("Size", [t]), self.const(np.asarray(1, np.int64))])
-        return self.op("Reshape", [flat, self.op("Shape", [t])])
+        shape = self.op("Shape", [t])
+        size = self.op("ReduceProd", [shape], keepdims=0)  # not Size(t): onnxruntime has no Size for every type
+        flat = self.op("Range", [self.const(np.asarray(0, np.int64)), size, self.const(np.asarray(1, np.int64))])
+        return self.op("Reshape", [flat, shape])
 
     def scatter_back(self, g: str, x: str, positions: str) -> str:
         """The gradient of a gather-like op: g added up at the flat positions of x its elements came from."""
         flat = self.ints([-1])
-        size = self.op("Reshape", [self.op("Size", [x]), self.ints([1])])
+        size = self.op("ReduceProd", [self.op("Shape", [x])], keepdims=1)
         added = self.scatter_add("ScatterElements", size, self.op("Reshape", [positions, flat]),
                                  self.op("Reshape", [g, flat]), x, axis=0)
         return self.op("Reshape", [added, self.op("Shape", [x])])

@@ -13,6 +13,7 @@ from typing import Callable, Sequence
 import onnx
 from onnx import AttributeProto, FunctionProto, GraphProto, NodeProto, helper, numpy_helper
 
+from ..loader import node_inputs
 from .core import propagate
 
 
@@ -22,10 +23,11 @@ def through(ctx, node: NodeProto, grads: Sequence[str | None], build: Callable[[
     start = len(ctx.nodes)
     rebuilt = list(build())
     decomposition = ctx.nodes[start:]
-    ctx.infer(decomposition, [t for t in node.input if t])
+    inputs = node_inputs(node)  # a body's reads from the enclosing graph too
+    ctx.infer(decomposition, [t for t in inputs if t])
     seeds = {new: g for new, g in zip(rebuilt, grads) if new and g is not None}
     wanted, seen = [], set()
-    for i, t in enumerate(node.input):  # an input read twice gets its whole gradient once
+    for i, t in enumerate(inputs):  # an input read twice gets its whole gradient once
         wanted.append(t if ctx.wants(i) and t not in seen else "")
         seen.add(t)
     targets = [t for t in wanted if t]
