@@ -167,7 +167,7 @@ def export(module: nn.Module, x: torch.Tensor, exporter: str, opset: int = 18, c
     `dynamic`, the batch axis (and a token sequence's length) symbolic."""
     digest = hashlib.sha1()
     for v in list(module.state_dict().values()) + [x]:
-        digest.update(v.detach().contiguous().numpy().tobytes()[:4096])
+        digest.update(v.detach().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()[:4096])  # any dtype
     kind = f"{exporter}-dynamic" if dynamic else exporter
     key = f"{type(module).__name__}-{kind}-{opset}-{torch.__version__}-{digest.hexdigest()[:16]}.onnx"
     path = os.path.join(cache or "", key)

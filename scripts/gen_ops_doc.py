@@ -5,6 +5,7 @@
     python scripts/gen_ops_doc.py --raise-floor  # also record the pass counts in tests/conformance_floor.json
     python scripts/gen_ops_doc.py --lower        # first re-run the full lowering sweep (minutes) and record it
                                                  # in tests/lowering_floor.json
+    python scripts/gen_ops_doc.py --contrib      # also rerun the com.microsoft sweep for its section (minutes)
 
 The forward columns come from every collected case; the gradient column from the seeded sample that CI
 also runs (`engine.conformance.suite.DOC_GRADIENT_SAMPLE` cases per op); the lowered column from the full
@@ -66,6 +67,22 @@ def record_lowering(run) -> dict:
     return record
 
 
+def contrib_section() -> str:
+    from engine.conformance.contrib import contrib_sweep
+    from engine.conformance.contrib_cases import op_domains, op_oracles
+    from engine.conformance.contrib_report import contrib_markdown
+
+    return contrib_markdown(contrib_sweep(gradients=True), op_domains(), op_oracles())
+
+
+def _section_of(document: str) -> str:
+    from engine.conformance.contrib_report import BEGIN, END
+
+    if BEGIN not in document or END not in document:
+        return ""
+    return BEGIN + document.split(BEGIN, 1)[1].split(END, 1)[0] + END + "\n"
+
+
 def main(argv=None) -> int:
     from engine.conformance.suite import doc_run, render_ops_doc
 
@@ -73,13 +90,20 @@ def main(argv=None) -> int:
     p.add_argument("--check", action="store_true", help="compare with docs/ops.md instead of writing it")
     p.add_argument("--raise-floor", action="store_true", help=f"also update {FLOOR.relative_to(ROOT)}")
     p.add_argument("--lower", action="store_true", help=f"re-run the full lowering sweep into {LOWERING_FLOOR.name}")
+    p.add_argument("--contrib", action="store_true",
+                   help="also rerun the com.microsoft sweep (forward and gradients) and rewrite its section")
     p.add_argument("--out", type=Path, default=DOC)
     args = p.parse_args(argv)
+    from engine.conformance.contrib_report import splice
+
     run = doc_run()
     lowering = record_lowering(run) if args.lower else json.loads(LOWERING_FLOOR.read_text())
+    current = args.out.read_text() if args.out.exists() else ""
+    # The contrib section needs onnxruntime and minutes: kept as it is unless --contrib reruns its sweep.
+    section = contrib_section() if args.contrib else _section_of(current)
     text = render_ops_doc(run, lowering)
+    text = splice(text, section) if section else text
     if args.check:
-        current = args.out.read_text() if args.out.exists() else ""
         if current == text:
             print(f"{args.out} is current")
             return 0

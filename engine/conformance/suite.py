@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
-from .cases import case_info, case_named
+from .cases import case_info, case_named, node_cases
 from .gradients import Checker, GradientOutcome, gradient_sweep
 from .lowered import LoweringOutcome, lowering_column, lowering_sweep
 from .report import counts
@@ -78,15 +78,18 @@ def conformance(cases: Iterable | None = None, *, executor: Executor | None = No
     narrowed by `gradient_filter`, e.g. `lambda cs: sample_per_op(cs, 2)`) against finite differences;
     with `lower`, lower the passing ones (narrowed by `lower_filter`) and run them in onnxruntime."""
     start = time.perf_counter()
+    cases = list(node_cases() if cases is None else cases)
     fwd = run_suite(cases, executor, None if progress is None else (lambda i, n, o: progress("forward", i, n, o)))
     forward_seconds = time.perf_counter() - start
     if not (gradients or lower):
         return ConformanceRun(tuple(fwd), forward_seconds=forward_seconds)
-    every = [case_named(o.name) for o in fwd if o.status == PASS]
+    by_name = {c.name: c for c in cases}
+    every = [by_name[o.name] for o in fwd if o.status == PASS]
     passing = gradient_filter(every) if gradient_filter is not None else every
     grads, name, gradient_seconds = [], "", 0.0
     if gradients:
-        name, chosen_checker = ("custom", checker) if checker is not None else default_checker()
+        name, chosen_checker = ((getattr(checker, "__name__", "custom"), checker) if checker is not None
+                                else default_checker())
         start = time.perf_counter()
         grads = gradient_sweep(passing, chosen_checker, seed=seed,
                                progress=None if progress is None else (lambda i, n, o: progress("gradient", i, n, o)))

@@ -17,6 +17,7 @@ from ..errors import LoweringError, ModelLoadError
 from ..loader import TRAINING_DOMAIN, _toposort
 from ..selection import names as split_names
 from .context import Ctx, attr, collect_constants, collect_types, infer_shapes
+from .contrib import expand_contrib
 from .core import backward, cut_slice
 
 # ReduceSum takes axes as an input from 13, ScatterElements adds duplicates from 16; LayerNormalization is 17.
@@ -192,6 +193,28 @@ def gradient_attrs(node: onnx.NodeProto) -> tuple[list[str], list[str], str]:
     return list(attr(node, "xs", [])), list(attr(node, "zs", []) or []), attr(node, "y")
 
 
+def _explicit_defaults(graph, opset: int) -> None:
+    """In place: ops with an ONNX function body get their defaulted attributes written out. onnx's
+    checker infers such a node through its body, whose attribute references do not fall back on the
+    schema's defaults (MeanVarianceNormalization without axes fails the full check, lowered or not)."""
+    for node in graph.node:
+        for a in node.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                _explicit_defaults(a.g, opset)
+        if node.domain not in ("", "ai.onnx"):
+            continue
+        try:
+            schema = onnx.defs.get_schema(node.op_type, opset, "")
+        except onnx.defs.SchemaError:
+            continue
+        if not schema.has_function:
+            continue
+        present = {a.name for a in node.attribute}
+        for name, formal in schema.attributes.items():
+            if name not in present and formal.default_value.type:
+                node.attribute.append(formal.default_value)
+
+
 def lower(model, y: str | None = None, xs=None, zs=None, *, dy: str | bool | None = None,
           names=None, check: bool = True) -> ModelProto:
     """A copy of `model` in which plain ai.onnx ops compute every gradient.
@@ -206,7 +229,7 @@ def lower(model, y: str | None = None, xs=None, zs=None, *, dy: str | bool | Non
     load(proto)  # one-line errors for bad models, unknown ops and invalid Gradient nodes
     if not (y or xs) and not any(n.domain == TRAINING_DOMAIN and n.op_type == "Gradient" for n in proto.graph.node):
         raise LoweringError("the model has no Gradient node: name a selection with y and xs (--y, --xs)")
-    state = Lowering(upgraded(proto))
+    state = Lowering(upgraded(expand_contrib(proto)))
     while state.gradient_nodes():
         state.lower_gradient_node(state.innermost())
     if y or xs:
@@ -215,6 +238,7 @@ def lower(model, y: str | None = None, xs=None, zs=None, *, dy: str | bool | Non
         dy_name = (dy if isinstance(dy, str) else f"d{y}") if dy else None
         state.add_selection(y, split_names(xs), split_names(zs), dy_name, split_names(names) or None)
     out = state.proto
+    _explicit_defaults(out.graph, opset_version(out))
     if not any(n.domain == TRAINING_DOMAIN for n in out.graph.node):
         kept = [o for o in out.opset_import if o.domain != TRAINING_DOMAIN]
         del out.opset_import[:]

@@ -60,6 +60,8 @@ class XCheck:
     native_dtype: str | None = None
     native_max_abs_err: float | None = None
     native_max_rel_err: float | None = None
+    native_status: str | None = None  # half types: pass when within the dtype's precision (verify/native.py)
+    native_rounding_err: float | None = None  # half types: what rounding the values alone moves the gradient
     problems: tuple[ItemProblem, ...] = ()
 
 
@@ -109,6 +111,8 @@ class Finding:
     tensor: str | None = None
     node: str | None = None
     x: str | None = None
+    value: str | None = None  # nonfinite-gradient: the forward value that made the VJP non-finite
+    hidden_by: str | None = None  # ...and the node downstream whose finite output hides it
 
 
 @dataclass(frozen=True)
