@@ -138,9 +138,9 @@ def _report_lowering(result, show: str, out) -> int:
     for o in applicable:
         counts[o.status] = counts.get(o.status, 0) + 1
     lowered = counts.pop(LOWERED, 0)
-    print(f"lowered: {lowered} / {len(applicable)} cases whose gradient the engine computes ("
-          + ", ".join(f"{n} {s}" for s, n in sorted(counts.items(), key=lambda kv: -kv[1]))
-          + f")  {result.lowered_seconds:.1f}s", file=out)
+    others = ", ".join(f"{n} {s}" for s, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+    print(f"lowered: {lowered} / {len(applicable)} cases whose gradient the engine computes"
+          + (f" ({others})" if others else "") + f"  {result.lowered_seconds:.1f}s", file=out)
     bad = 0
     for o in applicable:
         failing = o.status in (WRONG, ERROR) and not o.documented
