@@ -102,7 +102,12 @@ def run_one(case, dtype: str, exporter: str) -> HalfResult:
     model = engine.load(proto)
     x_name = model.inputs[0]
     feed = numpy_input(x)
-    got = model.run({x_name: feed})[model.outputs[0]].astype(np.float64)
+    try:
+        got = model.run({x_name: feed})[model.outputs[0]].astype(np.float64)
+    except engine.OnnxGradError as e:
+        # The dynamo exporter writes resnet18.to(bfloat16) with float32 weights next to a bfloat16
+        # input: a mistyped file that onnxruntime and onnx's checker refuse too.
+        return HalfResult(case.name, exporter, dtype, f"refused: {e}")
     want = reference_output(data, dtype, feed).astype(np.float64)
     eps = torch.finfo(DTYPES[dtype]).eps
     forward_err = float(np.abs(got - want).max() / np.abs(want).max() / eps)
