@@ -51,6 +51,11 @@ class GraphIndex:
     def name(self) -> str:
         return self.model.graph.name or (os.path.basename(self.path) if self.path else "model")
 
+    def __repr__(self) -> str:
+        # The dataclass repr would print the proto, every weight's bytes included (minutes at 650 MB).
+        return (f"<GraphIndex {self.name!r}: {len(self.nodes)} nodes, {len(self.initializers)} initializers, "
+                f"inputs {self.inputs}, outputs {self.outputs}>")
+
     def opset(self, domain: str) -> int:
         return self.opsets.get(domain or "", self.opsets.get("ai.onnx", 1))
 

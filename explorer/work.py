@@ -11,14 +11,13 @@ import threading
 import time
 
 import numpy as np
-from textual import work
 from textual.worker import Worker, WorkerState, get_current_worker
 
 import engine
 from engine.errors import OnnxGradError
 
 from . import messages as m
-from .guard import guarded, one_line
+from .guard import guarded, in_background, one_line
 from .jobs import CheckJob, GradientJob
 from .screens.export import mismatch
 from .screens.step import StepScreen
@@ -78,20 +77,20 @@ class Workers:
         self._values_for = job.generation if not job.names else None
         self.run_values(job)
 
-    @work(thread=True, exclusive=True, group="values", exit_on_error=False)
+    @in_background("values")
     def run_values(self, job) -> None:
         values = job.run()
         if not get_current_worker().is_cancelled:
             self.post_message(m.ValuesReady(job.generation, values, everything=not job.names))
 
-    @work(thread=True, exclusive=True, group="gradient", exit_on_error=False)
+    @in_background("gradient")
     def run_gradient(self, job: GradientJob) -> None:
         self.post_message(m.WorkStarted("gradient", LABELS["gradient"]))
         result, stats = job.run()
         if not get_current_worker().is_cancelled:
             self.post_message(m.GradientReady(job.generation, result, stats))
 
-    @work(thread=True, exclusive=True, group="check", exit_on_error=False)
+    @in_background("check")
     def run_check(self, job: CheckJob) -> None:
         worker = get_current_worker()
         self.post_message(m.WorkStarted("check", LABELS["check"]))
@@ -103,7 +102,7 @@ class Workers:
         if not worker.is_cancelled:
             self.post_message(m.CheckReady(job.generation, report))
 
-    @work(thread=True, exclusive=True, group="step", exit_on_error=False)
+    @in_background("step")
     def run_trace(self, model, spec, feeds, device, dtype, generation) -> None:
         """Frames in chunks as they are traced: step mode opens on the first, long before the last."""
         from .stepper import Tracer
@@ -157,7 +156,7 @@ class Workers:
                    "dot": lambda: (s.model, s.spec, s.view, s.gradient_stats)}
         self.run_export(what, path, payload["dot" if what == "svg" else what]())
 
-    @work(thread=True, exclusive=True, group="export", exit_on_error=False)
+    @in_background("export")
     def run_export(self, what: str, path: str, payload) -> None:
         self.post_message(m.WorkStarted("export", f"exporting {what}"))
         path = os.path.abspath(os.path.expanduser(path))
@@ -180,7 +179,7 @@ class Workers:
                 engine.render(dot, path)
         self.post_message(m.ExportDone(what, path))
 
-    @work(thread=True, exclusive=True, group="open", exit_on_error=False)
+    @in_background("open")
     def run_open(self, path: str) -> None:
         self.post_message(m.WorkStarted("open", f"opening {os.path.basename(path)}"))
         model = engine.load(os.path.expanduser(path))

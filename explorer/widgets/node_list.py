@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
@@ -11,6 +10,7 @@ from textual.message import Message
 from textual.widgets import Input
 from textual.worker import get_current_worker
 
+from ..guard import in_background
 from ..search import SearchIndex
 from .entry_list import EntryList
 from .labels import fit_labels
@@ -147,7 +147,7 @@ class NodeList(Vertical):
         # The labels for the width the list has now: fitting 15,000 names is 0.15 s the UI keeps.
         self._list_in_worker(graph, unsupported, self.query_one(EntryList).scrollable_content_region.width - 2)
 
-    @work(thread=True, exclusive=True, group="navigator", exit_on_error=False)
+    @in_background("navigator")
     def _list_in_worker(self, graph, unsupported, width: int) -> None:
         listing = listing_for(graph, unsupported, width)
         if not get_current_worker().is_cancelled:
