@@ -257,7 +257,7 @@ class ExplorerApp(LayoutWork, Workers, PaletteApp, App):
         graph.set_marks(graph_marks(s, graph.canvas.layout if graph.canvas else None))
         self.query_one(Inspector).show(s, *self.cursor)
         results = self.query_one(Results)
-        results.show_gradient(s.gradient)
+        results.show_gradient(s.gradient, s.gradient_summary)
         results.show_check(s.check)
         self.refresh_footer()
 

@@ -21,9 +21,11 @@ from .guard import guarded, in_background, one_line
 from .jobs import CheckJob, GradientJob
 from .screens.export import mismatch
 from .screens.step import StepScreen
+from .summaries import summarize
 
 LABELS = {"gradient": "computing gradients", "check": "verifying", "step": "tracing step mode",
-          "export": "exporting", "open": "opening model", "layout": "laying out", "values": "computing values"}
+          "export": "exporting", "open": "opening model", "layout": "laying out", "values": "computing values",
+          "summary": "summarizing"}
 # Not "step": step mode opens on its first frame, and closing it cancels the trace. Counting it
 # here recomposed the main footer (hidden behind step mode) three times on the way to opening.
 CANCELLABLE = ("gradient", "check", "export", "open")
@@ -39,6 +41,7 @@ class Workers:
 
     _values_timer = None
     _values_for: int | None = None  # the values_generation a pass over every value is running for
+    _summarizing: tuple | None = None  # (kind, tensor, id of the array) the summary worker is on
 
     @property
     def status(self):
@@ -87,8 +90,11 @@ class Workers:
     def run_gradient(self, job: GradientJob) -> None:
         self.post_message(m.WorkStarted("gradient", LABELS["gradient"]))
         result, stats = job.run()
-        if not get_current_worker().is_cancelled:
-            self.post_message(m.GradientReady(job.generation, result, stats))
+        worker = get_current_worker()
+        # The results table shows each x's gradient summarized: here, not on the UI thread.
+        summaries = {n: summarize(g, lambda: worker.is_cancelled) for n, g in result.grads.items()}
+        if not worker.is_cancelled:
+            self.post_message(m.GradientReady(job.generation, result, stats, summaries))
 
     @in_background("check")
     def run_check(self, job: CheckJob) -> None:
@@ -185,6 +191,34 @@ class Workers:
         model = engine.load(os.path.expanduser(path))
         self.post_message(m.ModelOpened(os.path.basename(path), model))
 
+    def on_inspector_summary_wanted(self, message) -> None:
+        key = (message.kind, message.name, id(message.array))
+        if self._summarizing == key and self._work_live("summary"):
+            return
+        self._summarizing = key
+        self.run_summary(message.kind, message.name, message.array)
+
+    @in_background("summary")
+    def run_summary(self, kind: str, name: str, array) -> None:
+        worker = get_current_worker()
+        summary = summarize(array, lambda: worker.is_cancelled)
+        if summary is not None and not worker.is_cancelled:
+            self.post_message(m.SummaryReady(kind, name, array, summary))
+
+    def on_summary_ready(self, message: m.SummaryReady) -> None:
+        self.session.summaries.put(message.kind, message.name, message.array, message.summary)
+        if self._summarizing is not None and self._summarizing[:2] == (message.kind, message.name):
+            self._summarizing = None
+        inspector = self.query_one("#inspector")
+        if inspector.tensor == message.name:
+            inspector.refresh_content()
+
+    def on_cursor_moved(self, message: m.CursorMoved) -> None:
+        """Only the tensor on screen is summarized: leaving it stops its summary."""
+        if self._summarizing is not None and self._summarizing[1] != message.tensor:
+            self._summarizing = None
+            self.workers.cancel_group(self, "summary")
+
     def action_cancel(self) -> None:
         running = [w for w in self.workers if w.group in CANCELLABLE and w.is_running]
         for group in CANCELLABLE:
@@ -242,7 +276,7 @@ class Workers:
         self.post_message(m.WorkFinished(kind, "done" if accepted else "stale"))
 
     def on_gradient_ready(self, message: m.GradientReady) -> None:
-        ok = self.session.accept_gradient(message.generation, message.result, message.stats)
+        ok = self.session.accept_gradient(message.generation, message.result, message.stats, message.summaries)
         if ok:
             self.results_changed()
             self.query_one("#results").show_tab("gradients")

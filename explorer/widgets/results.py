@@ -10,7 +10,7 @@ from textual.message import Message
 from textual.widgets import DataTable, Static, TabbedContent, TabPane
 
 from ..guard import guarded
-from ..state import array_stats
+from ..summaries import summarize
 
 STATUS_STYLE = {"pass": "bold green", "fail": "bold red", "inconclusive": "bold yellow"}
 
@@ -56,13 +56,14 @@ class Results(Vertical):
             "x", "status", "max abs err", "max rel err", "worst index", "analytic", "numeric")
         self.show_gradient(None)
 
-    def show_gradient(self, result) -> None:
+    def show_gradient(self, result, summary_of=None) -> None:
+        """`summary_of(x)`: the Summary of x's gradient (the session's, made by the gradient's worker)."""
         table = self.query_one("#gradient-table", DataTable)
         table.clear()
         if result is None:
             return
         for name, g in result.grads.items():
-            s = array_stats(g)
+            s = (summary_of(name) if summary_of is not None else summarize(g)).as_dict()
             table.add_row(name, "×".join(map(str, s["shape"])) or "scalar", _num(s.get("norm")),
                           _num(s.get("max_abs")), _num(s.get("mean")), str(s.get("nonfinite", 0)),
                           Text("yes", style="yellow") if name in result.disconnected else "", key=name)
