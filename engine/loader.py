@@ -4,13 +4,19 @@ from __future__ import annotations
 import os
 from collections import deque
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import onnx
 from onnx import ModelProto, NodeProto, TensorProto
 
 from .errors import ModelLoadError
 
+if TYPE_CHECKING:
+    from .weights import Weights
+
 TRAINING_DOMAIN = "ai.onnx.preview.training"
+# Domains whose nodes the engine interprets itself, string attributes included.
+STANDARD_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", TRAINING_DOMAIN})
 
 
 @dataclass(frozen=True)
@@ -43,9 +49,12 @@ class GraphIndex:
     initializers: dict[str, TensorProto]
     outputs: list[str]
     types: dict[str, TensorInfo] = field(default_factory=dict)
-    # The model as the caller gave it (proto or bytes), before shape inference added value_info:
-    # what writing the model back starts from. None when it came from `path`, which is re-read.
-    source: ModelProto | bytes | None = None
+    # Initializer values (engine/weights.py): read on first use, zero-copy where the bytes allow.
+    # `initializers` holds the protos without the bytes of any tensor of a kilobyte or more.
+    weights: Weights | None = None
+    # The model as it was read, without the weights and before shape inference added value_info:
+    # what writing the model back starts from (with `weights`).
+    source: ModelProto | None = None
 
     @property
     def name(self) -> str:
@@ -178,45 +187,83 @@ def _declared_types(model: ModelProto) -> dict[str, TensorInfo]:
 
 
 def load(source: str | os.PathLike | ModelProto | bytes, *, check: bool = True) -> GraphIndex:
-    """Read a model (path, bytes or proto), check it, infer shapes where possible and index it."""
-    path = None
-    given = bytes(source) if isinstance(source, bytearray) else source
-    if isinstance(source, ModelProto):
-        model = source
-    elif isinstance(source, (bytes, bytearray)):
-        try:
-            model = onnx.load_from_string(bytes(source))
-        except Exception as exc:
-            raise ModelLoadError(f"cannot parse ONNX bytes: {exc}") from None
-    else:
-        path = os.fspath(source)
-        if not os.path.exists(path):
-            raise ModelLoadError(f"no such file: {path}")
-        if os.path.isdir(path):
-            raise ModelLoadError(f"{path} is a directory, not an .onnx file")
-        if os.path.getsize(path) == 0:
-            raise ModelLoadError(f"{path} is empty: not an ONNX model")
-        try:
-            model = onnx.load(path)
-        except Exception as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise ModelLoadError(f"cannot read {path} as ONNX: {first}") from None
-    if not model.HasField("graph") and model.ir_version == 0:  # protobuf parses b"" and some text "fine"
+    """Read a model (path, folder holding one .onnx, bytes or proto), check it, infer shapes where
+    possible and index it. The checker and shape inference see the model without its weights; the
+    weights stay where they are (`GraphIndex.weights`) until something reads them."""
+    from .modelfile import checkable, first_line, read
+
+    skeleton, weights, path = read(source)
+    if not skeleton.HasField("graph") and skeleton.ir_version == 0:  # protobuf parses b"" and some text "fine"
         raise ModelLoadError(f"{path or 'the model'} holds no graph and no ir_version: not an ONNX model")
+    require_text(skeleton)
+    bare = checkable(skeleton, weights.detached())
     if check:
         try:
-            onnx.checker.check_model(path if path and model.ByteSize() > 2**31 - 1 else model)
+            onnx.checker.check_model(bare)
         except Exception as exc:
-            first = str(exc).strip().splitlines()[0]
-            raise ModelLoadError(f"ONNX checker rejected the model: {first}") from None
-    try:
-        model = onnx.shape_inference.infer_shapes(model, strict_mode=False)
-    except Exception:  # best effort: shapes only inform messages and the explorer
+            raise ModelLoadError(f"ONNX checker rejected the model: {first_line(exc)}") from None
+    model = ModelProto()
+    model.CopyFrom(skeleton)
+    try:  # best effort: shapes only inform messages and the explorer
+        inferred = onnx.shape_inference.infer_shapes(bare, strict_mode=False)
+        model.graph.value_info.extend(inferred.graph.value_info)
+        del model.graph.output[:]
+        model.graph.output.extend(inferred.graph.output)
+    except Exception:  # noqa: BLE001
         pass
     graph = index(model, path)
-    if path is None:
-        graph.source = given
+    graph.weights = weights
+    graph.source = skeleton
     return graph
+
+
+def require_text(model: ModelProto) -> None:
+    """ModelLoadError for a name or string the engine reads that is not UTF-8 (protobuf hands those
+    out as bytes, which would fail far from here)."""
+    def bad(value) -> bool:
+        return type(value) is not str
+
+    def graph_text(g, where: str) -> None:
+        for vi in list(g.input) + list(g.output) + list(g.value_info):
+            if bad(vi.name):
+                raise ModelLoadError(f"{where}: a value name is not UTF-8: {vi.name!r}")
+            tt = vi.type.tensor_type
+            if any(bad(d.dim_param) for d in tt.shape.dim):
+                raise ModelLoadError(f"{where}: a dimension name of {vi.name!r} is not UTF-8")
+        for t in g.initializer:
+            if bad(t.name):
+                raise ModelLoadError(f"{where}: an initializer name is not UTF-8: {t.name!r}")
+            for e in t.external_data:
+                if bad(e.key) or bad(e.value):
+                    raise ModelLoadError(f"initializer {t.name!r}: an external data entry is not UTF-8: "
+                                         f"{e.key!r}={e.value!r}")
+        for i, node in enumerate(g.node):
+            label = f"{where}: node {i}"
+            for value in (node.name, node.op_type, node.domain, *node.input, *node.output):
+                if bad(value):
+                    raise ModelLoadError(f"{label}: a name is not UTF-8: {value!r}")
+            label = f"{where}: node {node.name or node.op_type!r}"
+            for a in node.attribute:
+                if bad(a.name):
+                    raise ModelLoadError(f"{label}: an attribute name is not UTF-8: {a.name!r}")
+                if node.domain in STANDARD_DOMAINS:  # a custom op's string attribute may carry any bytes
+                    for value in ([a.s] if a.type == onnx.AttributeProto.STRING else list(a.strings)):
+                        try:
+                            value.decode("utf-8")
+                        except UnicodeDecodeError:
+                            raise ModelLoadError(f"{label}: attribute {a.name!r} is not UTF-8: {value!r}") from None
+                if a.type == onnx.AttributeProto.GRAPH:
+                    graph_text(a.g, f"{label}/{a.name}")
+                elif a.type == onnx.AttributeProto.GRAPHS:
+                    for sub in a.graphs:
+                        graph_text(sub, f"{label}/{a.name}")
+
+    for imp in model.opset_import:
+        if bad(imp.domain):
+            raise ModelLoadError(f"an opset domain is not UTF-8: {imp.domain!r}")
+    if bad(model.graph.name):
+        raise ModelLoadError(f"the graph name is not UTF-8: {model.graph.name!r}")
+    graph_text(model.graph, "graph")
 
 
 def index(model: ModelProto, path: str | None = None) -> GraphIndex:

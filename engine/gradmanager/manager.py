@@ -283,9 +283,11 @@ class GradManager:
         """Forget accumulated gradients: all of them, or those of `names`."""
         self.params.zero_grad(None if names is None else parse_names(names))
 
-    def save(self, path: str | os.PathLike) -> None:
-        """Write the model with the parameters' current values; everything else as loaded."""
-        self.params.save(path)
+    def save(self, path: str | os.PathLike, external_data: bool | None = None) -> bool:
+        """Write the model with the parameters' current values; everything else as loaded. The
+        weights go to PATH.data when the model is over protobuf's 2 GB, or when `external_data` is
+        True. Returns whether external data was written."""
+        return self.params.save(path, external_data=external_data)
 
 
 class _Tape(StepObserver):

@@ -38,11 +38,13 @@ def collect_types(model: onnx.ModelProto) -> dict[str, TypeInfo]:
     return out
 
 
-def collect_constants(model: onnx.ModelProto) -> dict[str, np.ndarray]:
-    """Values known without running the model: initializers that are not graph inputs, Constant nodes."""
+def collect_constants(model: onnx.ModelProto, initializers=None) -> dict[str, np.ndarray]:
+    """Values known without running the model: initializers that are not graph inputs (of
+    `initializers` when given: those whose bytes are in the proto), Constant nodes."""
     g = model.graph
     inputs = {i.name for i in g.input}
-    out = {t.name: numpy_helper.to_array(t) for t in g.initializer if t.name not in inputs}
+    held = g.initializer if initializers is None else initializers
+    out = {t.name: numpy_helper.to_array(t) for t in held if t.name not in inputs}
     for n in g.node:
         if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
             for a in n.attribute:

@@ -8,13 +8,15 @@ differentiates a copy of the forward slice that reads those inputs instead.
 from __future__ import annotations
 
 import os
-from typing import Sequence
+from collections import ChainMap
+from typing import Mapping, Sequence
 
 import onnx
 from onnx import ModelProto, helper, shape_inference, version_converter
 
-from ..errors import LoweringError, ModelLoadError
+from ..errors import LoweringError
 from ..loader import TRAINING_DOMAIN, _toposort
+from ..modelfile import checkable, materialize
 from ..selection import names as split_names
 from .context import Ctx, attr, collect_constants, collect_types
 from .core import backward, cut_slice
@@ -24,21 +26,32 @@ MIN_OPSET = 17
 
 
 def as_proto(model) -> ModelProto:
+    """A complete ModelProto of a path, bytes, proto or engine Model (weights included)."""
     if isinstance(model, ModelProto):
         out = ModelProto()
         out.CopyFrom(model)
         return out
-    if isinstance(model, bytes):
-        return onnx.load_from_string(model)
-    if isinstance(model, (str, os.PathLike)):
-        try:
-            return onnx.load(os.fspath(model))
-        except Exception as exc:
-            raise ModelLoadError(f"cannot read {os.fspath(model)}: {exc}".splitlines()[0]) from None
+    graph = _graph(model)
+    return materialize(graph.source, _detached_bytes(graph, graph.source))
+
+
+def _graph(model):
+    """The loaded graph of an engine Model, or of a path, bytes or proto loaded now (one-line errors)."""
+    from ..loader import load as read_graph
+
     graph = getattr(model, "graph", None)
-    if graph is not None and hasattr(graph, "model"):
-        return as_proto(graph.model)
+    if graph is not None and hasattr(graph, "weights"):
+        return graph
+    if isinstance(model, (str, os.PathLike, bytes, ModelProto)):
+        return read_graph(model)
     raise TypeError(f"expected a path, bytes, ModelProto or engine Model, got {type(model).__name__}")
+
+
+def _detached_bytes(graph, proto: ModelProto) -> dict:
+    """The bytes of the initializers `proto` still has whose bytes live outside the proto."""
+    names = {t.name for t in proto.graph.initializer}
+    weights = graph.weights
+    return {n: weights.raw(n) for n in weights.detached() if n in names}
 
 
 def upgraded(proto: ModelProto) -> ModelProto:
@@ -52,10 +65,14 @@ def upgraded(proto: ModelProto) -> ModelProto:
 
 
 class Lowering:
-    """The model being rewritten, re-typed by shape inference after each step."""
+    """The model being rewritten, re-typed by shape inference after each step. Initializers whose
+    bytes live outside the proto (`weights`, engine/weights.py) stay there: shape inference runs on a
+    copy that declares them as inputs, and a rule reading their values reads them where they are."""
 
-    def __init__(self, proto: ModelProto):
+    def __init__(self, proto: ModelProto, weights=None):
         self.proto = proto
+        self.weights = weights
+        self.detached = weights.detached() if weights is not None else frozenset()
         self.refresh()
 
     def refresh(self) -> None:
@@ -65,9 +82,15 @@ class Lowering:
         del g.node[:]
         g.node.extend(nodes)
         del g.value_info[:]
-        self.proto = shape_inference.infer_shapes(self.proto)
+        inferred = shape_inference.infer_shapes(checkable(self.proto, self.detached))
+        g.value_info.extend(inferred.graph.value_info)
+        del g.output[:]
+        g.output.extend(inferred.graph.output)
         self.types = collect_types(self.proto)
-        self.constants = collect_constants(self.proto)
+        inputs = {i.name for i in g.input}
+        held = [t for t in g.initializer if t.name not in self.detached]
+        self.constants = ChainMap(collect_constants(self.proto, held),
+                                  _Values(self.weights, {t.name for t in g.initializer} - inputs, self.detached))
         self.used = {t for n in self.proto.graph.node for t in list(n.output) + [n.name]}
         self.used |= {i.name for i in self.proto.graph.input} | {t.name for t in self.proto.graph.initializer}
 
@@ -171,13 +194,23 @@ def lower(model, y: str | None = None, xs=None, zs=None, *, dy: str | bool | Non
     selection become new graph outputs named `names` (default `d{y}_d{x}`), seeded with ones or,
     with `dy`, with a new graph input of y's shape (named `dy` if a string, else `d{y}`).
     """
-    from ..model import load
+    proto, data = lowered(model, y, xs, zs, dy=dy, names=names, check=check)
+    return materialize(proto, data)
 
-    proto = as_proto(model)
-    load(proto)  # one-line errors for bad models, unknown ops and invalid Gradient nodes
+
+def lowered(model, y: str | None = None, xs=None, zs=None, *, dy: str | bool | None = None,
+            names=None, check: bool = True) -> tuple[ModelProto, dict]:
+    """`lower` without putting the weights into the proto: (the lowered model with the large
+    initializers' bytes left out, those bytes by name), for `engine.modelfile.write` to stream."""
+    from ..model import Model
+
+    graph = _graph(model)
+    Model(graph)  # one-line errors for bad models, unknown ops and invalid Gradient nodes
+    proto = ModelProto()
+    proto.CopyFrom(graph.source)
     if not (y or xs) and not any(n.domain == TRAINING_DOMAIN and n.op_type == "Gradient" for n in proto.graph.node):
         raise LoweringError("the model has no Gradient node: name a selection with y and xs (--y, --xs)")
-    state = Lowering(upgraded(proto))
+    state = Lowering(upgraded(proto), graph.weights)
     while state.gradient_nodes():
         state.lower_gradient_node(state.innermost())
     if y or xs:
@@ -191,5 +224,23 @@ def lower(model, y: str | None = None, xs=None, zs=None, *, dy: str | bool | Non
         del out.opset_import[:]
         out.opset_import.extend(kept)
     if check:
-        onnx.checker.check_model(out, full_check=True)
-    return out
+        onnx.checker.check_model(checkable(out, state.detached), full_check=True)
+    return out, _detached_bytes(graph, out)
+
+
+class _Values(Mapping):
+    """Values of the initializers whose bytes are outside the proto, read when a rule asks."""
+
+    def __init__(self, weights, names: set[str], detached):
+        self.weights, self.names = weights, names & set(detached)
+
+    def __getitem__(self, name):
+        if name not in self.names:
+            raise KeyError(name)
+        return self.weights[name]
+
+    def __iter__(self):
+        return iter(self.names)
+
+    def __len__(self) -> int:
+        return len(self.names)

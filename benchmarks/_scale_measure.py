@@ -1,0 +1,178 @@
+"""One measurement of one pretrained-size model, taken in a fresh process (bench_scale.py starts one per
+measurement, so no measurement sees another's imports, caches or memory):
+
+    python benchmarks/_scale_measure.py MEASURE MODEL [--threads N] [--calls K]   # prints one JSON object
+
+`MEASURES` maps a measurement's name to a function (case, args) -> dict of figures. A new measurement
+(the explorer's time to graph drawn and to ready, say) is one more function registered here; bench_scale
+shows the figures of any measurement it is asked for (--measures).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+sys.path.insert(0, ROOT)
+import _scale_models as scale  # noqa: E402
+
+MEASURES = {}
+
+
+def measure(fn):
+    MEASURES[fn.__name__] = fn
+    return fn
+
+
+def rss() -> int:
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def peak_rss() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # kilobytes on Linux
+
+
+def _engine_ready(args):
+    """`import engine, torch` and the thread count: the baseline every engine figure is above."""
+    import torch
+
+    import engine
+
+    torch.set_num_threads(args.threads)
+    return engine
+
+
+@measure
+def load(case, args) -> dict:
+    """engine.load on the model file (the process has imported engine and torch already)."""
+    engine = _engine_ready(args)
+    start = time.perf_counter()
+    engine.load(case.path)
+    return {"load_s": time.perf_counter() - start}
+
+
+@measure
+def ort(case, args) -> dict:
+    """onnxruntime InferenceSession creation (CPU provider, default graph optimizations)."""
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = args.threads
+    start = time.perf_counter()
+    onnxruntime.InferenceSession(case.path, options, providers=["CPUExecutionProvider"])
+    return {"ort_session_s": time.perf_counter() - start}
+
+
+@measure
+def memory(case, args) -> dict:
+    """Peak RSS added above `import engine, torch` by load + one gradient of the deep weight."""
+    engine = _engine_ready(args)
+    base = rss()
+    model = engine.load(case.path)
+    weight = scale.deep_weight(model.graph, case)
+    model.gradient(case.output, [weight], list(case.inputs), feeds=scale.example(case))
+    return {"rss_added_bytes": peak_rss() - base, "model_bytes": case.bytes()}
+
+
+@measure
+def gradient(case, args) -> dict:
+    """Model.gradient of the output (dy = ones) by the deep weight, zs = the inputs: seconds per call
+    after a first call (which builds the plan), `calls` calls."""
+    engine = _engine_ready(args)
+    model = engine.load(case.path)
+    weight = scale.deep_weight(model.graph, case)
+    feeds = scale.example(case)
+    first = time.perf_counter()
+    model.gradient(case.output, [weight], list(case.inputs), feeds=feeds)
+    first = time.perf_counter() - first
+    times = []
+    for _ in range(args.calls):
+        start = time.perf_counter()
+        model.gradient(case.output, [weight], list(case.inputs), feeds=feeds)
+        times.append(time.perf_counter() - start)
+    return {"gradient_s": statistics.median(times), "gradient_first_s": first, "gradient_times": times}
+
+
+@measure
+def eager(case, args) -> dict:
+    """The same gradient in torch eager on the module that was exported: forward, backward of
+    ones, only the deep weight requiring grad."""
+    import torch
+
+    torch.set_num_threads(args.threads)
+    module = scale.module(case)
+    for p in module.parameters():
+        p.requires_grad_(False)
+    weight = scale.deep_parameter(case, module).requires_grad_()
+    inputs = [torch.from_numpy(v) for v in scale.example(case).values()]
+
+    def step():
+        weight.grad = None
+        out = module(*inputs)
+        out.backward(torch.ones_like(out))
+        return weight.grad
+
+    step()
+    times = []
+    for _ in range(args.calls):
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    return {"eager_s": statistics.median(times), "eager_times": times}
+
+
+@measure
+def check(case, args) -> dict:
+    """`onnxgrad check --mode fast` on the deep weight: the whole command's wall time, and the time
+    the check itself reports taking inside it (`check()` alone, measured in this process)."""
+    engine = _engine_ready(args)
+    from engine.verify import check as run_check
+
+    model = engine.load(case.path)
+    weight = scale.deep_weight(model.graph, case)
+    feeds = scale.example(case)
+    start = time.perf_counter()
+    report = run_check(model, case.output, [weight], list(case.inputs), feeds=feeds, mode="fast")
+    own = time.perf_counter() - start
+    import numpy as np
+
+    feed_args = []
+    for name, value in feeds.items():
+        path = os.path.join(args.tmp, f"{name}.npy")
+        np.save(path, value)
+        feed_args += ["--feed", f"{name}={path}"]
+    cmd = [sys.executable, "-m", "engine", "check", case.path, "--y", case.output, "--xs", weight,
+           "--zs", ",".join(case.inputs), "--mode", "fast", *feed_args]
+    env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS=str(args.threads))
+    start = time.perf_counter()
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    whole = time.perf_counter() - start
+    return {"check_own_s": own, "check_command_s": whole, "check_verdict": report.verdict,
+            "check_command_exit": done.returncode, "check_command_stderr": done.stderr.strip()[-300:]}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("measure", choices=sorted(MEASURES))
+    p.add_argument("model", choices=[c.name for c in scale.CASES])
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--calls", type=int, default=3)
+    p.add_argument("--tmp", default=os.path.join(scale.CACHE, "tmp"))
+    args = p.parse_args(argv)
+    os.makedirs(args.tmp, exist_ok=True)
+    out = MEASURES[args.measure](scale.case(args.model), args)
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
