@@ -40,7 +40,7 @@ import onnx
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from _results import write_json  # noqa: E402
 
-from explorer.measure import FrameClock, key_latencies, summary, time_ready, time_start  # noqa: E402
+from explorer.measure import FrameClock, key_latencies, key_latencies_busy, summary, time_ready, time_start  # noqa: E402
 
 FIRST_PAINT_BUDGET_S = 2.0
 KEY_BUDGET_S = 0.100
@@ -134,7 +134,7 @@ async def ready_run(model_path: str) -> dict:
     during: dict[str, list[float]] = {}
 
     async def keys_while_starting(pilot) -> None:
-        during["start"] = await key_latencies(pilot, clock, ["down"] * 6 + ["up"] * 6)
+        during["start"] = await key_latencies_busy(app, clock, ["down"] * 6 + ["up"] * 6)
 
     t0 = time.perf_counter()
     app = make_app(model_path)
@@ -150,7 +150,7 @@ async def ready_run(model_path: str) -> dict:
         app.action_run()
         t_run = time.perf_counter()
         await pilot.pause(0.05)
-        busy = await key_latencies(pilot, clock, ["shift+down", "shift+up"] * 6)
+        busy = await key_latencies_busy(app, clock, ["shift+down", "shift+up"] * 6)
         work_live = any(w.is_running for w in app.workers if w.group in ("gradient", "summary", "values"))
         while s.gradient is None and time.perf_counter() - t_run < 120:
             await pilot.pause(0.05)

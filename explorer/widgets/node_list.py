@@ -1,7 +1,7 @@
 """Every node and tensor in one list, with search (`/`, ranked in ../search.py) and jump-to on Enter."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -144,14 +144,40 @@ class NodeList(Vertical):
             self.set_listing(listing_for(graph, unsupported))
 
     def _list_later(self, graph, unsupported) -> None:
-        # The labels for the width the list has now: fitting 15,000 names is 0.15 s the UI keeps.
-        self._list_in_worker(graph, unsupported, self.query_one(EntryList).scrollable_content_region.width - 2)
+        # The labels for the width the list will have: fitting 15,000 names is 0.15 s the UI keeps.
+        view = self.query_one(EntryList)
+        region = view.scrollable_content_region
+        bar = 0 if view.show_vertical_scrollbar else view.styles.scrollbar_size_vertical
+        self._list_in_worker(graph, unsupported, region.width - 2, region.width - 2 - bar, region.height)
 
     @in_background("navigator")
-    def _list_in_worker(self, graph, unsupported, width: int) -> None:
-        listing = listing_for(graph, unsupported, width)
+    def _list_in_worker(self, graph, unsupported, width: int, with_scrollbar: int, height: int) -> None:
+        listing = listing_for(graph, unsupported)
+        width = with_scrollbar if len(rows_for(listing.groups, COLLAPSED)) > height else width
+        names = [e.name for e in listing.entries]
+        listing = replace(listing, labels=(width, fit_labels(names, width)))
         if not get_current_worker().is_cancelled:
             self.post_message(self.Listed(graph, listing))
+
+    def on_entry_list_labels_wanted(self, message: EntryList.LabelsWanted) -> None:
+        message.stop()
+        self._label_in_worker(message.names, message.width)
+
+    @in_background("labels")
+    def _label_in_worker(self, names: list[str], width: int) -> None:
+        labels = fit_labels(names, width)
+        if not get_current_worker().is_cancelled:
+            self.post_message(self.Labelled(names, width, labels))
+
+    @dataclass
+    class Labelled(Message):
+        names: list[str]  # the names fitted: labels of a list replaced since are dropped
+        width: int
+        labels: dict[str, str]
+
+    def on_node_list_labelled(self, message: Labelled) -> None:
+        message.stop()
+        self.query_one(EntryList).set_labels(message.names, message.width, message.labels)
 
     @dataclass
     class Listed(Message):
