@@ -12,7 +12,7 @@ from textual.worker import get_current_worker
 
 from ..guard import in_background
 from ..search import SearchIndex
-from .entry_list import EntryList
+from .entry_list import INLINE_LABELS, EntryList
 from .labels import fit_labels
 
 UNSUPPORTED = "✗ unsupported"
@@ -155,7 +155,8 @@ class NodeList(Vertical):
         listing = listing_for(graph, unsupported)
         width = with_scrollbar if len(rows_for(listing.groups, COLLAPSED)) > height else width
         names = [e.name for e in listing.entries]
-        listing = replace(listing, labels=(width, fit_labels(names, width)))
+        if len(names) <= INLINE_LABELS:  # more are listed first, cut in the middle, and fitted after
+            listing = replace(listing, labels=(width, fit_labels(names, width)))
         if not get_current_worker().is_cancelled:
             self.post_message(self.Listed(graph, listing))
 
