@@ -35,7 +35,7 @@ _LAZY = {
     "gradmanager": ("Gradients", "GradManager", "Parameters"),
     "graphs": ("BackwardGraph", "Canvas", "GraphLayout", "GraphStats", "LayoutEdge", "LayoutNode", "TensorStats",
                "build_backward_graph", "gradient_with_stats", "layout_graph", "layout_near", "LocalLayout", "render",
-               "to_dot"),
+               "render_graph", "to_dot"),
     "loader": ("GraphIndex", "TensorInfo"),
     "model": ("Model",),
     "registry": ("OpImpl", "register", "supported_ops"),
@@ -53,6 +53,7 @@ __all__ = [
     "RecordingError", "GradManager", "Gradients", "Parameters",
     "check", "CheckReport", "XCheck", "NodeCheck", "ClaimedCheck", "Finding", "register_op_with_vjp", "unregister_op",
     "BackwardGraph", "build_backward_graph", "gradient_with_stats", "GraphStats", "TensorStats", "to_dot", "render",
+    "render_graph",
     "layout_graph", "layout_near", "LocalLayout", "GraphLayout", "LayoutNode", "LayoutEdge", "Canvas",
     "OnnxGradBackend", "OnnxGradRep", "lower", "LoweringError",
 ]

@@ -175,14 +175,9 @@ class Workers:
         elif what == "report":
             with open(path, "w") as fh:
                 json.dump(payload, fh, indent=2, default=str)
-        else:
+        else:  # dot text, or an svg drawn by Graphviz dot when small and from onnxgrad's own layout when big
             model, spec, view, stats = payload
-            dot = engine.to_dot(model, spec, view, stats)
-            if what == "dot":
-                with open(path, "w") as fh:
-                    fh.write(getattr(dot, "source", dot))
-            else:
-                engine.render(dot, path)
+            engine.render_graph(model, path, spec, view, stats)
         self.post_message(m.ExportDone(what, path))
 
     @in_background("open")
