@@ -173,6 +173,7 @@ def placed_dot(view: ViewGraph, layout: GraphLayout) -> str:
             continue
         x0 = min(boxes[n.id].x for n in inside) - 1
         x1 = max(boxes[n.id].x + boxes[n.id].width for n in inside) + 1
+        x1 = max(x1, x0 + math.ceil(len(label) * CHAR_CELLS * 1.1) + 2)  # its 11 pt label fits
         y0 = min(boxes[n.id].y for n in inside) - 2  # a row for the cluster's label
         y1 = max(boxes[n.id].y + boxes[n.id].height for n in inside) + 1
         bb = f"{x0 * CELL_W_PT:.1f},{(top - y1) * CELL_H_PT:.1f},{x1 * CELL_W_PT:.1f},{(top - y0) * CELL_H_PT:.1f}"
