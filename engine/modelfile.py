@@ -17,7 +17,7 @@ from onnx import ModelProto, TensorProto, helper
 
 from . import protowire
 from .errors import ModelLoadError, OnnxGradError
-from .weights import Buffer, DataFile, Span, Weights, describe, expected_bytes
+from .weights import Buffer, DataFile, FileRange, Span, Weights, describe, expected_bytes
 
 STRIP_BYTES = 1024  # smaller initializers stay in the proto: shape inference reads the shape-like ones
 PROTOBUF_LIMIT = 2**31 - 1
@@ -245,7 +245,7 @@ def checkable(model: ModelProto, detached) -> ModelProto:
     return out
 
 
-def _data_for(model: ModelProto, data) -> dict[int, memoryview]:
+def _data_for(model: ModelProto, data) -> dict[int, memoryview | FileRange]:
     out = {}
     for k, t in enumerate(model.graph.initializer):
         if t.name in data:
@@ -253,7 +253,9 @@ def _data_for(model: ModelProto, data) -> dict[int, memoryview]:
     return out
 
 
-def _bytes_of(value) -> memoryview:
+def _bytes_of(value) -> memoryview | FileRange:
+    if isinstance(value, FileRange):
+        return value
     view = memoryview(value)
     return view if view.format == "B" and view.ndim == 1 else view.cast("B")
 
@@ -278,7 +280,7 @@ def write(model: ModelProto, data, path: str, external: bool | None = None) -> b
     return external
 
 
-def _inline(model: ModelProto, payloads: dict[int, memoryview]) -> ModelProto:
+def _inline(model: ModelProto, payloads: dict) -> ModelProto:
     """`model`, or a copy whose initializers about to take their bytes no longer say they are external."""
     inits = model.graph.initializer
     if not any(inits[k].data_location == TensorProto.EXTERNAL or len(inits[k].external_data) for k in payloads):
@@ -293,17 +295,70 @@ def _inline(model: ModelProto, payloads: dict[int, memoryview]) -> ModelProto:
 
 def _write_pieces(path: str, pieces) -> None:
     tmp = f"{path}.tmp{os.getpid()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
     try:
-        with open(tmp, "wb") as fh:
+        try:
+            size = 0
             for p in pieces:
-                fh.write(p)
+                if isinstance(p, FileRange):
+                    _copy_range(p, fd, size)
+                else:
+                    _write_all(fd, memoryview(p).cast("B"), size)
+                size += len(p)
+            os.ftruncate(fd, size)  # a range ending in a hole was skipped, not written
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
 
 
-def _write_external(model: ModelProto, payloads: dict[int, memoryview], path: str) -> None:
+def _write_all(fd: int, view: memoryview, at: int) -> None:
+    while len(view):
+        n = os.pwrite(fd, view, at)
+        view, at = view[n:], at + n
+
+
+def _copy_range(r: FileRange, fd: int, at: int) -> None:
+    """Copy `r` to `fd` at `at` in the kernel, leaving its holes holes (a sparse file stays sparse)."""
+    r.file.require_unchanged()
+    pos, end = r.offset, r.offset + r.length
+    while pos < end:
+        data = _seek(r.file.fd, pos, getattr(os, "SEEK_DATA", None), default=pos, past=end)
+        if data > pos:  # a hole: nothing to write
+            pos = min(data, end)
+            continue
+        stop = min(_seek(r.file.fd, pos, getattr(os, "SEEK_HOLE", None), default=end, past=end), end)
+        while pos < stop:
+            n = _kernel_copy(r.file.fd, fd, pos, at + pos - r.offset, stop - pos)
+            if n <= 0:
+                raise OSError(f"{r.file.path} ended early: {stop - pos} bytes missing at offset {pos}")
+            pos += n
+
+
+def _seek(fd: int, pos: int, whence, default: int, past: int) -> int:
+    if whence is None:
+        return default
+    try:
+        return os.lseek(fd, pos, whence)
+    except OSError:  # ENXIO: no data after pos (all hole); other errors: treat as data
+        return past if whence == getattr(os, "SEEK_DATA", None) else default
+
+
+def _kernel_copy(src: int, dst: int, src_at: int, dst_at: int, count: int) -> int:
+    count = min(count, 1 << 30)
+    if hasattr(os, "copy_file_range"):
+        try:
+            return os.copy_file_range(src, dst, count, src_at, dst_at)
+        except OSError:
+            pass
+    data = os.pread(src, min(count, 1 << 24), src_at)
+    _write_all(dst, memoryview(data), dst_at)
+    return len(data)
+
+
+def _write_external(model: ModelProto, payloads: dict, path: str) -> None:
     out = ModelProto()
     out.CopyFrom(model)
     location = os.path.basename(path) + ".data"
@@ -316,7 +371,7 @@ def _write_external(model: ModelProto, payloads: dict[int, memoryview], path: st
         t.ClearField("raw_data")
         if len(payload) < STRIP_BYTES:
             t.data_location = TensorProto.DEFAULT
-            t.raw_data = payload.tobytes()
+            t.raw_data = _as_bytes(payload)
             continue
         pad = -offset % ALIGN
         pieces += [b"\0" * pad, payload]
@@ -338,5 +393,9 @@ def materialize(model: ModelProto, data) -> ModelProto:
         t = out.graph.initializer[k]
         t.ClearField("external_data")
         t.data_location = TensorProto.DEFAULT
-        t.raw_data = payload.tobytes()
+        t.raw_data = _as_bytes(payload)
     return out
+
+
+def _as_bytes(payload) -> bytes:
+    return (payload.read() if isinstance(payload, FileRange) else payload).tobytes()

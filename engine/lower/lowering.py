@@ -51,7 +51,7 @@ def _detached_bytes(graph, proto: ModelProto) -> dict:
     """The bytes of the initializers `proto` still has whose bytes live outside the proto."""
     names = {t.name for t in proto.graph.initializer}
     weights = graph.weights
-    return {n: weights.raw(n) for n in weights.detached() if n in names}
+    return {n: weights.stored(n) for n in weights.detached() if n in names}
 
 
 def upgraded(proto: ModelProto) -> ModelProto:
@@ -153,9 +153,10 @@ class Lowering:
 
     # -- a selection -----------------------------------------------------------------------------
     def add_selection(self, y: str, xs, zs, dy: str | None, outputs: Sequence[str] | None) -> list[str]:
-        from ..model import load
+        from ..loader import index
+        from ..selection import validate
 
-        spec = load(self.proto, check=False).selection(y, xs, zs)
+        spec = validate(index(self.proto), y, xs, zs)
         outputs = list(outputs or [f"d{spec.y}_d{x}" for x in spec.xs])
         if len(outputs) != len(spec.xs):
             raise LoweringError(f"{len(outputs)} output names for {len(spec.xs)} members of xs")
