@@ -16,7 +16,8 @@ from onnx import ModelProto, helper, shape_inference, version_converter
 
 from ..errors import LoweringError
 from ..loader import TRAINING_DOMAIN, _toposort
-from ..modelfile import checkable, materialize
+from ..modelfile import checkable
+from ..modelwrite import materialize
 from ..selection import names as split_names
 from .context import Ctx, attr, collect_constants, collect_types
 from .core import backward, cut_slice
