@@ -197,3 +197,14 @@ def test_weights_are_shared_not_copied(tmp_path):
         np.testing.assert_array_equal(const.numpy(), w)
     model = engine.load(proto.SerializeToString())
     np.testing.assert_array_equal(model.constants()["W"].numpy(), w)
+
+
+def test_onnxgrad_on_a_folder_opens_the_explorer_on_its_model(tmp_path, monkeypatch):
+    from explorer import launcher
+    from explorer.app import ExplorerApp
+
+    small_external(str(tmp_path))
+    opened = []
+    monkeypatch.setattr(ExplorerApp, "run", lambda self: opened.append(self.session.label))
+    assert launcher.main([str(tmp_path)]) == 0
+    assert opened == ["m.onnx"]
