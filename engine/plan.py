@@ -296,7 +296,7 @@ class StepObserver:
         return outs
 
 
-STEP_ERRORS = (OnnxGradError, RuntimeError, ValueError, TypeError, IndexError, MemoryError)
+STEP_ERRORS = (OnnxGradError, RuntimeError, ValueError, TypeError, IndexError, MemoryError, ArithmeticError)
 # torch's CPU allocator: "... can't allocate memory: you tried to allocate 140737488355328 bytes. Error code 12 ..."
 _ASKED = re.compile(r"(?:can't allocate memory|out of memory).*?tried to allocate (\d+ bytes|[0-9.]+ ?[KMGTP]i?B)",
                     re.IGNORECASE)

@@ -91,3 +91,12 @@ def test_the_seeded_load_path_fuzz_finds_no_escape():
     assert summary["escapes"] == [], summary["escapes"][:5]
     assert summary["cases"] == 240
     assert summary["loaded"] > 20 and summary["refused"] > 20  # both paths exercised
+
+
+def test_an_attribute_that_divides_by_zero_is_one_line_naming_the_node():
+    # Found by the fuzz: MaxPool strides of 0 pass the checker; the output size divides by them.
+    model = _one_node(helper.make_node("MaxPool", ["X"], ["Y"], name="pool", kernel_shape=[2, 2], strides=[0, 0]),
+                      [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, 1, 4, 4])],
+                      [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [None, None, None, None])])
+    with pytest.raises(ExecutionError, match=r"^node 'pool' \(MaxPool\) failed: integer division or modulo by zero$"):
+        model.run({"X": np.ones((1, 1, 4, 4), np.float32)})
