@@ -32,6 +32,15 @@ def measure(fn):
     return fn
 
 
+def bench_env(threads: int) -> dict:
+    """The environment of a measured process: this checkout first, the thread count, and Python's
+    bytecode cache on as on any install (a sandbox's PYTHONDONTWRITEBYTECODE would charge every
+    import's compilation to the first call that imports)."""
+    env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS=str(threads))
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
+
+
 def rss() -> int:
     with open("/proc/self/statm") as fh:
         return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
@@ -94,12 +103,9 @@ def gradient(case, args) -> dict:
     first = time.perf_counter()
     model.gradient(case.output, [weight], list(case.inputs), feeds=feeds)
     first = time.perf_counter() - first
-    times = []
-    for _ in range(args.calls):
-        start = time.perf_counter()
-        model.gradient(case.output, [weight], list(case.inputs), feeds=feeds)
-        times.append(time.perf_counter() - start)
-    return {"gradient_s": statistics.median(times), "gradient_first_s": first, "gradient_times": times}
+    times, cpu = timed(lambda: model.gradient(case.output, [weight], list(case.inputs), feeds=feeds), args.calls)
+    return {"gradient_s": statistics.median(times), "gradient_cpu_s": statistics.median(cpu), "gradient_first_s": first,
+            "gradient_times": times}
 
 
 @measure
@@ -122,12 +128,19 @@ def eager(case, args) -> dict:
         return weight.grad
 
     step()
-    times = []
-    for _ in range(args.calls):
-        start = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - start)
-    return {"eager_s": statistics.median(times), "eager_times": times}
+    times, cpu = timed(step, args.calls)
+    return {"eager_s": statistics.median(times), "eager_cpu_s": statistics.median(cpu), "eager_times": times}
+
+
+def timed(call, calls: int) -> tuple[list[float], list[float]]:
+    """Wall and process CPU seconds of each of `calls` calls (CPU time is steadier on a shared machine)."""
+    wall, cpu = [], []
+    for _ in range(calls):
+        w, c = time.perf_counter(), time.process_time()
+        call()
+        wall.append(time.perf_counter() - w)
+        cpu.append(time.process_time() - c)
+    return wall, cpu
 
 
 @measure
@@ -152,7 +165,7 @@ def check(case, args) -> dict:
         feed_args += ["--feed", f"{name}={path}"]
     cmd = [sys.executable, "-m", "engine", "check", case.path, "--y", case.output, "--xs", weight,
            "--zs", ",".join(case.inputs), "--mode", "fast", *feed_args]
-    env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS=str(args.threads))
+    env = bench_env(args.threads)
     start = time.perf_counter()
     done = subprocess.run(cmd, env=env, capture_output=True, text=True)
     whole = time.perf_counter() - start

@@ -7,7 +7,8 @@ measured each in a fresh process (benchmarks/_scale_measure.py), the two sides o
   load      engine.load ÷ onnxruntime InferenceSession creation (CPU provider)
   memory    peak RSS added above `import engine, torch` by load + one gradient ÷ the model's bytes
   gradient  Model.gradient of the output by a weight in the first block (zs = the inputs, 32 tokens,
-            dy = ones) ÷ torch eager forward+backward of the same weight, same thread count
+            dy = ones) ÷ torch eager forward+backward of the same weight, same thread count (wall
+            time, or with --clock cpu the process CPU time, steadier on a shared machine)
   check     `onnxgrad check --mode fast` on GPT-2 124M: the whole command ÷ the check's own time
 
 Ratios are medians over --runs rounds (per-round ratios); each gradient process times --calls calls
@@ -32,6 +33,7 @@ sys.path.insert(0, HERE)
 import _scale_measure as measures  # noqa: E402
 import _scale_models as scale  # noqa: E402
 from _results import write_json  # noqa: E402
+from _scale_measure import bench_env  # noqa: E402
 
 BUILT_IN = ("load", "memory", "gradient", "check")
 
@@ -40,7 +42,7 @@ def take(measure: str, model: str, args) -> dict:
     """One measurement in a fresh process."""
     cmd = [sys.executable, os.path.join(HERE, "_scale_measure.py"), measure, model, "--threads", str(args.threads),
            "--calls", str(args.calls)]
-    env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS=str(args.threads))
+    env = bench_env(args.threads)
     done = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if done.returncode != 0:
         tail = done.stderr.strip().splitlines()[-1:] or ["(no output)"]
@@ -80,7 +82,9 @@ def bench(model: str, args) -> dict:
         row["memory"] = {"rss_added_bytes": added, "ratio": added / row["model_bytes"]}
         print(f"  {model} memory: {added / 1e9:.2f} GB added, {row['memory']['ratio']:.2f}x the model", file=sys.stderr)
     if "gradient" in wanted:
-        row["gradient"] = ratio_rounds("gradient", "eager", "gradient_s", "eager_s", model, args)
+        cpu = "_cpu" if args.clock == "cpu" else ""
+        row["gradient"] = ratio_rounds("gradient", "eager", f"gradient{cpu}_s", f"eager{cpu}_s", model, args)
+        row["gradient"]["clock"] = args.clock
     if "check" in wanted and model in args.check_models.split(","):
         got = median_of("check", model, args)
         got["ratio"] = got["check_command_s"] / got["check_own_s"]
@@ -89,6 +93,10 @@ def bench(model: str, args) -> dict:
         if extra not in BUILT_IN and extra in measures.MEASURES:
             row[extra] = median_of(extra, model, args)
     return row
+
+
+def _key(figures: dict, side: str) -> str:
+    return f"{side}_cpu_s" if figures.get("clock") == "cpu" else f"{side}_s"
 
 
 def table(rows: list[dict]) -> str:
@@ -100,7 +108,7 @@ def table(rows: list[dict]) -> str:
                  f"{ld['load_s']:.2f} s" if ld else "—", f"{ld['ort_session_s']:.2f} s" if ld else "—",
                  f"{ld['ratio']:.2f}×" if ld else "—",
                  f"{mem['rss_added_bytes'] / 1e9:.2f} GB" if mem else "—", f"{mem['ratio']:.2f}×" if mem else "—",
-                 f"{gr['gradient_s']:.3f} s" if gr else "—", f"{gr['eager_s']:.3f} s" if gr else "—",
+                 f"{gr[_key(gr, 'gradient')]:.3f} s" if gr else "—", f"{gr[_key(gr, 'eager')]:.3f} s" if gr else "—",
                  f"{gr['ratio']:.2f}×" if gr else "—"]
         lines.append("| " + " | ".join(cells) + " |")
     for r in rows:
@@ -124,6 +132,8 @@ def main(argv=None) -> int:
     p.add_argument("--memory-runs", type=int, default=1)
     p.add_argument("--calls", type=int, default=3, help="timed gradient calls per process, after the first")
     p.add_argument("--threads", type=int, default=2, help="torch and onnxruntime threads (both sides)")
+    p.add_argument("--clock", choices=["wall", "cpu"], default="wall",
+                   help="gradient timing: wall time, or process CPU time (steadier on a shared machine; use --threads 1)")
     p.add_argument("--check-models", default="gpt2", help="models the check measurement runs on")
     p.add_argument("--json", default=os.path.join(HERE, "results", "scale.json"))
     args = p.parse_args(argv)
@@ -135,7 +145,7 @@ def main(argv=None) -> int:
         rows.append(bench(name, args))
     print(table(rows))
     meta = {"machine": platform.machine(), "cpus": os.cpu_count(), "threads": args.threads, "runs": args.runs,
-            "calls": args.calls, "load_average": os.getloadavg()[0]}
+            "calls": args.calls, "clock": args.clock, "load_average": os.getloadavg()[0]}
     write_json(args.json, {"meta": meta, "results": rows})
     print(f"\nload average {meta['load_average']:.2f}; raw figures in {args.json}")
     return 0

@@ -1,11 +1,10 @@
-"""Reading a model without its weights, and writing one back from wherever its weights live.
+"""Reading a model without its weights (writing one back: engine/modelwrite.py).
 
 `read` gives the model's *skeleton* (the ModelProto with every initializer of a kilobyte or more
 stripped of its bytes: what protobuf parses, the checker checks and shape inference reads) and a
 `Weights` that knows where those bytes are: in the .onnx file (protobuf never sees them; see
 engine/protowire.py) or in external data files, opened through onnx's own path checks and mapped.
-`write` splices the bytes back, or writes them as external data when the model is over protobuf's
-2 GB; `checkable` is the skeleton as the checker can take it.
+`checkable` is the skeleton as the checker and shape inference can take it.
 """
 from __future__ import annotations
 
@@ -16,12 +15,11 @@ import onnx
 from onnx import ModelProto, TensorProto, helper
 
 from . import protowire
-from .errors import ModelLoadError, OnnxGradError
+from .errors import ModelLoadError
+from .modeltext import require_text
 from .weights import Buffer, DataFile, Span, Weights, describe, expected_bytes
 
 STRIP_BYTES = 1024  # smaller initializers stay in the proto: shape inference reads the shape-like ones
-PROTOBUF_LIMIT = 2**31 - 1
-ALIGN = 4096  # external data offsets, so that every tensor maps without a copy
 
 
 def resolve_path(path: str) -> str:
@@ -127,6 +125,7 @@ def _split_proto(proto: ModelProto, take: bool = False) -> tuple[ModelProto, dic
 
 
 def _weights(skeleton: ModelProto, spans: dict[str, Span], base_dir: str) -> Weights:
+    require_text(skeleton)  # before anything reads a name
     protos = {t.name: t for t in skeleton.graph.initializer}
     files: dict[str, DataFile] = {}
     for name, t in protos.items():
@@ -242,101 +241,4 @@ def checkable(model: ModelProto, detached) -> ModelProto:
         if t.name not in inputs:
             g.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
             inputs.add(t.name)
-    return out
-
-
-def _data_for(model: ModelProto, data) -> dict[int, memoryview]:
-    out = {}
-    for k, t in enumerate(model.graph.initializer):
-        if t.name in data:
-            out[k] = _bytes_of(data[t.name])
-    return out
-
-
-def _bytes_of(value) -> memoryview:
-    view = memoryview(value)
-    return view if view.format == "B" and view.ndim == 1 else view.cast("B")
-
-
-def write(model: ModelProto, data, path: str, external: bool | None = None) -> bool:
-    """Write `model` to `path`, the initializers named in `data` (name -> bytes-like, little-endian)
-    taking those bytes. `external`: None writes them to `path`.data when the model would pass
-    protobuf's 2 GB. Files are replaced atomically: a model mapped from the old ones stays readable.
-    Returns whether external data was written."""
-    path = os.fspath(path)
-    payloads = _data_for(model, data)
-    if external is None:
-        external = model.ByteSize() + sum(len(p) + 16 for p in payloads.values()) > PROTOBUF_LIMIT
-    try:
-        if external:
-            _write_external(model, payloads, path)
-        else:
-            pieces = protowire.with_raw_data(_inline(model, payloads).SerializeToString(), payloads)
-            _write_pieces(path, pieces)
-    except OSError as exc:
-        raise OnnxGradError(f"cannot write {path}: {exc.strerror or exc}") from None
-    return external
-
-
-def _inline(model: ModelProto, payloads: dict[int, memoryview]) -> ModelProto:
-    """`model`, or a copy whose initializers about to take their bytes no longer say they are external."""
-    inits = model.graph.initializer
-    if not any(inits[k].data_location == TensorProto.EXTERNAL or len(inits[k].external_data) for k in payloads):
-        return model
-    out = ModelProto()
-    out.CopyFrom(model)
-    for k in payloads:
-        out.graph.initializer[k].ClearField("external_data")
-        out.graph.initializer[k].ClearField("data_location")
-    return out
-
-
-def _write_pieces(path: str, pieces) -> None:
-    tmp = f"{path}.tmp{os.getpid()}"
-    try:
-        with open(tmp, "wb") as fh:
-            for p in pieces:
-                fh.write(p)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-
-
-def _write_external(model: ModelProto, payloads: dict[int, memoryview], path: str) -> None:
-    out = ModelProto()
-    out.CopyFrom(model)
-    location = os.path.basename(path) + ".data"
-    pieces, offset = [], 0
-    for k, t in enumerate(out.graph.initializer):
-        if k not in payloads:
-            continue
-        payload = payloads[k]
-        t.ClearField("external_data")
-        t.ClearField("raw_data")
-        if len(payload) < STRIP_BYTES:
-            t.data_location = TensorProto.DEFAULT
-            t.raw_data = payload.tobytes()
-            continue
-        pad = -offset % ALIGN
-        pieces += [b"\0" * pad, payload]
-        offset += pad
-        for key, value in (("location", location), ("offset", offset), ("length", len(payload))):
-            entry = t.external_data.add()
-            entry.key, entry.value = key, str(value)
-        t.data_location = TensorProto.EXTERNAL
-        offset += len(payload)
-    _write_pieces(os.path.join(os.path.dirname(path), location), pieces)
-    _write_pieces(path, [out.SerializeToString()])
-
-
-def materialize(model: ModelProto, data) -> ModelProto:
-    """A complete copy of `model`: the initializers named in `data` hold their bytes as raw_data."""
-    out = ModelProto()
-    out.CopyFrom(model)
-    for k, payload in _data_for(out, data).items():
-        t = out.graph.initializer[k]
-        t.ClearField("external_data")
-        t.data_location = TensorProto.DEFAULT
-        t.raw_data = payload.tobytes()
     return out

@@ -75,6 +75,21 @@ class DataFile:
             raise ModelLoadError(f"{self.path} changed since it was loaded: load it again")
 
 
+@dataclass(frozen=True)
+class FileRange:
+    """`length` bytes at `offset` of an open file, as a writer copies them: in the kernel, holes kept."""
+
+    file: DataFile
+    offset: int
+    length: int
+
+    def __len__(self) -> int:
+        return self.length
+
+    def read(self) -> memoryview:
+        return memoryview(self.file.read(self.offset, self.length, np.dtype(np.uint8)))
+
+
 class Buffer:
     """Weights inside bytes the caller gave: views of them (read-only), copies where unaligned."""
 
@@ -161,15 +176,14 @@ class Weights(Mapping[str, np.ndarray]):
     def total_bytes(self) -> int:
         return sum(self.nbytes(n) for n in self._protos)
 
-    def raw(self, name: str) -> memoryview | None:
-        """The stored little-endian bytes of a detached initializer (None: its bytes are in the proto).
-        A value already read is shared; otherwise it is read for the caller and not kept."""
+    def stored(self, name: str) -> FileRange | memoryview | None:
+        """The stored little-endian bytes of a detached initializer, for writing the model back: the
+        file range they lie in, or a view of the bytes the caller gave (None: they are in the proto)."""
         span = self._spans.get(name)
         if span is None:
             return None
-        arr = self._arrays.get(name)
-        if arr is not None and self._plain(name):
-            return memoryview(arr.reshape(-1).view(np.uint8))
+        if isinstance(span.source, DataFile):
+            return FileRange(span.source, span.offset, span.length)
         return memoryview(span.source.read(span.offset, span.length, np.dtype(np.uint8)))
 
     def array(self, name: str) -> np.ndarray:

@@ -24,7 +24,7 @@ OPS_HELP = "a Python file that registers ops (forward + VJP) when imported; repe
 
 
 def add_model_argument(p: argparse.ArgumentParser, ops: bool = True) -> None:
-    p.add_argument("model", metavar="MODEL", help="path to an .onnx file")
+    p.add_argument("model", metavar="MODEL", help="path to an .onnx file, or a folder holding one")
     if ops:  # commands that run the model can run ops registered by a file
         add_ops_argument(p)
 

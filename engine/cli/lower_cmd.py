@@ -25,7 +25,7 @@ def run(args) -> int:
 
     from ..errors import LoweringError
     from ..lower.lowering import lowered
-    from ..modelfile import write
+    from ..modelwrite import write
 
     if (args.y is None) != (args.xs is None):
         raise LoweringError("--y and --xs go together: name the tensor and what to differentiate it by")

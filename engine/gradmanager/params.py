@@ -10,7 +10,7 @@ from onnx import ModelProto, TensorProto
 from ..dtypes import onnx_to_torch
 from ..errors import ModelLoadError
 from ..model import Model
-from ..modelfile import write
+from ..modelwrite import write
 
 
 class Parameters(Mapping[str, torch.Tensor]):
@@ -87,17 +87,14 @@ class Parameters(Mapping[str, torch.Tensor]):
         return write(proto, data, os.fspath(path), external=external_data)
 
 
-def source_model(model: Model) -> tuple[ModelProto, dict[str, memoryview]]:
+def source_model(model: Model) -> tuple[ModelProto, dict]:
     """The model as loaded (shape inference's additions left out), without the bytes of its large
-    initializers, and those bytes by name, read from where they live (nothing copied where mapped)."""
+    initializers, and where those bytes are, by name (a writer copies them from there)."""
     graph = model.graph
     if graph.source is None or graph.weights is None:
         raise ModelLoadError("this model was not loaded from a file, bytes or a proto; nothing to write back")
     graph.weights.require_unchanged()  # what is not read yet must come from the files as they were
-    data = {}
-    for name in graph.weights.detached():
-        data[name] = graph.weights.raw(name)
-    return graph.source, data
+    return graph.source, {name: graph.weights.stored(name) for name in graph.weights.detached()}
 
 
 def initializer_bytes(init: TensorProto, value: torch.Tensor) -> memoryview:

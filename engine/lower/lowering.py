@@ -16,7 +16,8 @@ from onnx import ModelProto, helper, shape_inference, version_converter
 
 from ..errors import LoweringError
 from ..loader import TRAINING_DOMAIN, _toposort
-from ..modelfile import checkable, materialize
+from ..modelfile import checkable
+from ..modelwrite import materialize
 from ..selection import names as split_names
 from .context import Ctx, attr, collect_constants, collect_types
 from .core import backward, cut_slice
@@ -51,7 +52,7 @@ def _detached_bytes(graph, proto: ModelProto) -> dict:
     """The bytes of the initializers `proto` still has whose bytes live outside the proto."""
     names = {t.name for t in proto.graph.initializer}
     weights = graph.weights
-    return {n: weights.raw(n) for n in weights.detached() if n in names}
+    return {n: weights.stored(n) for n in weights.detached() if n in names}
 
 
 def upgraded(proto: ModelProto) -> ModelProto:
@@ -153,9 +154,10 @@ class Lowering:
 
     # -- a selection -----------------------------------------------------------------------------
     def add_selection(self, y: str, xs, zs, dy: str | None, outputs: Sequence[str] | None) -> list[str]:
-        from ..model import load
+        from ..loader import index
+        from ..selection import validate
 
-        spec = load(self.proto, check=False).selection(y, xs, zs)
+        spec = validate(index(self.proto), y, xs, zs)
         outputs = list(outputs or [f"d{spec.y}_d{x}" for x in spec.xs])
         if len(outputs) != len(spec.xs):
             raise LoweringError(f"{len(outputs)} output names for {len(spec.xs)} members of xs")
