@@ -173,6 +173,24 @@ def check(case, args) -> dict:
             "check_command_exit": done.returncode, "check_command_stderr": done.stderr.strip()[-300:]}
 
 
+@measure
+def explorer(case, args) -> dict:
+    """The explorer opened on the model, from before the load (bench_explorer.py --ready): seconds to
+    the graph drawn and to ready (navigator listed, whole layout done, cursor's value shown), and
+    key latencies while the start's background work and a gradient of the biggest weight run."""
+    import asyncio
+
+    _engine_ready(args)
+    import bench_explorer
+
+    run = asyncio.run(bench_explorer.ready_run(case.path))
+    keys = sorted(run["keys_while_starting"] + run["keys_while_gradient"])
+    return {"graph_drawn_s": run["graph_paint_s"], "ready_s": run["ready_s"], "ready_cpu_s": run["ready_cpu_s"],
+            "listed_s": run["listed_s"],
+            "laid_out_s": run["laid_out_s"], "value_s": run["value_s"], "key_median_s": statistics.median(keys),
+            "key_max_s": keys[-1]}
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("measure", choices=sorted(MEASURES))

@@ -10,6 +10,8 @@ measured each in a fresh process (benchmarks/_scale_measure.py), the two sides o
             dy = ones) ÷ torch eager forward+backward of the same weight, same thread count (wall
             time, or with --clock cpu the process CPU time, steadier on a shared machine)
   check     `onnxgrad check --mode fast` on GPT-2 124M: the whole command ÷ the check's own time
+  explorer  (--measures ...,explorer) the explorer opened on the model: seconds to the graph drawn and
+            to ready (navigator listed, layout done, cursor's value shown), from before the load
 
 Ratios are medians over --runs rounds (per-round ratios); each gradient process times --calls calls
 after its first. Other measurements registered in _scale_measure.MEASURES (the explorer's, say) run
@@ -100,16 +102,18 @@ def _key(figures: dict, side: str) -> str:
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| model | bytes | load | ORT session | load ÷ ORT | RSS added | ÷ bytes | gradient | eager | ÷ eager |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| model | bytes | load | ORT session | load ÷ ORT | RSS added | ÷ bytes | gradient | eager | ÷ eager "
+             "| graph drawn | ready |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        ld, mem, gr = r.get("load", {}), r.get("memory", {}), r.get("gradient", {})
+        ld, mem, gr, ex = r.get("load", {}), r.get("memory", {}), r.get("gradient", {}), r.get("explorer", {})
         cells = [r["model"], f"{r['model_bytes'] / 1e9:.2f} GB",
                  f"{ld['load_s']:.2f} s" if ld else "—", f"{ld['ort_session_s']:.2f} s" if ld else "—",
                  f"{ld['ratio']:.2f}×" if ld else "—",
                  f"{mem['rss_added_bytes'] / 1e9:.2f} GB" if mem else "—", f"{mem['ratio']:.2f}×" if mem else "—",
                  f"{gr[_key(gr, 'gradient')]:.3f} s" if gr else "—", f"{gr[_key(gr, 'eager')]:.3f} s" if gr else "—",
-                 f"{gr['ratio']:.2f}×" if gr else "—"]
+                 f"{gr['ratio']:.2f}×" if gr else "—",
+                 f"{ex['graph_drawn_s']:.2f} s" if ex else "—", f"{ex['ready_s']:.2f} s" if ex else "—"]
         lines.append("| " + " | ".join(cells) + " |")
     for r in rows:
         if "check" in r:

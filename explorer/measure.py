@@ -139,6 +139,7 @@ class ReadyTimes:
     laid_out_s: float  # the whole layout replaced the cursor's neighbourhood
     value_s: float  # the cursor's value is shown with its statistics
     ready_s: float  # the last of the three
+    ready_cpu_s: float = 0.0  # CPU seconds of the process (all threads) from the start to ready
 
 
 def ready_parts(app) -> dict[str, bool]:
@@ -153,16 +154,18 @@ def ready_parts(app) -> dict[str, bool]:
 
 
 async def time_ready(app, pilot, clock: FrameClock, started: float, timeout: float = 120.0,
-                     during=None) -> ReadyTimes:
+                     during=None, started_cpu: float | None = None) -> ReadyTimes:
     """Wait until the app is ready; `during(pilot)`, if given, is awaited once the graph is drawn
     (keys pressed while the listing, the layout and the values are still being made)."""
     seen: dict[str, float] = {}
+    cpu0, cpu = time.process_time() if started_cpu is None else started_cpu, [0.0]
 
     async def watch() -> None:
         while len(seen) < 3:
             for part, done in ready_parts(app).items():
                 if done and part not in seen:
                     seen[part] = time.perf_counter() - started
+                    cpu[0] = time.process_time() - cpu0
             await asyncio.sleep(0.005)
 
     watcher = asyncio.ensure_future(watch())
@@ -177,4 +180,5 @@ async def time_ready(app, pilot, clock: FrameClock, started: float, timeout: flo
     never = round(time.perf_counter() - started, 4)
     parts = {k: round(seen.get(k, never), 4) for k in ("listed", "laid_out", "value")}
     drawn = round((clock.graph_frame or time.perf_counter()) - started, 4)
-    return ReadyTimes(drawn, parts["listed"], parts["laid_out"], parts["value"], max(drawn, *parts.values()))
+    return ReadyTimes(drawn, parts["listed"], parts["laid_out"], parts["value"], max(drawn, *parts.values()),
+                      round(cpu[0], 4))
