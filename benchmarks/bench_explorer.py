@@ -30,6 +30,7 @@ import json
 import math
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -136,11 +137,13 @@ async def ready_run(model_path: str) -> dict:
     async def keys_while_starting(pilot) -> None:
         during["start"] = await key_latencies_busy(app, clock, ["down"] * 6 + ["up"] * 6)
 
+    rss0 = rss()
     t0, cpu0 = time.perf_counter(), time.process_time()
     app = make_app(model_path)
     clock.install(app)
     async with app.run_test(size=SIZE) as pilot:
         times = await time_ready(app, pilot, clock, t0, during=keys_while_starting, started_cpu=cpu0)
+        rss_ready = rss()
         s = app.session
         biggest = max(s.model.graph.initializers, key=lambda n: math.prod(declared_shape(s.model.graph, n)))
         s.select(s.model.outputs[0], [biggest], list(s.model.inputs))
@@ -152,13 +155,20 @@ async def ready_run(model_path: str) -> dict:
         await pilot.pause(0.05)
         busy = await key_latencies_busy(app, clock, ["shift+down", "shift+up"] * 6)
         work_live = any(w.is_running for w in app.workers if w.group in ("gradient", "summary", "values"))
-        while s.gradient is None and time.perf_counter() - t_run < 120:
+        while s.gradient is None and time.perf_counter() - t_run < 300:
             await pilot.pause(0.05)
         gradient_s = time.perf_counter() - t_run
+        await pilot.pause(1.0)  # the gradient's summaries and the weight's on screen
     return {"nodes": len(app.session.graph.nodes), **{k: getattr(times, k) for k in times.__dataclass_fields__},
             "keys_while_starting": during.get("start", []), "keys_while_gradient": busy,
             "gradient_still_running_after_keys": work_live, "gradient_s": round(gradient_s, 3),
-            "biggest_weight": biggest}
+            "biggest_weight": biggest, "rss_before_bytes": rss0, "rss_ready_bytes": rss_ready,
+            "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+
+
+def rss() -> int:
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 def ready_main(args) -> int:
@@ -172,8 +182,12 @@ def ready_main(args) -> int:
         runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
     med = statistics.median
     keys = [k for r in runs for k in r["keys_while_starting"] + r["keys_while_gradient"]]
-    result = {"model": os.path.basename(args.ready), "bytes": os.path.getsize(args.ready), "nodes": runs[0]["nodes"],
-              "runs": args.runs, "terminal": list(SIZE)}
+    folder, stem = os.path.dirname(os.path.abspath(args.ready)), os.path.splitext(os.path.basename(args.ready))[0]
+    data = [os.path.join(folder, f) for f in os.listdir(folder) if f.startswith(stem)]  # the model, its external data
+    result = {"model": os.path.basename(args.ready), "bytes": sum(os.path.getsize(f) for f in data if os.path.isfile(f)),
+              "nodes": runs[0]["nodes"], "runs": args.runs, "terminal": list(SIZE)}
+    for k in ("rss_before_bytes", "rss_ready_bytes", "peak_rss_bytes"):
+        result[k] = med(r[k] for r in runs)
     for k in ("graph_paint_s", "listed_s", "laid_out_s", "value_s", "ready_s", "ready_cpu_s", "gradient_s"):
         result[k] = {"median": med(r[k] for r in runs), "all": [r[k] for r in runs]}
     result["key_s"] = {"while_starting": summary([k for r in runs for k in r["keys_while_starting"]]),
