@@ -133,17 +133,21 @@ async def ready_run(model_path: str) -> dict:
 
     clock = FrameClock()
     during: dict[str, list[float]] = {}
+    memory: dict[str, dict] = {}
 
     async def keys_while_starting(pilot) -> None:
+        memory["drawn"] = rss()  # before any key: what opening the model costs
         during["start"] = await key_latencies_busy(app, clock, ["down"] * 6 + ["up"] * 6)
 
-    rss0 = rss()
+    memory["before"] = rss()
     t0, cpu0 = time.perf_counter(), time.process_time()
     app = make_app(model_path)
     clock.install(app)
     async with app.run_test(size=SIZE) as pilot:
         times = await time_ready(app, pilot, clock, t0, during=keys_while_starting, started_cpu=cpu0)
-        rss_ready = rss()
+        while app._work_live("values") or app._values_timer is not None:
+            await pilot.pause(0.05)
+        memory["values"] = rss()  # the arrow keys above started a forward pass: its values and the weights it read
         s = app.session
         biggest = max(s.model.graph.initializers, key=lambda n: math.prod(declared_shape(s.model.graph, n)))
         s.select(s.model.outputs[0], [biggest], list(s.model.inputs))
@@ -159,16 +163,18 @@ async def ready_run(model_path: str) -> dict:
             await pilot.pause(0.05)
         gradient_s = time.perf_counter() - t_run
         await pilot.pause(1.0)  # the gradient's summaries and the weight's on screen
+        memory["after_gradient"] = rss()
     return {"nodes": len(app.session.graph.nodes), **{k: getattr(times, k) for k in times.__dataclass_fields__},
             "keys_while_starting": during.get("start", []), "keys_while_gradient": busy,
             "gradient_still_running_after_keys": work_live, "gradient_s": round(gradient_s, 3),
-            "biggest_weight": biggest, "rss_before_bytes": rss0, "rss_ready_bytes": rss_ready,
-            "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+            "biggest_weight": biggest, "rss": memory, "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
 
 
-def rss() -> int:
-    with open("/proc/self/statm") as fh:
-        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+def rss() -> dict[str, int]:
+    """Resident bytes: anonymous (the process's own) and file-backed (mapped weights, shared with the page cache)."""
+    with open("/proc/self/status") as fh:
+        fields = dict(line.split(":", 1) for line in fh if line.startswith(("RssAnon", "RssFile")))
+    return {k.lower(): int(v.split()[0]) * 1024 for k, v in fields.items()}
 
 
 def ready_main(args) -> int:
@@ -186,8 +192,9 @@ def ready_main(args) -> int:
     data = [os.path.join(folder, f) for f in os.listdir(folder) if f.startswith(stem)]  # the model, its external data
     result = {"model": os.path.basename(args.ready), "bytes": sum(os.path.getsize(f) for f in data if os.path.isfile(f)),
               "nodes": runs[0]["nodes"], "runs": args.runs, "terminal": list(SIZE)}
-    for k in ("rss_before_bytes", "rss_ready_bytes", "peak_rss_bytes"):
-        result[k] = med(r[k] for r in runs)
+    result["peak_rss_bytes"] = med(r["peak_rss_bytes"] for r in runs)
+    result["rss"] = {when: {kind: med(r["rss"][when][kind] for r in runs) for kind in runs[0]["rss"][when]}
+                     for when in runs[0]["rss"]}
     for k in ("graph_paint_s", "listed_s", "laid_out_s", "value_s", "ready_s", "ready_cpu_s", "gradient_s"):
         result[k] = {"median": med(r[k] for r in runs), "all": [r[k] for r in runs]}
     result["key_s"] = {"while_starting": summary([k for r in runs for k in r["keys_while_starting"]]),
