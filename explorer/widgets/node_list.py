@@ -16,6 +16,7 @@ from .entry_list import INLINE_LABELS, EntryList
 from .labels import fit_labels
 
 UNSUPPORTED = "✗ unsupported"
+LABELS_RETRY_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -162,7 +163,15 @@ class NodeList(Vertical):
 
     def on_entry_list_labels_wanted(self, message: EntryList.LabelsWanted) -> None:
         message.stop()
-        self._label_in_worker(message.names, message.width)
+        self._fit_labels(message.names, message.width)
+
+    def _fit_labels(self, names: list[str], width: int) -> None:
+        # The graph the user waits for goes first: fitting GPT-2 large's 13,917 labels is 2 s of the
+        # interpreter the whole layout would share. Names are cut in the middle meanwhile.
+        if any(w.group == "layout" and w.is_running for w in self.app.workers):
+            self.set_timer(LABELS_RETRY_S, lambda: self._fit_labels(names, width))
+        elif names is self.query_one(EntryList).names:
+            self._label_in_worker(names, width)
 
     @in_background("labels")
     def _label_in_worker(self, names: list[str], width: int) -> None:
