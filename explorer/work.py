@@ -18,9 +18,10 @@ from engine.errors import OnnxGradError
 
 from . import messages as m
 from .guard import guarded, in_background, one_line
-from .jobs import CheckJob, GradientJob
-from .screens.export import mismatch
+from .jobs import CheckJob, CheckOptions, GradientJob
+from .screens.export import ExportScreen, mismatch
 from .screens.step import StepScreen
+from .screens.verify import VerifyScreen
 from .summaries import summarize
 
 LABELS = {"gradient": "computing gradients", "check": "verifying", "step": "tracing step mode",
@@ -33,6 +34,7 @@ TRACE_CHUNK_S = 0.1  # seconds between the chunks of frames step mode receives
 FIRST_PAINT_WAIT_S = 2.0  # the tracing thread pauses until step mode is drawn, at most this long
 SMALL_MODEL = 300  # nodes: up to this, values are computed as soon as the cursor lands
 VALUES_DEBOUNCE_S = 0.3
+FULL_CHECK_ELEMENTS = 20_000  # beyond this many x elements the verify dialog proposes fast mode
 
 
 @guarded
@@ -50,6 +52,53 @@ class Workers:
 
     def step_screen(self) -> StepScreen | None:
         return next((s for s in self.screen_stack if isinstance(s, StepScreen)), None)
+
+    # --- the keys that start long work ------------------------------------------------------------
+    def action_run(self) -> None:
+        try:
+            job = self.session.gradient_job()
+        except OnnxGradError as exc:
+            self.notify(str(exc), title="cannot run", severity="error")
+            return
+        self.run_gradient(job)
+
+    def action_verify(self) -> None:
+        if self.session.spec is None:
+            self.notify(self.session.selection_error or "select y and xs first", title="cannot verify",
+                        severity="error")
+            return
+
+        def done(options) -> None:
+            if options is None:
+                return
+            try:
+                job = self.session.check_job(options)
+            except OnnxGradError as exc:
+                self.notify(str(exc), title="cannot verify", severity="error")
+                return
+            self.run_check(job)
+
+        options = self.session.check_options
+        elements = self.session.x_elements()
+        if options == CheckOptions() and elements > FULL_CHECK_ELEMENTS:
+            options = CheckOptions(mode="fast")  # full mode would take minutes: offer the quick one
+        self.push_screen(VerifyScreen(options, elements), done)
+
+    def action_step(self) -> None:
+        s = self.session
+        if s.spec is None:
+            self.notify(s.selection_error or "select y and xs first", title="cannot step", severity="error")
+            return
+        try:
+            feeds = s.feed_values()
+        except OnnxGradError as exc:
+            self.notify(str(exc), title="cannot step", severity="error")
+            return
+        self.run_trace(s.model, s.spec, feeds, s.device, s.dtype, s.generation)
+
+    def action_export(self, what: str = "gradients") -> None:
+        stem = "".join(c if c.isalnum() or c in "-_" else "_" for c in self.session.label) or "model"
+        self.push_screen(ExportScreen(stem, what), lambda r: r and self.start_export(*r))
 
     # --- starting work -----------------------------------------------------------------------------
     def request_values(self, names) -> None:

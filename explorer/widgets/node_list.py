@@ -228,7 +228,9 @@ class NodeList(Vertical):
         self.query_one(EntryList).highlight(self._index[f"g:{group}"])
 
     def open_search(self) -> None:
-        self.query_one(Input).focus()
+        # Now, not after the keys already queued (Widget.focus waits its turn): typed right after
+        # "/", they go into the box, not to the app's keys (t would toggle the dtype).
+        self.screen.set_focus(self.query_one(Input))
 
     def action_close_search(self) -> None:
         self.close_search()

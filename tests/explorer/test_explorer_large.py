@@ -190,3 +190,22 @@ def test_gpt2_like_names_keep_the_layer_that_tells_them_apart():
     assert len(set(labels.values())) == len(names)
     assert all(f"h.{i}/" in labels[f"/model/transformer/h.{i}/attn/c_proj/Constant_{k}"]
                for i in range(36) for k in range(3))
+
+
+async def test_a_name_typed_right_after_the_slash_goes_into_the_search_box():
+    """"/" and a name arrive together (a busy app has them all queued): the name goes into the search
+    box, not to the app's keys ("attention" holds t, which toggles the dtype, and e, which opens the
+    export dialog). As seen by hand on GPT-2 124M on a loaded machine."""
+    from textual import events
+
+    app, _ = big_app()
+    async with opened(app) as pilot:
+        for key in ["slash", *"attention"]:
+            event = events.Key(key, None if len(key) > 1 else key)
+            event.set_sender(app)
+            app._driver.send_message(event)  # no wait between them
+        await settle(app, pilot)
+        assert app.query_one("#node-search").value == "attention"
+        assert app.session.dtype == "float32" and len(app.screen_stack) == 1
+        await pilot.press("slash")  # a "/" typed in the box is a character, not the key that opens it
+        assert app.query_one("#node-search").value == "attention/"
