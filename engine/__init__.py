@@ -6,6 +6,7 @@ Public API:
     Model.gradient(y=, xs=, zs=(), feeds=, dy=None, device=, dtype=) -> GradientResult
     Model.prepare_gradient(y=, xs=, zs=(), device=, dtype=) -> PreparedGradient (torch in, torch out)
     Model.selection(y, xs, zs) -> GradientSpec (validation only)
+    nonfinite_origin(model, y, xs, zs, feeds) -> Finding | None (where a gradient's NaN/Inf comes from)
     supported_ops() -> list[OpImpl]
     GradManager(model, device=, dtype=) -> attach / record / run / backward / grad / params / save
     lower(model, y=None, xs=None, zs=None, dy=None, names=None) -> onnx.ModelProto (gradients as plain ONNX;
@@ -41,7 +42,7 @@ _LAZY = {
     "registry": ("OpImpl", "register", "supported_ops"),
     "selection": ("GradientSpec",),
     "verify": ("CheckReport", "ClaimedCheck", "Finding", "NodeCheck", "XCheck", "check", "register_op_with_vjp",
-               "unregister_op"),
+               "unregister_op", "nonfinite_origin"),
 }
 _SUBPACKAGES = ("ops", "verify", "graphs", "conformance", "cli", "lower")
 _HOME = {name: module for module, names in _LAZY.items() for name in names}
@@ -52,6 +53,7 @@ __all__ = [
     "OnnxGradError", "ModelLoadError", "UnsupportedOpError", "SelectionError", "FeedError", "ExecutionError",
     "RecordingError", "GradManager", "Gradients", "Parameters",
     "check", "CheckReport", "XCheck", "NodeCheck", "ClaimedCheck", "Finding", "register_op_with_vjp", "unregister_op",
+    "nonfinite_origin",
     "BackwardGraph", "build_backward_graph", "gradient_with_stats", "GraphStats", "TensorStats", "to_dot", "render",
     "render_graph",
     "layout_graph", "layout_near", "LocalLayout", "GraphLayout", "LayoutNode", "LayoutEdge", "Canvas",

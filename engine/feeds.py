@@ -10,20 +10,22 @@ from typing import TYPE_CHECKING, Iterable, Mapping
 import numpy as np
 from onnx import TensorProto, helper
 
+from .dims import Dims, dims_from_feeds, sized
 from .errors import FeedError, UnsupportedOpError
 from .feed_syntax import SPEC_HELP
-from .loader import GraphIndex
+from .loader import GraphIndex, node_inputs
 
 if TYPE_CHECKING:
     from .model import Model
 
 
-def declared_shape(graph: GraphIndex, name: str) -> tuple[int, ...]:
-    """The declared shape with symbolic or unknown dims taken as 1; FeedError when the rank is unknown."""
+def declared_shape(graph: GraphIndex, name: str, dims: Dims | None = None) -> tuple[int, ...]:
+    """The declared shape, symbolic dims sized by `dims` (else 1), unknown ones 1; FeedError when
+    the rank is unknown."""
     info = graph.types.get(name)
     if info is None or info.shape is None:
         raise FeedError(f"the shape of {name!r} is unknown; feed it a value ({SPEC_HELP} needs a shape, so use a .npy file)")
-    return tuple(d if isinstance(d, int) and d > 0 else 1 for d in info.shape)
+    return sized(info.shape, dims)
 
 
 def declared_dtype(graph: GraphIndex, name: str) -> np.dtype:
@@ -44,11 +46,63 @@ def random_value(graph: GraphIndex, name: str, seed: int) -> np.ndarray:
     return np.zeros(shape, dtype=dtype)
 
 
-def parse_spec(graph: GraphIndex, name: str, spec: str, default_seed: int = 0, label: str | None = None) -> np.ndarray:
-    """One feed from its SPEC string; `label` names the value in errors (default: feed 'NAME')."""
+# Ops an integer tensor passes through unchanged in value on its way to the table it indexes.
+INDEX_PASSING = frozenset({"Identity", "Cast", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Expand", "Transpose",
+                           "Slice", "Tile"})
+
+
+def index_bound(graph: GraphIndex, name: str) -> int | None:
+    """The size of the smallest table `name` indexes (Gather's data along its axis, GatherElements
+    likewise, OneHot's depth), following it through reshapes and casts; None when it indexes none."""
+    from onnx import helper, numpy_helper
+
+    bounds, stack, seen = [], [name], set()
+    while stack:
+        t = stack.pop()
+        if t in seen:
+            continue
+        seen.add(t)
+        for i in graph.consumers.get(t, []):
+            node = graph.nodes[i]
+            ins = node_inputs(node)
+            attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+            if node.op_type in ("Gather", "GatherElements") and len(ins) > 1 and ins[1] == t:
+                info = graph.types.get(ins[0])
+                axis = int(attrs.get("axis", 0))
+                if info is not None and info.shape is not None and -len(info.shape) <= axis < len(info.shape):
+                    size = info.shape[axis]
+                    if isinstance(size, int) and size > 0:
+                        bounds.append(size)
+            elif node.op_type == "OneHot" and ins and ins[0] == t and len(ins) > 1 and ins[1] in graph.initializers:
+                depth = numpy_helper.to_array(graph.initializers[ins[1]]).reshape(-1)
+                if depth.size and int(depth[0]) > 0:
+                    bounds.append(int(depth[0]))
+            elif node.op_type in INDEX_PASSING and ins and ins[0] == t:
+                stack.extend(o for o in node.output if o)
+    return min(bounds) if bounds else None
+
+
+def random_integers(graph: GraphIndex, name: str, shape, dtype: np.dtype, seed: int) -> np.ndarray:
+    """Uniform over [0, n), n the size of the table `name` indexes (else 2: a valid mask or class)."""
+    high = 2 if dtype.kind == "b" else (index_bound(graph, name) or 2)
+    if dtype.kind == "u" or dtype.kind == "i":
+        high = min(high, np.iinfo(dtype).max + 1)
+    return np.random.default_rng(seed).integers(0, high, shape).astype(dtype)
+
+
+def is_file_spec(spec: str) -> bool:
+    """A SPEC that names a .npy file (any path containing a separator or ending in .npy)."""
+    spec = spec.strip()
+    return spec.endswith(".npy") or os.path.sep in spec
+
+
+def parse_spec(graph: GraphIndex, name: str, spec: str, default_seed: int = 0, label: str | None = None,
+               dims: Dims | None = None) -> np.ndarray:
+    """One feed from its SPEC string, symbolic dims sized by `dims`; `label` names the value in
+    errors (default: feed 'NAME')."""
     who = label or f"feed {name!r}"
     spec = spec.strip()
-    if spec.endswith(".npy") or os.path.sep in spec:
+    if is_file_spec(spec):
         if not os.path.exists(spec):
             raise FeedError(f"{who}: no such file {spec}")
         _require_magic(spec, b"\x93NUMPY", f"{who}: {spec} is not an .npy file (write one with numpy.save)")
@@ -57,10 +111,10 @@ def parse_spec(graph: GraphIndex, name: str, spec: str, default_seed: int = 0, l
         except Exception as exc:
             raise FeedError(f"{who}: cannot read {spec} as .npy: {exc}") from None
         if label is None:
-            check_feed(graph, name, value)
+            check_feed(graph, name, value, dims)
         return value
     try:
-        shape, dtype = declared_shape(graph, name), declared_dtype(graph, name)
+        shape, dtype = declared_shape(graph, name, dims), declared_dtype(graph, name)
     except FeedError as exc:
         if label is None:
             raise
@@ -76,8 +130,10 @@ def parse_spec(graph: GraphIndex, name: str, spec: str, default_seed: int = 0, l
                 seed = int(spec.split(":", 1)[1])
             except ValueError:
                 raise FeedError(f"{who}: bad seed in {spec!r}; use random:SEED with an integer") from None
+        if dtype.kind in "iub":
+            return random_integers(graph, name, shape, dtype, seed)
         if dtype.kind != "f":
-            raise FeedError(f"{who}: random values need a float tensor, {name!r} is {dtype}")
+            raise FeedError(f"{who}: random values need a numeric tensor, {name!r} is {dtype}")
         return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
     try:
         number = float(spec)
@@ -165,10 +221,11 @@ def type_text(graph: GraphIndex, name: str) -> str:
     return f"{dtype} [{', '.join(str(d) if d not in (None, '') else '?' for d in info.shape)}]"
 
 
-def check_feed(graph: GraphIndex, name: str, value) -> None:
+def check_feed(graph: GraphIndex, name: str, value, dims: Dims | None = None) -> None:
     """FeedError (one line, naming the tensor and what it expects) when `value`'s shape or dtype
-    cannot be what the model declares for `name`. Symbolic and unknown dims accept any size; a
-    float tensor accepts floats of any width (they are converted), an integer tensor any integers.
+    cannot be what the model declares for `name`. Symbolic dims accept any size unless `dims`
+    sets them, unknown dims any size; a float tensor accepts floats of any width (they are
+    converted), an integer tensor any integers.
     """
     info = graph.types.get(name)
     if info is None or isinstance(value, (list, tuple)) or not hasattr(value, "dtype"):
@@ -178,27 +235,37 @@ def check_feed(graph: GraphIndex, name: str, value) -> None:
     dtype_ok = want is None or _kind_of(value) in want
     shape_ok = info.shape is None or (len(shape) == len(info.shape) and all(
         not isinstance(d, int) or d <= 0 or d == s for d, s in zip(info.shape, shape)))
-    if not (dtype_ok and shape_ok):
+    clash = [(d, s) for d, s in zip(info.shape, shape) if isinstance(d, str) and d in dims
+             and dims[d] != s] if dims and shape_ok and info.shape is not None else []
+    if not (dtype_ok and shape_ok) or clash:
         # str(dtype) costs more than the whole check: only an error message needs it
         got = str(value.dtype).removeprefix("torch.")
-        raise FeedError(f"feed {name!r}: expected {type_text(graph, name)}, got {got} {list(shape)}")
+        why = "".join(f"; {d} is set to {dims[d]}, not {s}" for d, s in clash[:1])
+        raise FeedError(f"feed {name!r}: expected {type_text(graph, name)}, got {got} {list(shape)}{why}")
 
 
 # --- defaults for tensors nobody fed -----------------------------------------------------------
 @dataclass(frozen=True)
 class Default:
-    """A value the engine chose for a tensor nobody fed; `how` is a SPEC or a phrase."""
+    """A value the engine chose for a tensor nobody fed; `how` is a SPEC or a phrase, `why` says
+    why that one when it is not the obvious choice."""
 
     name: str
     how: str
+    why: str = ""
 
     @property
     def note(self) -> str:
-        return f"{self.name} not fed: using {self.how}"
+        return f"{self.name} not fed: using {self.how}{f' ({self.why})' if self.why else ''}"
+
+
+def is_mask_name(name: str) -> bool:
+    return "mask" in name.lower()
 
 
 def default_spec(graph: GraphIndex, name: str, seed: int = 0) -> str:
-    """The SPEC a tensor nobody fed gets: `random:S` for floats, `zeros` for other types.
+    """The SPEC a tensor nobody fed gets: `random:S` for floats; for integers and bools `ones`
+    when the name says mask (attention_mask: attend everywhere), else `zeros`.
 
     S is `seed` + 1 + the tensor's position in the model (graph inputs first), so each tensor's
     default is fixed by the model and the seed alone: feeding or selecting another tensor never
@@ -206,17 +273,30 @@ def default_spec(graph: GraphIndex, name: str, seed: int = 0) -> str:
     """
     info = graph.types.get(name)
     if info is not None and info.elem_type and not info.is_float:
-        return "zeros"
+        return "ones" if is_mask_name(name) else "zeros"
     position = graph.inputs.index(name) if name in graph.inputs else graph.all_tensors().index(name)
     return f"random:{seed + 1 + position}"
 
 
+def default_reason(graph: GraphIndex, name: str) -> str:
+    """Why an integer or bool tensor's default is what it is, and how to get indices instead."""
+    info = graph.types.get(name)
+    if info is None or not info.elem_type or info.is_float:
+        return ""
+    if is_mask_name(name):
+        return "an integer input named like a mask"
+    bound = index_bound(graph, name)
+    return f"the integer default; random draws indices over [0, {bound})" if bound else "the integer default"
+
+
 def defaults_for(model: "Model", names: Iterable[str], feeds: Mapping[str, object], *, seed: int = 0,
-                 device="cpu", dtype=None) -> tuple[dict[str, object], tuple[Default, ...]]:
+                 device="cpu", dtype=None, dims: Dims | None = None) -> tuple[dict[str, object], tuple[Default, ...]]:
     """Values for those of `names` that `feeds` lacks: (values, what was chosen).
 
     1. an initializer takes its value (not listed as a choice);
-    2. a graph input takes `default_spec` (random floats, zeros for integers and bools);
+    2. a graph input takes `default_spec` (random floats; ones for integers named like a mask,
+       zeros for other integers and bools), its symbolic dims sized by `dims`, else by the feeds
+       that show them, else 1 (`engine.dims`);
     3. an intermediate takes its forward value, computed from the feeds and these same defaults
        for the graph inputs above it (which are returned too); when its producer cannot run
        (an unsupported op upstream), `default_spec` instead.
@@ -226,11 +306,12 @@ def defaults_for(model: "Model", names: Iterable[str], feeds: Mapping[str, objec
     graph = model.graph
     values: dict[str, object] = {}
     chosen: list[Default] = []
+    sizes = dims_from_feeds(graph, feeds, dims)
 
     def by_spec(name: str, why: str = "") -> None:
         spec = default_spec(graph, name, seed)
-        values[name] = parse_spec(graph, name, spec)
-        chosen.append(Default(name, spec + why))
+        values[name] = parse_spec(graph, name, spec, dims=sizes)
+        chosen.append(Default(name, spec, why or default_reason(graph, name)))
 
     unfed = [n for n in dict.fromkeys(names) if n not in feeds]
     computed = [n for n in unfed if n in graph.producer]
@@ -248,12 +329,12 @@ def defaults_for(model: "Model", names: Iterable[str], feeds: Mapping[str, objec
         except UnsupportedOpError as exc:
             chosen = [d for d in chosen if d.name not in upstream or d.name in unfed]  # not used after all
             for n in computed:
-                by_spec(n, f" (its forward value needs {exc.op or 'an unsupported op'})")
+                by_spec(n, f"its forward value needs {exc.op or 'an unsupported op'}")
     return values, tuple(chosen)
 
 
 def complete_feeds(model: "Model", feeds: Mapping[str, object], *, targets: Iterable[str] = (),
-                   members: Iterable[str] = (), seed: int = 0, device="cpu", dtype=None
+                   members: Iterable[str] = (), seed: int = 0, device="cpu", dtype=None, dims: Dims | None = None
                    ) -> tuple[dict[str, object], tuple[Default, ...]]:
     """`feeds` plus a default (`defaults_for`) for every unfed member of xs ∪ zs and every unfed
     graph input that computing `targets` reads; and what was chosen, for the user to see."""
@@ -261,7 +342,7 @@ def complete_feeds(model: "Model", feeds: Mapping[str, object], *, targets: Iter
 
     members = list(members)
     needed = needed_nodes(model.graph, set(feeds) | set(members), list(targets))[1] if targets else []
-    values, chosen = defaults_for(model, members + needed, feeds, seed=seed, device=device, dtype=dtype)
+    values, chosen = defaults_for(model, members + needed, feeds, seed=seed, device=device, dtype=dtype, dims=dims)
     out = dict(feeds)
     out.update((d.name, values[d.name]) for d in chosen)
     return out, chosen

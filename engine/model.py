@@ -200,6 +200,12 @@ class Model:
             spec = self._selections[key] = validate(self.graph, y, xs, zs)
         return spec
 
+    def needed_inputs(self, y: str, xs=(), zs=()) -> tuple[str, ...]:
+        """Graph inputs y depends on around xs ∪ zs that are in neither (what zs still lacks)."""
+        from .selection import needed_inputs
+
+        return needed_inputs(self.graph, y, xs, zs) if self.graph.has_tensor(y) else ()
+
     def prepare_gradient(self, y: str, xs, zs=(), *, device="cpu", dtype=None,
                          extra_inputs: Sequence[str] = (), compile: bool | None = None) -> PreparedGradient:
         """Compile dy/dxs once; call the result with torch tensors (xs, then zs, then extra_inputs)."""
@@ -214,11 +220,13 @@ class Model:
         return prepared
 
     def gradient(self, y: str, xs, zs=(), feeds: Mapping[str, object] | None = None, dy=None, *,
-                 device="cpu", dtype=None, seed: int = 0, compile: bool | None = None) -> GradientResult:
+                 device="cpu", dtype=None, seed: int = 0, compile: bool | None = None,
+                 dims: Mapping[str, int] | None = None) -> GradientResult:
         """dy/dx for each x in xs, at the values in `feeds`.
 
         A member of xs ∪ zs without a feed takes the shared default (`selection_values`, seeded by
-        `seed`). Feeds may also override initializers that are graph inputs. Feeds
+        `seed`, its symbolic dims sized by `dims`, e.g. {"seq": 32}). Feeds may also override
+        initializers that are graph inputs. Feeds
         for tensors the cut graph does not read are ignored; a feed for a tensor *inside* the cut
         graph is refused, since it would silently change what is differentiated.
         """
@@ -232,7 +240,7 @@ class Model:
         # Unfed initializers are used as the cached constants (no numpy round trip per call).
         consts = self.constants(dev, fdt)
         rest = [n for n in spec.inputs if n not in feeds and n not in consts]
-        defaults = self.selection_values(spec, feeds, seed=seed, names=rest) if rest else {}
+        defaults = self.selection_values(spec, feeds, seed=seed, names=rest, dims=dims) if rest else {}
         tensors = []
         for n in spec.inputs:
             if n in feeds:
@@ -262,14 +270,16 @@ class Model:
         )
 
     def selection_values(self, spec: GradientSpec, feeds: Mapping[str, object], seed: int = 0,
-                         names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+                         names: Sequence[str] | None = None, dims: Mapping[str, int] | None = None
+                         ) -> dict[str, np.ndarray]:
         """A value for every member of xs ∪ zs (or of `names`): the feed, else the shared default
         (`feeds.defaults_for`: the initializer, a seeded default for a graph input, the forward
         value for an intermediate)."""
+        from .dims import check_dims
         from .feeds import defaults_for
 
         names = spec.inputs if names is None else names
-        defaults, _ = defaults_for(self, names, feeds, seed=seed)
+        defaults, _ = defaults_for(self, names, feeds, seed=seed, dims=check_dims(self.graph, dims))
         out = {}
         for n in names:
             v = feeds[n] if n in feeds else defaults[n]
@@ -367,7 +377,7 @@ class Model:
         if len(node.output) > len(xs):
             raise SelectionError(f"Gradient node {name!r} has {len(node.output)} outputs but xs names {len(xs)}")
         try:
-            validate(self.graph, y, xs, zs)
+            validate(self.graph, y, xs, zs, strict=True)
         except SelectionError as exc:
             raise SelectionError(f"Gradient node {name!r}: {exc}") from None
 

@@ -14,13 +14,32 @@ from .loader import GraphIndex, node_inputs
 
 
 @dataclass(frozen=True)
+class Determined:
+    """A member of xs that zs determine, allowed by the documented extension (docs/semantics.md):
+    `by` reach y around it only through the non-differentiable edges `through`."""
+
+    x: str
+    by: tuple[str, ...]
+    through: tuple[str, ...]  # "'input_ids' → Shape '/Shape'": where each such path loses its derivative
+
+    @property
+    def note(self) -> str:
+        shown = ", ".join(self.through[:3]) + (f" and {len(self.through) - 3} more" if len(self.through) > 3 else "")
+        return (f"{self.x!r} is determined by {_join(self.by)}, allowed as an extension: "
+                f"{_join(self.by)} reach{'es' if len(self.by) == 1 else ''} y around it only through "
+                f"non-differentiable paths ({shown})")
+
+
+@dataclass(frozen=True)
 class GradientSpec:
-    """A validated selection. `disconnected`: members of xs that `y` does not depend on."""
+    """A validated selection. `disconnected`: members of xs that `y` does not depend on;
+    `determined`: members of xs allowed although zs determine them (see `Determined`)."""
 
     y: str
     xs: tuple[str, ...]
     zs: tuple[str, ...] = ()
     disconnected: frozenset[str] = frozenset()
+    determined: tuple[Determined, ...] = ()
 
     @property
     def inputs(self) -> tuple[str, ...]:
@@ -55,6 +74,13 @@ def upstream(graph: GraphIndex, start: Iterable[str], stop: set[str]) -> tuple[s
     return reached, free
 
 
+def needed_inputs(graph: GraphIndex, y: str, xs=(), zs=()) -> tuple[str, ...]:
+    """The graph inputs y depends on in the graph cut at xs ∪ zs that are in neither: what zs
+    still lacks (the explorer's one key and the CLI's `--zs inputs` add them)."""
+    _, free = upstream(graph, [y], set(names(xs)) | set(names(zs)))
+    return tuple(n for n in graph.inputs if n in free)
+
+
 def unknown_name(graph: GraphIndex, name: str, role: str) -> SelectionError:
     return SelectionError(f"{role} {name!r} is not a tensor of this model{graph.did_you_mean(name)}")
 
@@ -64,7 +90,9 @@ def _join(items: Sequence[str]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
-def validate(graph: GraphIndex, y: str, xs, zs=()) -> GradientSpec:
+def validate(graph: GraphIndex, y: str, xs, zs=(), strict: bool = False) -> GradientSpec:
+    """The rules of docs/semantics.md, in order; SelectionError at the first broken one. `strict`
+    (Gradient nodes inside a model): no member of xs may be determined by zs, as the spec reads."""
     xs, zs = names(xs), names(zs)
     if not y:
         raise SelectionError("y is empty: name the tensor to differentiate")
@@ -91,17 +119,21 @@ def validate(graph: GraphIndex, y: str, xs, zs=()) -> GradientSpec:
                 f"{n!r} is {onnx_type_name(info.elem_type)}: only float tensors can be in xs (put it in zs)"
             )
     member_set = set(members)
+    determined = []
     for n in members:
         if n not in graph.producer:
             continue
         others = member_set - {n}
         reached, free = upstream(graph, node_inputs(graph.nodes[graph.producer[n]]), others)
         if reached and not free:
-            role = "xs" if n in xs else "zs"
-            raise SelectionError(
-                f"{n!r} cannot be in {role}: it is determined by {_join(reached)}, "
-                "so it is not an independent variable"
-            )
+            allowed = None if strict or n not in xs else around(graph, y, n, reached, set(zs), member_set)
+            if allowed is None:
+                role = "xs" if n in xs else "zs"
+                raise SelectionError(
+                    f"{n!r} cannot be in {role}: it is determined by {_join(reached)}, "
+                    "so it is not an independent variable"
+                )
+            determined.append(allowed)
     reached, free = upstream(graph, [y], member_set)
     if free:
         raise SelectionError(
@@ -109,4 +141,23 @@ def validate(graph: GraphIndex, y: str, xs, zs=()) -> GradientSpec:
             "which is in neither (add it to zs, or to xs to differentiate with respect to it)"
         )
     disconnected = frozenset(n for n in xs if n not in reached)
-    return GradientSpec(y=y, xs=xs, zs=zs, disconnected=disconnected)
+    return GradientSpec(y=y, xs=xs, zs=zs, disconnected=disconnected, determined=tuple(determined))
+
+
+def around(graph: GraphIndex, y: str, x: str, by: set[str], zs: set[str], members: set[str]) -> Determined | None:
+    """The extension's test for an x that `by` determine: every one of `by` is in zs, at least one
+    reaches y by a path avoiding the members (else listing it is needless and the spec's refusal
+    stands), and no such path carries a derivative. The Determined, or None to refuse."""
+    from .differentiable import nondifferentiable_paths
+
+    if not by <= zs:
+        return None
+    through: list[str] = []
+    reaches = False
+    for z in sorted(by):
+        found = nondifferentiable_paths(graph, z, y, members)
+        if found is None:  # a path around x that carries a derivative
+            return None
+        reaches = reaches or bool(found)
+        through += [t for t in found if t not in through]
+    return Determined(x, tuple(sorted(by)), tuple(through)) if reaches else None

@@ -13,6 +13,7 @@ from engine.errors import OnnxGradError
 
 from . import messages as m
 from .commands import ExplorerCommands, PaletteApp
+from .debugging import Debugging
 from .graph_work import LayoutWork
 from .guard import guarded
 from .layout import wants_local
@@ -21,6 +22,7 @@ from .screens.feed import CLEAR, FeedScreen
 from .screens.help import HelpScreen
 from .screens.prompt import PromptScreen
 from .screens.step import StepScreen
+from .selecting import Selecting
 from .state import Session, available_devices, open_session
 from .widgets.footer import FittingFooter
 from .widgets.graph_view import GraphView
@@ -33,7 +35,7 @@ from .work import CANCELLABLE, Workers
 
 
 @guarded
-class ExplorerApp(LayoutWork, Workers, PaletteApp, App):
+class ExplorerApp(Selecting, Debugging, LayoutWork, Workers, PaletteApp, App):
     TITLE = "onnxgrad"
     CSS_PATH = "explorer.tcss"
     COMMANDS = App.COMMANDS | {ExplorerCommands}
@@ -46,6 +48,8 @@ class ExplorerApp(LayoutWork, Workers, PaletteApp, App):
         Binding("y", "set_y", "Set y", id="selection.set_y", group=SELECT),
         Binding("x", "toggle_x", "Add/remove in xs", id="selection.toggle_x", group=SELECT),
         Binding("z", "toggle_z", "Add/remove in zs", id="selection.toggle_z", group=SELECT),
+        Binding("i", "zs_inputs", "Inputs to zs", id="selection.zs_inputs", group=SELECT,
+                tooltip="Put every graph input the selection still needs into zs"),
         Binding("c", "clear_selection", "Clear the selection", id="selection.clear", group=SELECT),
         Binding("o", "next_tensor", "Next", id="cursor.next_tensor",
                 tooltip="Next tensor of this node (outputs, then inputs); from an input or weight, its reader"),
@@ -54,9 +58,13 @@ class ExplorerApp(LayoutWork, Workers, PaletteApp, App):
         Binding("v", "verify", "Verify", id="work.verify"),
         Binding("s", "step", "Step", id="work.step"),
         Binding("e", "export", "Export", id="work.export"),
+        Binding("n", "go_to_culprit", "Culprit", id="results.culprit",
+                tooltip="Go to the first failing node, or to where NaN/Inf starts"),
         Binding("g", "cycle_view", "View: forward/backward/combined", id="view.cycle", group=SETTINGS),
         Binding("d", "cycle_device", "Device: cpu/cuda", id="settings.device", group=SETTINGS),
         Binding("t", "toggle_dtype", "Dtype: float32/float64", id="settings.dtype", group=SETTINGS),
+        Binding("D", "set_dims", "Dims", id="settings.dims", group=SETTINGS,
+                tooltip="Sizes of the symbolic dims (batch, seq) for the values made up for unfed inputs"),
         Binding("h", "heat_source", "Heat", id="inspector.heat_source",
                 tooltip="Heatmap shows the value / the gradient"),
         Binding("escape", "cancel", "Cancel", id="work.cancel"),
@@ -88,6 +96,12 @@ class ExplorerApp(LayoutWork, Workers, PaletteApp, App):
             return self.cursor[1] is not None
         if action == "clear_selection":
             return bool(s.y or s.xs or s.zs)
+        if action == "zs_inputs":
+            return bool(s.missing_inputs)
+        if action == "set_dims":
+            return bool(s.dims_text())
+        if action == "go_to_culprit":
+            return self.culprit() is not None
         if action == "cycle_device":
             return len(available_devices()) > 1
         if action == "heat_source":
@@ -189,15 +203,6 @@ class ExplorerApp(LayoutWork, Workers, PaletteApp, App):
         if event.jump:
             self.query_one(GraphView).focus()
 
-    def on_results_jump(self, event: Results.Jump) -> None:
-        g = self.session.graph
-        node = g.producer.get(event.tensor)
-        self.move_cursor(node, event.tensor)
-        inspector = self.query_one(Inspector)
-        if event.index is not None:
-            inspector.heat_source = "gradient"
-            inspector.point_at(event.index)
-
     def action_next_tensor(self) -> None:
         node, tensor = self.cursor
         if node is None:  # a graph input or weight: onto the first node reading it
@@ -215,39 +220,6 @@ class ExplorerApp(LayoutWork, Workers, PaletteApp, App):
         self.request_values([self.cursor[1]])
         self.post_message(m.CursorMoved(*self.cursor))
 
-    # --- selection -----------------------------------------------------------------------------
-    def _tensor_or_warn(self) -> str | None:
-        tensor = self.cursor[1]
-        if tensor is None:
-            self.notify("Move to a tensor first (arrows, or / to search).", severity="warning")
-        return tensor
-
-    def action_set_y(self) -> None:
-        if (t := self._tensor_or_warn()) is not None:
-            self.session.set_y(t)
-            self.selection_changed()
-
-    def action_toggle_x(self) -> None:
-        if (t := self._tensor_or_warn()) is not None:
-            self.session.toggle_x(t)
-            self.selection_changed()
-
-    def action_toggle_z(self) -> None:
-        if (t := self._tensor_or_warn()) is not None:
-            self.session.toggle_z(t)
-            self.selection_changed()
-
-    def action_clear_selection(self) -> None:
-        self.session.clear_selection()
-        self.selection_changed()
-
-    def selection_changed(self) -> None:
-        s = self.session
-        self.results_changed()
-        if s.view != "forward":
-            self.request_layout()
-        self.post_message(m.SelectionChanged(s.y, s.xs, s.zs, s.selection_error))
-
     def results_changed(self) -> None:
         """Redraw everything that shows the session: bar, marks, inspector, tables."""
         s = self.session
@@ -256,7 +228,7 @@ class ExplorerApp(LayoutWork, Workers, PaletteApp, App):
         graph.set_marks(graph_marks(s, graph.canvas.layout if graph.canvas else None))
         self.query_one(Inspector).show(s, *self.cursor)
         results = self.query_one(Results)
-        results.show_gradient(s.gradient, s.gradient_summary)
+        results.show_gradient(s.gradient, s.gradient_origin, s.gradient_summary)
         results.show_check(s.check)
         self.refresh_footer()
 
@@ -340,15 +312,16 @@ def _first_output(graph, i: int) -> str | None:
 
 def make_app(model_path: str | None = None, *, model: engine.Model | None = None, label: str | None = None,
              seed: int = 0, device: str = "cpu", dtype: str = "float32", select_from_gradient_node: bool = True,
-             placement: str = "auto", ops: tuple[str, ...] = ()) -> ExplorerApp:
+             placement: str = "auto", ops: tuple[str, ...] = (), dims: dict[str, int] | None = None) -> ExplorerApp:
     """The explorer on a path, a loaded Model, or (neither) the bundled spec example.
 
     A model that fails to load still opens the app, which shows the one-line reason.
     `placement="layered"` makes the drawing independent of the installed Graphviz (snapshots).
     `ops`: Python files that register ops (`--ops`), imported before the model is loaded.
+    `dims`: sizes of the model's symbolic dims (`--dim`), as the dims dialog sets them.
     """
     session, load_error = open_session(model_path, model=model, label=label, seed=seed, device=device, dtype=dtype,
-                                       ops=ops)
+                                       ops=ops, dims=dict(dims or {}))
     if session is not None and select_from_gradient_node:
         session.select_from_gradient_node()
     return ExplorerApp(session, load_error, placement)

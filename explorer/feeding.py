@@ -12,6 +12,7 @@ from typing import Callable, Mapping
 
 import numpy as np
 
+from engine.dims import dims_from_feeds
 from engine.errors import FeedError
 from engine.feeds import declared_dtype, declared_shape, parse_spec
 
@@ -169,14 +170,16 @@ def evaluate_expression(text: str, lookup: Callable[[str], np.ndarray]) -> np.nd
 
 
 # --- materializing ---------------------------------------------------------------------------------
-def materialize(graph, sources: Mapping[str, FeedSource], constants: Callable[[str], np.ndarray | None]
-                ) -> dict[str, np.ndarray]:
+def materialize(graph, sources: Mapping[str, FeedSource], constants: Callable[[str], np.ndarray | None],
+                dims: Mapping[str, int] | None = None) -> dict[str, np.ndarray]:
     """Arrays for every source, expressions evaluated after the feeds they read (cycles refused).
 
     `constants(name)` gives an initializer's value for expressions that read one, else None.
+    Symbolic dims are sized by `dims`, else by the .npy files fed (they come first), else 1.
     """
     done: dict[str, np.ndarray] = {}
     active: list[str] = []
+    sizes = dict(dims or {})
 
     def value(name: str) -> np.ndarray:
         if name in done:
@@ -191,28 +194,32 @@ def materialize(graph, sources: Mapping[str, FeedSource], constants: Callable[[s
             return const
         active.append(name)
         try:
-            done[name] = _one(graph, name, sources[name], value)
+            done[name] = _one(graph, name, sources[name], value, sizes)
         finally:
             active.pop()
         return done[name]
 
+    files = [n for n, s in sources.items() if s.kind == "npy"]
+    for name in files:
+        value(name)
+    sizes = dims_from_feeds(graph, done, dims)
     for name in sources:
         value(name)
     return done
 
 
-def _one(graph, name: str, source: FeedSource, lookup) -> np.ndarray:
+def _one(graph, name: str, source: FeedSource, lookup, dims: Mapping[str, int]) -> np.ndarray:
     if source.kind == "random":
-        return parse_spec(graph, name, f"random:{source.seed}")
+        return parse_spec(graph, name, f"random:{source.seed}", dims=dims)
     if source.kind in ("zeros", "ones"):
-        return parse_spec(graph, name, source.kind)
+        return parse_spec(graph, name, source.kind, dims=dims)
     if source.kind == "constant":
-        return parse_spec(graph, name, repr(source.constant))
+        return parse_spec(graph, name, repr(source.constant), dims=dims)
     if source.kind == "npy":
         path = source.path if source.path.endswith(".npy") or os.path.sep in source.path else "./" + source.path
-        return parse_spec(graph, name, path)
+        return parse_spec(graph, name, path, dims=dims)
     raw = evaluate_expression(source.expression, lookup)
-    shape, dtype = declared_shape(graph, name), declared_dtype(graph, name)
+    shape, dtype = declared_shape(graph, name, dims), declared_dtype(graph, name)
     try:
         return np.ascontiguousarray(np.broadcast_to(raw, shape)).astype(dtype)
     except ValueError:

@@ -1,7 +1,7 @@
 """The frozen jobs the session hands to worker threads: everything one run needs, copied when asked."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
@@ -34,12 +34,21 @@ class GradientJob:
     dtype: str
     generation: int
     seed: int = 0  # for a default the engine draws (an intermediate member it cannot compute)
+    dims: dict[str, int] = field(default_factory=dict)
 
     def run(self):
         """(GradientResult, GraphStats): the stats are what flowed along each edge of the backward graph."""
         spec = self.spec
         return engine.gradient_with_stats(self.model, spec.y, spec.xs, spec.zs, self.feeds, None,
-                                          device=self.device, dtype=self.dtype, seed=self.seed)
+                                          device=self.device, dtype=self.dtype, seed=self.seed, dims=self.dims)
+
+    def origin(self, result):
+        """Where `result`'s NaN/Inf comes from (an engine Finding, as `check` reports it), or None."""
+        if all(np.isfinite(g).all() for g in result.grads.values() if g.dtype.kind == "f"):
+            return None
+        spec = self.spec
+        return engine.nonfinite_origin(self.model, spec.y, spec.xs, spec.zs, self.feeds, device=self.device,
+                                       dtype=self.dtype, seed=self.seed, dims=self.dims)
 
 
 @dataclass(frozen=True)
@@ -76,12 +85,13 @@ class CheckJob:
     device: str
     options: CheckOptions
     generation: int
+    dims: dict[str, int] = field(default_factory=dict)
 
     def run(self, progress: Callable | None = None, should_stop: Callable | None = None):
         o, spec = self.options, self.spec
         return engine.check(self.model, spec.y, spec.xs, spec.zs, feeds=self.feeds, mode=o.mode, order=o.order,
                             rtol=o.rtol, atol=o.atol, seed=o.seed, per_node=o.per_node, device=self.device,
-                            progress=progress, should_stop=should_stop)
+                            progress=progress, should_stop=should_stop, dims=self.dims)
 
 
 def intermediate_bytes(graph) -> int:

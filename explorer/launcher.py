@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 
-from engine.cli.common import add_ops_argument, load_ops
+from engine.cli.common import add_dim_argument, add_ops_argument, load_ops
 
 EPILOG = ("onnxgrad MODEL.onnx is short for onnxgrad explore MODEL.onnx; "
           "onnxgrad alone opens the explorer on the bundled example (the Gradient spec's Conv -> Gemm model).")
@@ -25,20 +25,24 @@ def add_explore_parser(sub) -> None:
     p.add_argument("--dtype", choices=["float32", "float64"], default="float32",
                    help="compute dtype in the app (default float32)")
     add_ops_argument(p)
+    add_dim_argument(p)
     p.set_defaults(handler=explore)
 
 
 def explore(args) -> int:
     load_ops(args)  # before the model, and registered while the app runs; a bad file: one line, exit 2
     model = label = None
+    dims = {}
     if args.model is not None:
         import engine
+        from engine.cli.common import parse_dim_arguments
 
         model = engine.load(args.model)  # a bad file: one line and exit 2 from engine.cli.main
         label = os.path.basename(model.graph.path or args.model)  # a folder opens its one .onnx file
+        dims = parse_dim_arguments(model, args)  # a bad --dim too
     from .app import make_app
 
-    app = make_app(model=model, label=label, seed=args.seed, dtype=args.dtype)
+    app = make_app(model=model, label=label, seed=args.seed, dtype=args.dtype, dims=dims)
     app.run()
     return 0 if app.return_code in (None, 0) else int(app.return_code)
 
@@ -56,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     if not argv:
         from types import SimpleNamespace
 
-        return explore(SimpleNamespace(model=None, seed=0, dtype="float32"))
+        return explore(SimpleNamespace(model=None, seed=0, dtype="float32", dim=[]))
     if _is_model_path(argv[0], COMMANDS):
         argv = ["explore", *argv]
     if argv[0] != "explore":

@@ -68,6 +68,7 @@ class GradientReady(Message):
     generation: int
     result: object  # engine.GradientResult
     stats: object | None
+    origin: object | None = None  # engine Finding: where a NaN/Inf in the gradients comes from
     summaries: dict | None = None  # x -> explorer.summaries.Summary of its gradient
 
 

@@ -43,6 +43,7 @@ class Session:
     xs: tuple[str, ...] = ()
     zs: tuple[str, ...] = ()
     feeds: dict[str, FeedSource] = field(default_factory=dict)
+    dims: dict[str, int] = field(default_factory=dict)  # symbolic dims set in the dims dialog (else 1)
     check_options: CheckOptions = field(default_factory=CheckOptions)
     generation: int = 0
     # Forward values seen so far, all computed at the feeds, device and dtype of values_generation,
@@ -52,10 +53,12 @@ class Session:
     values_one_by_one: bool = False  # the pass over everything failed or would not fit: per tensor
     gradient: object | None = None  # engine.GradientResult of the current generation
     gradient_stats: object | None = None
+    gradient_origin: object | None = None  # engine Finding: where the gradient's NaN/Inf comes from
     check: object | None = None  # engine CheckReport of the current generation
     summaries: SummaryCache = field(default_factory=SummaryCache, repr=False)  # of values and gradients shown
     spec: engine.GradientSpec | None = None
     selection_error: str | None = None
+    missing_inputs: tuple[str, ...] = ()  # graph inputs y needs that are in neither xs nor zs
     _slice: tuple | None = field(default=None, repr=False)
     _intermediate_bytes: int | None = field(default=None, repr=False)
 
@@ -109,6 +112,7 @@ class Session:
 
     def _selection_changed(self) -> None:
         self.spec, self.selection_error = None, None
+        self.missing_inputs = self.needed_inputs()
         if not self.y or not self.xs:
             missing = "y" if not self.y else "xs"
             hint = "press y on a tensor" if not self.y else "press x on a tensor"
@@ -120,6 +124,16 @@ class Session:
                 self.selection_error = str(exc)
         self._invalidate(values=False)
 
+    def needed_inputs(self) -> tuple[str, ...]:
+        """Graph inputs y depends on that are in neither xs nor zs (the `i` key puts them in zs)."""
+        return self.model.needed_inputs(self.y, self.xs, self.zs) if self.y else ()
+
+    def add_needed_inputs(self) -> tuple[str, ...]:
+        added = self.needed_inputs()
+        if added:
+            self.select(self.y, self.xs, self.zs + added)
+        return added
+
     def x_elements(self) -> int:
         """How many elements the members of xs hold (declared shapes; unknown dims count 1)."""
         from engine.feeds import declared_shape
@@ -127,7 +141,7 @@ class Session:
         total = 0
         for x in self.xs:
             try:
-                total += int(np.prod(declared_shape(self.graph, x)))
+                total += int(np.prod(declared_shape(self.graph, x, self.dims)))
             except FeedError:
                 continue
         return total
@@ -164,6 +178,23 @@ class Session:
         self.feeds[name] = source
         self._invalidate(values=True)
 
+    def set_dims(self, dims: Mapping[str, int]) -> None:
+        """Size the model's symbolic dims; raises FeedError (nothing changed) for an unknown name or a
+        size a fed value contradicts."""
+        from engine.dims import check_dims
+
+        dims = check_dims(self.graph, dims)
+        self._materialize(self._sources(), dims)
+        self.dims = dims
+        self._invalidate(values=True)
+
+    def dims_text(self) -> str | None:
+        """"batch=1 seq=16" for every symbolic dim of the inputs, or None when they have none."""
+        from engine.dims import symbolic_dims
+
+        names = symbolic_dims(self.graph)
+        return " ".join(f"{d}={self.dims.get(d, 1)}" for d in names) or None
+
     def clear_feed(self, name: str) -> None:
         if self.feeds.pop(name, None) is not None:
             self._invalidate(values=True)
@@ -173,13 +204,13 @@ class Session:
         out.update(self.feeds)
         return out
 
-    def _materialize(self, sources: Mapping[str, FeedSource]) -> dict[str, np.ndarray]:
+    def _materialize(self, sources: Mapping[str, FeedSource], dims=None) -> dict[str, np.ndarray]:
         def constant(name):
             if name in self.graph.initializers:
                 return self.model.constants()[name].detach().cpu().numpy()
             return None
 
-        return materialize(self.graph, sources, constant)
+        return materialize(self.graph, sources, constant, self.dims if dims is None else dims)
 
     def feed_values(self) -> dict[str, np.ndarray]:
         return self._materialize(self._sources())
@@ -202,7 +233,7 @@ class Session:
 
     def _invalidate(self, values: bool) -> None:
         self.generation += 1
-        self.gradient = self.gradient_stats = self.check = None
+        self.gradient = self.gradient_stats = self.gradient_origin = self.check = None
         if values:
             self.values = {}
             self.values_generation += 1
@@ -216,13 +247,13 @@ class Session:
 
     def gradient_job(self) -> GradientJob:
         return GradientJob(self.model, self.require_spec(), self.feed_values(), self.device, self.dtype,
-                           self.generation, self.seed)
+                           self.generation, self.seed, dict(self.dims))
 
     def check_job(self, options: CheckOptions | None = None) -> CheckJob:
         if options is not None:
             self.check_options = options
         return CheckJob(self.model, self.require_spec(), self.feed_values(), self.device, self.check_options,
-                        self.generation)
+                        self.generation, dict(self.dims))
 
     def values_job(self, names) -> "ValuesJob | None":
         """A job computing the forward values of `names` not seen yet, or None when none is missing.
@@ -252,11 +283,11 @@ class Session:
         self.values_one_by_one = self.values_one_by_one or everything
         return True
 
-    def accept_gradient(self, generation: int, result, stats, summaries=None) -> bool:
+    def accept_gradient(self, generation: int, result, stats, origin=None, summaries=None) -> bool:
         """`summaries`: of each x's gradient, made in the worker (the results table shows them)."""
         if generation != self.generation:
             return False
-        self.gradient, self.gradient_stats = result, stats
+        self.gradient, self.gradient_stats, self.gradient_origin = result, stats, origin
         for name, summary in (summaries or {}).items():
             self.summaries.put("gradient", name, result.grads[name], summary)
         self.values.update(getattr(result, "values", {}) or {})
@@ -284,7 +315,7 @@ class Session:
         """The session as JSON-ready data: selection, feeds, settings, gradient stats, check report."""
         out: dict = {
             "model": self.label, "y": self.y, "xs": list(self.xs), "zs": list(self.zs),
-            "device": self.device, "dtype": self.dtype,
+            "device": self.device, "dtype": self.dtype, "dims": dict(self.dims),
             "feeds": {n: s.describe() for n, s in self._sources().items()},
             "selection_error": self.selection_error,
         }

@@ -140,10 +140,11 @@ class Workers:
         self.post_message(m.WorkStarted("gradient", LABELS["gradient"]))
         result, stats = job.run()
         worker = get_current_worker()
+        origin = job.origin(result) if not worker.is_cancelled else None
         # The results table shows each x's gradient summarized: here, not on the UI thread.
         summaries = {n: summarize(g, lambda: worker.is_cancelled) for n, g in result.grads.items()}
         if not worker.is_cancelled:
-            self.post_message(m.GradientReady(job.generation, result, stats, summaries))
+            self.post_message(m.GradientReady(job.generation, result, stats, origin, summaries))
 
     @in_background("check")
     def run_check(self, job: CheckJob) -> None:
@@ -320,22 +321,24 @@ class Workers:
         self.post_message(m.WorkFinished(kind, "done" if accepted else "stale"))
 
     def on_gradient_ready(self, message: m.GradientReady) -> None:
-        ok = self.session.accept_gradient(message.generation, message.result, message.stats, message.summaries)
+        ok = self.session.accept_gradient(message.generation, message.result, message.stats, message.origin,
+                                          message.summaries)
         if ok:
             self.results_changed()
             self.query_one("#results").show_tab("gradients")
-        self._finish("gradient", ok, "gradients computed")
+        origin = message.origin if ok else None
+        self._finish("gradient", ok, "gradients computed" if origin is None else
+                     f"NaN/Inf in the gradients, from node {origin.node!r}: n goes there")
+        if origin is not None:
+            self.notify(origin.message, title="NaN/Inf in the gradients (n: go to the node)", severity="warning",
+                        timeout=15)
 
     def on_check_ready(self, message: m.CheckReady) -> None:
         ok = self.session.accept_check(message.generation, message.report)
         if ok:
             self.results_changed()
             self.query_one("#results").show_tab("verify")
-            first = getattr(message.report, "first_failing_node", None)
-            name = getattr(first, "node_name", first)
-            names = self.session.graph.node_names
-            if name in names:
-                self.move_cursor(names.index(name), None)
+            self.go_to_culprit(quiet=True)
         verdict = str(getattr(message.report.verdict, "value", message.report.verdict))
         self._finish("check", ok, "check cancelled: partial results" if verdict == "cancelled" else f"check: {verdict}")
 

@@ -85,7 +85,9 @@ def test_cli_run_defaults_integer_inputs_to_zeros_and_says_so(tmp_path, capsys):
     onnx.save(int_input_model(), path)
     assert main(["run", str(path), "--out", str(tmp_path / "o.npz")]) == 0
     captured = capsys.readouterr()
-    assert captured.err.splitlines() == ["note: X not fed: using random:1", "note: idx not fed: using zeros"]
+    assert captured.err.splitlines() == [
+        "note: X not fed: using random:1",
+        "note: idx not fed: using zeros (the integer default; random draws indices over [0, 5))"]
     x = np.random.default_rng(1).standard_normal((2, 3)).astype(np.float32)
     e = np.arange(15, dtype=np.float32).reshape(5, 3) / 10
     with np.load(tmp_path / "o.npz") as data:

@@ -5,7 +5,17 @@ import os
 import sys
 
 from ..errors import FeedError
-from .common import add_compile_argument, add_feed_arguments, add_model_argument, collect_feeds, open_model, parse_dy
+from .common import (
+    add_compile_argument,
+    add_feed_arguments,
+    add_model_argument,
+    add_selection_arguments,
+    collect_feeds,
+    open_model,
+    parse_dim_arguments,
+    parse_dy,
+    selection_of,
+)
 
 EXIT = {"pass": 0, "fail": 1, "inconclusive": 3, "cancelled": 3}
 
@@ -14,9 +24,7 @@ def add_parser(sub) -> None:
     p = sub.add_parser("check", help="cross-check gradients against float64 finite differences "
                                      "(exit 0 pass, 1 fail, 3 inconclusive only, 2 bad input)")
     add_model_argument(p)
-    p.add_argument("--y", required=True, help="the tensor to differentiate")
-    p.add_argument("--xs", required=True, help="comma-separated tensors to differentiate with respect to")
-    p.add_argument("--zs", default="", help="comma-separated tensors held fixed")
+    add_selection_arguments(p)
     add_feed_arguments(p)
     p.add_argument("--dy", metavar="SPEC", help="seed for a non-scalar y (default: random, seeded by --seed; "
                                                 "ones when --claimed is given)")
@@ -56,14 +64,15 @@ def run(args) -> int:
     model = open_model(args)
     from ..verify import check  # after the model: an unreadable file is refused without torch
 
-    spec = model.selection(args.y, args.xs, args.zs)
+    spec = selection_of(model, args)
     feeds = collect_feeds(model, args, seed=args.seed, members=spec.inputs)
     dy = parse_dy(model, spec.y, args.dy, args.seed)
     with _progress_bar() as progress:
         report = check(model, spec.y, spec.xs, spec.zs, feeds=feeds, dy=dy, mode=args.mode, order=args.order,
                        claimed=args.claimed or None, rtol=args.rtol, atol=args.atol, seed=args.seed,
                        per_node=args.per_node, samples=args.samples, directions=args.directions,
-                       time_budget=args.time_budget, device=args.device, progress=progress)
+                       time_budget=args.time_budget, device=args.device, progress=progress,
+                       dims=parse_dim_arguments(model, args))
     text_out = sys.stderr if args.json == "-" else sys.stdout
     print(report.summary(), file=text_out)
     if args.json == "-":

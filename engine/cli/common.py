@@ -44,6 +44,50 @@ def add_feed_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--feed", action="append", default=[], metavar="NAME=SPEC",
                    help=f"value for a tensor (inputs or intermediates); SPEC is {SPEC_HELP}")
     p.add_argument("--feeds", metavar="FILE.npz", help="values for tensors, keyed by tensor name")
+    add_dim_argument(p)
+
+
+def add_dim_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dim", action="append", default=[], metavar="NAME=N[,NAME=N]",
+                   help="size of a symbolic dim (seq=32,batch=2) for every value made up for an unfed input "
+                        "(default: what a feed shows, else 1); repeatable")
+
+
+def parse_dim_arguments(model: Model, args) -> dict[str, int]:
+    """--dim seq=32 --dim batch=2 (or seq=32,batch=2), checked against the model's symbolic dims."""
+    from ..dims import check_dims, parse_dims
+
+    dims: dict[str, int] = {}
+    for text in getattr(args, "dim", None) or []:
+        dims.update(parse_dims(text))
+    return check_dims(model.graph, dims)
+
+
+def add_selection_arguments(p: argparse.ArgumentParser, required: bool = True) -> None:
+    p.add_argument("--y", required=required, help="the tensor to differentiate" + ("" if required else
+                                                   " (with --xs: highlights the slice)"))
+    p.add_argument("--xs", required=required, default="", help="comma-separated tensors to differentiate with respect to")
+    p.add_argument("--zs", default="", help="comma-separated tensors held fixed; 'inputs' stands for every graph "
+                                            "input not in xs")
+
+
+def selection_of(model: Model, args):
+    """The validated (y, xs, zs) of --y/--xs/--zs, `inputs` in --zs standing for every graph input
+    not in xs (unless the model has a tensor of that name); the extension's notes for the user."""
+    from ..selection import names
+
+    xs, zs = names(args.xs), names(args.zs)
+    if INPUTS in zs and not model.graph.has_tensor(INPUTS):
+        at = zs.index(INPUTS)
+        rest = [n for n in model.graph.inputs if n not in xs and n not in zs]
+        zs = zs[:at] + tuple(rest) + zs[at + 1:]
+    spec = model.selection(args.y, xs, zs)
+    for d in spec.determined:
+        note(args, d.note)
+    return spec
+
+
+INPUTS = "inputs"
 
 
 def add_device_arguments(p: argparse.ArgumentParser, dtype: bool = True) -> None:
@@ -67,27 +111,33 @@ def add_compile_argument(p: argparse.ArgumentParser) -> None:
 
 def collect_feeds(model: Model, args, seed: int = 0, *, targets=(), members=()) -> dict[str, np.ndarray]:
     """--feeds and --feed values, plus the engine's default for every unfed member of xs ∪ zs and
-    every unfed graph input computing `targets` reads (one note per default on stderr)."""
-    from ..feeds import check_feed, complete_feeds, load_npz, parse_assignment, parse_spec
+    every unfed graph input computing `targets` reads (one note per default on stderr). Symbolic
+    dims come from --dim, else from the files fed (so `--feed mask=ones` matches ids.npy)."""
+    from ..dims import describe_dims, dims_from_feeds
+    from ..feeds import check_feed, complete_feeds, is_file_spec, load_npz, parse_assignment, parse_spec
 
+    dims = parse_dim_arguments(model, args)
     feeds: dict[str, np.ndarray] = {}
     if getattr(args, "feeds", None):
         feeds.update(load_npz(args.feeds))
-    for text in getattr(args, "feed", []) or []:
-        name, spec = parse_assignment(text)
-        model.check_feed_names({name: None})
-        feeds[name] = parse_spec(model.graph, name, spec, default_seed=seed)
+    assignments = [parse_assignment(text) for text in getattr(args, "feed", []) or []]
+    model.check_feed_names({name: None for name, _ in assignments})
+    for name, spec in sorted(assignments, key=lambda a: not is_file_spec(a[1])):  # files first: they size dims
+        feeds[name] = parse_spec(model.graph, name, spec, default_seed=seed, dims=dims_from_feeds(model.graph, feeds, dims))
     for name, value in feeds.items():
         if model.graph.has_tensor(name):
-            check_feed(model.graph, name, value)
+            check_feed(model.graph, name, value, dims)
     if not (targets or members):
         return feeds
     from ..dtypes import parse_device
 
     parse_device(getattr(args, "device", "cpu"))  # a bad device is the one error, before any note
-    feeds, chosen = complete_feeds(model, feeds, targets=targets, members=members, seed=seed)
+    feeds, chosen = complete_feeds(model, feeds, targets=targets, members=members, seed=seed, dims=dims)
     for d in chosen:
         note(args, d.note)
+    made_up = [d.name for d in chosen if d.name in model.graph.inputs]
+    if sized := describe_dims(model.graph, made_up, dims_from_feeds(model.graph, feeds, dims)):
+        note(args, f"symbolic dims of the made-up values: {sized} (--dim NAME=N sets one; unset dims are 1)")
     return feeds
 
 

@@ -6,20 +6,22 @@ from .common import (
     add_device_arguments,
     add_feed_arguments,
     add_model_argument,
+    add_selection_arguments,
     collect_feeds,
     describe,
+    note,
     open_model,
+    parse_dim_arguments,
     parse_dy,
     save_npz,
+    selection_of,
 )
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("grad", help="gradients of y with respect to xs (zs held fixed)")
     add_model_argument(p)
-    p.add_argument("--y", required=True, help="the tensor to differentiate")
-    p.add_argument("--xs", required=True, help="comma-separated tensors to differentiate with respect to")
-    p.add_argument("--zs", default="", help="comma-separated tensors held fixed")
+    add_selection_arguments(p)
     add_feed_arguments(p)
     p.add_argument("--dy", metavar="SPEC", help="seed for a non-scalar y (default: ones, i.e. the gradient of sum(y))")
     p.add_argument("--seed", type=int, default=0, help="seed for the default values of unfed tensors (default 0)")
@@ -30,12 +32,15 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
+    import numpy as np
+
     model = open_model(args)
-    spec = model.selection(args.y, args.xs, args.zs)
+    spec = selection_of(model, args)
     feeds = collect_feeds(model, args, seed=args.seed, members=spec.inputs)
     dy = parse_dy(model, spec.y, args.dy, args.seed)
+    dims = parse_dim_arguments(model, args)
     result = model.gradient(spec.y, spec.xs, spec.zs, feeds=feeds, dy=dy, device=args.device,
-                            dtype=args.dtype, seed=args.seed)
+                            dtype=args.dtype, seed=args.seed, dims=dims)
     print(f"y {spec.y}: {describe(result.y)}  (seed: {'--dy' if dy is not None else 'ones'})")
     for name, g in result.grads.items():
         flag = "  [disconnected: y does not depend on it]" if name in result.disconnected else ""
@@ -43,4 +48,11 @@ def run(args) -> int:
     if args.out:
         save_npz(args.out, result.grads)
         print(f"saved {len(result.grads)} gradient(s) to {args.out}")
+    if not all(np.isfinite(g).all() for g in result.grads.values() if g.dtype.kind == "f"):
+        from ..verify.findings import nonfinite_origin
+
+        origin = nonfinite_origin(model, spec.y, spec.xs, spec.zs, feeds, dy, device=args.device, dtype=args.dtype,
+                                  seed=args.seed, dims=dims)
+        if origin is not None:
+            note(args, origin.message)
     return 0

@@ -5,7 +5,16 @@ import os
 import sys
 
 from ..errors import OnnxGradError, SelectionError
-from .common import Stages, add_feed_arguments, add_model_argument, collect_feeds, open_model
+from .common import (
+    Stages,
+    add_feed_arguments,
+    add_model_argument,
+    add_selection_arguments,
+    collect_feeds,
+    open_model,
+    parse_dim_arguments,
+    selection_of,
+)
 
 VIEWS = ("forward", "backward", "combined")  # engine.graphs.view.VIEWS, spelled out: that import costs onnx
 
@@ -13,9 +22,7 @@ VIEWS = ("forward", "backward", "combined")  # engine.graphs.view.VIEWS, spelled
 def add_parser(sub) -> None:
     p = sub.add_parser("graph", help="draw the forward, backward or combined graph (DOT, SVG, PNG or text)")
     add_model_argument(p)
-    p.add_argument("--y", help="the tensor to differentiate (with --xs: highlights the slice)")
-    p.add_argument("--xs", default="", help="comma-separated tensors to differentiate with respect to")
-    p.add_argument("--zs", default="", help="comma-separated tensors held fixed")
+    add_selection_arguments(p, required=False)
     p.add_argument("--view", choices=VIEWS, default="forward",
                    help="forward, backward or combined (default forward); without --y/--xs the backward "
                         "views draw the model's own Gradient nodes")
@@ -52,14 +59,15 @@ def _draw(args, stage) -> int:
         raise OnnxGradError(f"cannot write {out}: the file name must end in .dot, .svg, .png or .txt")
     stage(f"loading {os.path.basename(args.model)}")
     model = open_model(args)
-    spec = model.selection(args.y, args.xs, args.zs) if args.y else None
+    spec = selection_of(model, args) if args.y else None
     stats = None
     if args.stats:
         from ..graphs.stats import gradient_with_stats
 
         stage("computing the gradient for --stats")
         feeds = collect_feeds(model, args, seed=args.seed, members=spec.inputs)
-        _, stats = gradient_with_stats(model, spec.y, spec.xs, spec.zs, feeds=feeds, seed=args.seed)
+        _, stats = gradient_with_stats(model, spec.y, spec.xs, spec.zs, feeds=feeds, seed=args.seed,
+                                       dims=parse_dim_arguments(model, args))
     stage(f"building the {args.view} view")
     view = build_view(model, spec, args.view, stats, collapse_chains=args.collapse_chains,
                       needs_edges=fmt != ".txt")

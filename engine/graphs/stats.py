@@ -80,8 +80,8 @@ class GraphStats:
 
 
 def gradient_with_stats(model, y: str, xs, zs=(), feeds: Mapping[str, object] | None = None, dy=None,
-                        device="cpu", dtype=None, *, seed: int = 0,
-                        keep_gradients: bool = False) -> tuple[GradientResult, GraphStats]:
+                        device="cpu", dtype=None, *, seed: int = 0, keep_gradients: bool = False,
+                        dims: Mapping[str, int] | None = None) -> tuple[GradientResult, GraphStats]:
     """`Model.gradient` plus the stats of every backward edge and node (same arguments and result).
 
     The gradients equal Model.gradient's up to rounding: the per-consumer aliases can change the
@@ -92,7 +92,7 @@ def gradient_with_stats(model, y: str, xs, zs=(), feeds: Mapping[str, object] | 
     dev, fdt = parse_device(device), parse_float_dtype(dtype)
     feeds = dict(feeds or {})
     model.check_feed_names(feeds)
-    values = model.selection_values(spec, feeds, seed=seed)
+    values = model.selection_values(spec, feeds, seed=seed, dims=dims)
     extras = model.gradient_extras(spec, feeds)
     plan = model.prepare_gradient(spec.y, spec.xs, spec.zs, device=dev, dtype=fdt, extra_inputs=extras).plan
     inputs = [model.to_tensor(n, values[n], dev, fdt) for n in spec.inputs]

@@ -75,7 +75,7 @@ def gradient_nodes(graph: GraphIndex) -> list[tuple[int, GradientSpec]]:
             attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
             xs = [v.decode() for v in attrs.get("xs", [])]
             zs = [v.decode() for v in attrs.get("zs", [])]
-            out.append((i, validate(graph, attrs["y"].decode(), xs, zs)))
+            out.append((i, validate(graph, attrs["y"].decode(), xs, zs, strict=True)))
     return out
 
 

@@ -164,7 +164,8 @@ def _prepared(model: Model, y, xs, zs, dev, extras_of):
     return spec, extras, prepared, memo
 
 
-def build(model: Model, y: str, xs, zs, feeds: Mapping | None, dy, seed: int, device, ones_dy: bool) -> Context:
+def build(model: Model, y: str, xs, zs, feeds: Mapping | None, dy, seed: int, device, ones_dy: bool,
+          dims: Mapping[str, int] | None = None) -> Context:
     dev = parse_device(device)
     feeds = dict(feeds or {})
     model.check_feed_names(feeds)
@@ -174,7 +175,7 @@ def build(model: Model, y: str, xs, zs, feeds: Mapping | None, dy, seed: int, de
         return tuple(model.gradient_extras(spec, feeds)) if set(feeds) - set(spec.inputs) else ()
 
     spec, extras, prepared, memo = _prepared(model, y, xs, zs, dev, extras_of)
-    values = model.selection_values(spec, feeds, seed=seed)
+    values = model.selection_values(spec, feeds, seed=seed, dims=dims)
     sources = tuple(spec.inputs) + tuple(extras)
     tensors64 = [model.to_tensor(n, values[n] if n in values else feeds[n], dev, F64) for n in sources]
     plan64 = model.prepare(sources, [spec.y], device=dev, dtype=F64)

@@ -1,10 +1,12 @@
 """Where NaN/Inf first appears: in the forward values (topological order) or in the backward pass."""
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Mapping, Sequence
 
+import numpy as np
 import torch
 
+from ..dtypes import parse_device, parse_float_dtype
 from ..plan import Plan
 from .report import Finding
 
@@ -40,10 +42,13 @@ def first_nonfinite_value(plan: Plan, values: dict[str, torch.Tensor], label: st
 
 def first_nonfinite_gradient(plan: Plan, leaves: Sequence[torch.Tensor], dy: torch.Tensor,
                              n_xs: int, label: str) -> Finding | None:
-    """The first node, walking backwards from y, whose own VJP turns finite gradients into NaN/Inf.
+    """The first node, walking backwards from y, whose own VJP turns finite gradients into NaN/Inf
+    in a gradient that flows toward xs, and the forward value that made it do so.
 
     Gradients reaching a tensor are sums over its consumers, so each node is replayed alone on
-    its recorded inputs and its VJP of the (total) output gradients is judged by itself.
+    its recorded inputs and its VJP of the (total) output gradients is judged by itself. Only the
+    inputs that depend on xs are judged: the gradient a Pow sends to its constant exponent (NaN
+    for negative bases) flows nowhere and explains nothing.
     """
     with torch.enable_grad():
         env = plan.run_all(list(leaves))
@@ -59,8 +64,10 @@ def first_nonfinite_gradient(plan: Plan, leaves: Sequence[torch.Tensor], dy: tor
         if not seeds or any(_nonfinite(g) for _, g in seeds):
             continue
         ins = [plan.names[s] if s is not None else None for s in step.in_slots]
+        wanted = [k for k, n in enumerate(ins) if n is not None and _float_tensor(env[n]) and env[n].requires_grad]
+        if not wanted:
+            continue
         args = [None if n is None else env[n].detach() for n in ins]
-        wanted = [k for k, a in enumerate(args) if _float_tensor(a)]
         args = [a.clone().requires_grad_() if k in wanted else a for k, a in enumerate(args)]
         with torch.enable_grad():
             out = step.fn(*args, **step.kwargs)
@@ -72,8 +79,77 @@ def first_nonfinite_gradient(plan: Plan, leaves: Sequence[torch.Tensor], dy: tor
                                         [g for _, g in pairs], allow_unused=True)
         bad = [ins[k] for k, g in zip(wanted, local) if _nonfinite(g)]
         if bad:
+            value, why = _cause(plan, env, step, [n for _, n in outs], ins, bad[0])
+            hider = _hidden_by(plan, env, value) if value is not None else None
+            if hider is not None:
+                why += f", hidden downstream by node {hider.name!r} ({hider.op_type})"
             return Finding("nonfinite-gradient",
                            f"NaN/Inf first appears in the {label} backward pass in the VJP of node {step.name!r} "
-                           f"({step.op_type}), in the gradient it sends to {bad[0]!r}",
-                           tensor=bad[0], node=step.name)
+                           f"({step.op_type}), in the gradient it sends to {bad[0]!r}: {why}",
+                           tensor=bad[0], node=step.name, value=value,
+                           hidden_by=None if hider is None else hider.name)
     return None
+
+
+def _count(v: torch.Tensor) -> str:
+    kind = "NaN" if bool(torch.isnan(v).any()) else "Inf"
+    return f"{kind} ({int((~torch.isfinite(v)).sum())} of {v.numel()} elements)"
+
+
+def _cause(plan: Plan, env: dict, step, outs: list[str], ins: list[str | None], target: str
+           ) -> tuple[str | None, str]:
+    """(the forward value that made the node's VJP non-finite, the words for it). A VJP reads its
+    outputs (Softmax, Exp, Sqrt) and inputs; a NaN among them poisons every product. When all are
+    finite, the derivative itself is infinite at these values (Sqrt or Log at 0, a division by 0)."""
+    for n in outs:
+        if _nonfinite(env.get(n)):
+            return n, f"its output {n!r} holds {_count(env[n])}"
+    for n in ins:
+        if n is not None and _nonfinite(env.get(n)):
+            return n, f"its input {n!r} holds {_count(env[n])}"
+    v = env.get(target)
+    zeros = int((v == 0).sum()) if _float_tensor(v) else 0
+    at = f" ({target!r} holds {zeros} zero{'s' if zeros != 1 else ''})" if zeros else ""
+    return None, f"its forward values are finite, its derivative is not at them{at}"
+
+
+def _hidden_by(plan: Plan, env: dict, name: str):
+    """The first step (topological order) that reads a non-finite value descending from `name`
+    and gives finite outputs: where the forward hides the NaN (a Where(IsNaN(s), 0, s)) that
+    the backward pass still multiplies by."""
+    bad = {name}
+    for step in plan.steps:
+        ins = {plan.names[s] for s in step.in_slots if s is not None}
+        if not ins & bad:
+            continue
+        outs = [plan.names[s] for s in step.out_slots if s is not None]
+        poisoned = [n for n in outs if _nonfinite(env.get(n))]
+        if poisoned:
+            bad.update(poisoned)
+        elif any(_float_tensor(env.get(n)) for n in outs):
+            return step
+    return None
+
+
+def nonfinite_origin(model, y: str, xs, zs=(), feeds: Mapping[str, object] | None = None, dy=None, *,
+                     device="cpu", dtype=None, seed: int = 0, dims: Mapping[str, int] | None = None) -> Finding | None:
+    """Where the NaN/Inf of `Model.gradient(...)` with the same arguments comes from, as `check`
+    reports it: the first node producing it in the forward pass when y is not finite, else the
+    first node whose VJP makes it (walking back from y). None when everything is finite."""
+    spec = model.selection(y, xs, zs)
+    dev, fdt = parse_device(device), parse_float_dtype(dtype)
+    feeds = dict(feeds or {})
+    values = model.selection_values(spec, feeds, seed=seed, dims=dims)
+    sources = spec.inputs + model.gradient_extras(spec, feeds)
+    plan = model.prepare(sources, [spec.y], device=dev, dtype=fdt, keep_all=True)
+    tensors = [model.to_tensor(n, values[n] if n in values else feeds[n], dev, fdt) for n in sources]
+    with torch.no_grad():
+        env = plan.run_all(tensors)
+    y_value = env[spec.y]
+    label = str(y_value.dtype).removeprefix("torch.") if isinstance(y_value, torch.Tensor) else "native"
+    if _nonfinite(y_value):
+        return first_nonfinite_value(plan, env, label)
+    n = len(spec.xs)
+    leaves = [t.detach().requires_grad_() if k < n and _float_tensor(t) else t for k, t in enumerate(tensors)]
+    seed_value = torch.ones_like(y_value) if dy is None else torch.as_tensor(np.asarray(dy)).to(y_value.device)
+    return first_nonfinite_gradient(plan, leaves, seed_value, n, label)

@@ -109,6 +109,8 @@ class Finding:
     tensor: str | None = None
     node: str | None = None
     x: str | None = None
+    value: str | None = None  # nonfinite-gradient: the forward value that made the VJP non-finite
+    hidden_by: str | None = None  # ...and the node downstream whose finite output hides it
 
 
 @dataclass(frozen=True)

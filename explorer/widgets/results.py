@@ -1,4 +1,6 @@
-"""Result tables: gradients per x after a run, and the finite-difference check per x."""
+"""Result tables: gradients per x after a run (NaN/Inf marked, with where it comes from), and the
+check: its verdict per x, then every finding and per-node result, worst first (explorer/verdicts.py).
+Enter on a row goes to its tensor or node."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -11,8 +13,10 @@ from textual.widgets import DataTable, Static, TabbedContent, TabPane
 
 from ..guard import guarded
 from ..summaries import summarize
+from ..verdicts import VerifyRow, verify_rows
 
-STATUS_STYLE = {"pass": "bold green", "fail": "bold red", "inconclusive": "bold yellow"}
+STATUS_STYLE = {"pass": "bold green", "fail": "bold red", "inconclusive": "bold yellow", "NaN/Inf": "bold red",
+                "note": "bold"}
 
 
 def _num(v) -> str:
@@ -32,46 +36,64 @@ class Results(Vertical):
     Results TabPane { padding: 0; }
     Results DataTable { height: 1fr; }
     Results #verify-summary { height: auto; max-height: 2; padding: 0 1; }
+    Results #gradient-note { height: auto; max-height: 3; padding: 0 1; }
+    Results #verify-detail { height: auto; max-height: 2; padding: 0 1; color: $text-muted; }
+    Results #gradient-note { display: none; }
+    Results #gradient-note.-shown { display: block; }
     """
 
     @dataclass
     class Jump(Message):
-        """Enter on a row: go to tensor `tensor` and, for a check row, its worst element."""
+        """Enter on a row: go to tensor `tensor` and, for a check row, its worst element; for a finding
+        or node row, to node `node` (its `tensor` shown)."""
 
-        tensor: str
+        tensor: str | None
         index: tuple[int, ...] | None
+        node: str | None = None
 
     def compose(self) -> ComposeResult:
         with TabbedContent(id="results-tabs"):
             with TabPane("Gradients", id="tab-gradients"):
+                yield Static("", id="gradient-note")
                 yield DataTable(id="gradient-table", cursor_type="row", zebra_stripes=True)
             with TabPane("Verify", id="tab-verify"):
                 yield Static("No check yet: press v.", id="verify-summary")
                 yield DataTable(id="verify-table", cursor_type="row", zebra_stripes=True)
+                yield Static("", id="verify-detail")
 
     def on_mount(self) -> None:
         self.query_one("#gradient-table", DataTable).add_columns(
             "x", "shape", "norm", "max|g|", "mean", "NaN/Inf", "disconnected")
         self.query_one("#verify-table", DataTable).add_columns(
-            "x", "status", "max abs err", "max rel err", "worst index", "analytic", "numeric")
+            "x / finding / node", "status", "max abs err", "max rel err", "worst", "analytic", "numeric")
+        self._rows: dict[str, VerifyRow] = {}
         self.show_gradient(None)
 
-    def show_gradient(self, result, summary_of=None) -> None:
-        """`summary_of(x)`: the Summary of x's gradient (the session's, made by the gradient's worker)."""
+    def show_gradient(self, result, origin=None, summary_of=None) -> None:
+        """The gradients per x; a NaN/Inf count in red and, above the table, the node it comes from.
+        `summary_of(x)`: the Summary of x's gradient (the session's, made by the gradient's worker)."""
         table = self.query_one("#gradient-table", DataTable)
+        note = self.query_one("#gradient-note", Static)
         table.clear()
+        note.set_class(origin is not None, "-shown")
+        if origin is not None:
+            note.update(Text.assemble((origin.message, "red"), ("   n: go to the node", "bold")))
         if result is None:
             return
         for name, g in result.grads.items():
             s = (summary_of(name) if summary_of is not None else summarize(g)).as_dict()
+            bad = s.get("nonfinite", 0)
             table.add_row(name, "×".join(map(str, s["shape"])) or "scalar", _num(s.get("norm")),
-                          _num(s.get("max_abs")), _num(s.get("mean")), str(s.get("nonfinite", 0)),
+                          _num(s.get("max_abs")), _num(s.get("mean")),
+                          Text(f"{bad} ✗", style="bold red") if bad else "0",
                           Text("yes", style="yellow") if name in result.disconnected else "", key=name)
 
     def show_check(self, report) -> None:
         table = self.query_one("#verify-table", DataTable)
         summary = self.query_one("#verify-summary", Static)
         table.clear()
+        self._rows = {}
+        self.query_one("#verify-detail", Static).update("")
         if report is None:
             summary.update("No check yet: press v.")
             return
@@ -82,37 +104,49 @@ class Results(Vertical):
             text.append(f"  mode {mode}", style="dim")
         first = getattr(report, "first_failing_node", None)
         if first:
-            name = getattr(first, "node_name", first)
-            op = getattr(first, "op_type", "")
-            text.append(f"  first failing node: {name} {f'({op})' if op else ''}", style="bold red")
-        doubtful = next((r for r in report.results if str(r.status) != "pass" and getattr(r, "reason", "")), None)
-        if doubtful is not None:
-            text.append(f"\n{doubtful.name}: {doubtful.reason}", style="yellow")
-        else:
-            text.append("   enter: go to the worst element", style="dim")
+            text.append(f"  first failing node: {first}", style="bold red")
+        rows = verify_rows(report)
+        found = len(rows) - len(report.results) - len(getattr(report, "second_order", ()))
+        text.append(f"   {found} findings and node results below, worst first; " if found else "   ", style="dim")
+        text.append("enter: go there", style="dim")
         summary.update(text)
-        for r in report.results:
-            worst = getattr(r, "worst_index", None)
-            table.add_row(r.name, _status(r.status), _num(getattr(r, "max_abs_err", None)),
-                          _num(getattr(r, "max_rel_err", None)), "" if worst is None else str(tuple(worst)),
-                          _num(getattr(r, "analytic", None)), _num(getattr(r, "numeric", None)), key=r.name)
-        self._worst = {r.name: getattr(r, "worst_index", None) for r in report.results}
+        for row in rows:
+            self._rows[row.key] = row
+            table.add_row(row.label, _status(row.status), _num(row.abs_err), _num(row.rel_err), row.where,
+                          _num(row.analytic), _num(row.numeric), key=row.key)
+        if rows:
+            self._show_detail(rows[0])
 
     def show_check_note(self, text: str) -> None:
         """No verdict to show (a check running or cancelled): say so instead of leaving an old one up."""
         self.query_one("#verify-table", DataTable).clear()
         self.query_one("#verify-summary", Static).update(Text(text, style="bold yellow"))
-        self._worst = {}
+        self.query_one("#verify-detail", Static).update("")
+        self._rows = {}
 
     def show_tab(self, which: str) -> None:
         """Bring "gradients" or "verify" to the front (when its results arrive)."""
         self.query_one(TabbedContent).active = f"tab-{which}"
 
+    def _show_detail(self, row: VerifyRow) -> None:
+        self.query_one("#verify-detail", Static).update(Text(row.detail or row.status))
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        event.stop()
+        # A highlight posted for a row the table has since cleared arrives without a key.
+        key = getattr(event.row_key, "value", None)
+        row = self._rows.get(str(key)) if event.data_table.id == "verify-table" else None
+        if row is not None:
+            self._show_detail(row)
+
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         event.stop()
-        name = str(event.row_key.value)
-        index = None
-        if event.data_table.id == "verify-table":
-            worst = getattr(self, "_worst", {}).get(name)
-            index = None if worst is None else tuple(int(i) for i in worst)
-        self.post_message(self.Jump(name, index))
+        if getattr(event.row_key, "value", None) is None:
+            return
+        key = str(event.row_key.value)
+        if event.data_table.id != "verify-table":
+            self.post_message(self.Jump(key, None))
+            return
+        row = self._rows.get(key)
+        if row is not None and (row.tensor or row.node):
+            self.post_message(self.Jump(row.tensor, row.index, row.node))

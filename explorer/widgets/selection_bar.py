@@ -7,7 +7,7 @@ from textual.widgets import Static
 
 class SelectionBar(Static):
     DEFAULT_CSS = """
-    SelectionBar { height: 2; padding: 0 1; background: $panel; }
+    SelectionBar { height: auto; min-height: 2; max-height: 4; padding: 0 1; background: $panel; }
     """
 
     def show(self, session, busy: str = "") -> None:
@@ -21,18 +21,25 @@ class SelectionBar(Static):
         t.append("   zs ", style="dim")
         t.append(", ".join(s.zs) or "—", style="bold blue" if s.zs else "dim")
         fed = len(s.feeds)
-        t.append(f"   │ {s.device} {s.dtype} │ view {s.view} │ {fed} feed{'s' if fed != 1 else ''} set")
+        t.append(f"   │ {s.device} {s.dtype}")
+        if dims := s.dims_text():
+            t.append(f" │ dims {dims}", style="bold" if s.dims else "")
+        t.append(f" │ view {s.view} │ {fed} feed{'s' if fed != 1 else ''} set")
         if busy:
             t.append(f" │ {busy}", style="yellow")
         t.append("\n")
         if s.selection_error:
             t.append("✗ " + s.selection_error, style="bold red")
+            if s.missing_inputs:
+                t.append("   i puts them in zs", style="bold")
         elif s.spec is not None:
             n = len(s.slice_nodes())
             t.append(f"✓ valid: {n} node{'s' if n != 1 else ''} from xs to y", style="green")
             if s.spec.disconnected:
                 t.append(f"; y does not depend on {', '.join(sorted(s.spec.disconnected))}", style="yellow")
             t.append("   r run · v verify · s step", style="dim")
+            for d in s.spec.determined:
+                t.append("\n" + d.note, style="yellow")
         else:
             t.append("Pick a tensor and press y to differentiate it, x / z to add inputs to xs / zs.", style="dim")
         self.update(t)

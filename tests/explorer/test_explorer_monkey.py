@@ -21,6 +21,7 @@ from textual.keys import _character_to_key
 
 import engine
 from explorer.app import ExplorerApp, make_app
+from explorer.screens.dims import DimsScreen
 from explorer.screens.export import ExportScreen
 from explorer.screens.feed import FeedScreen
 from explorer.screens.help import HelpScreen
@@ -39,7 +40,7 @@ QUITTING = {"q", "ctrl+q", "ctrl+c"}
 
 def key_pool() -> list[str]:
     owners = (ExplorerApp, GraphView, EntryList, NodeList, StepScreen, VerifyScreen, FeedScreen, ExportScreen,
-              HelpScreen, PromptScreen)
+              HelpScreen, PromptScreen, DimsScreen)
     bound = {key.strip() for cls in owners for b in cls.BINDINGS for key in b.key.split(",")}
     printable = set(string.ascii_letters + string.digits + "._-/:,=")
     named = {"tab", "shift+tab", "escape", "enter", "up", "down", "left", "right", "ctrl+p", "space", "backspace"}

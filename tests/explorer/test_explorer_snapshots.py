@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from textual.widgets import Input
 
-from engine.verify import CheckReport, XCheck
+from engine.verify import CheckReport, Finding, NodeCheck, XCheck
 from explorer.messages import CheckReady
 
 from .conftest import SIZE, settle, spec_app, started
@@ -50,8 +50,15 @@ def _fixed_report() -> CheckReport:
                       analytic=a, numeric=n, fd_error=1e-12, checked=18, failed=int(status == "fail"),
                       inconclusive=0)
 
+    def node(name, op, status, err):
+        return NodeCheck(node_name=name, op_type=op, status=status, max_abs_err=err, max_rel_err=err * 10,
+                         reason=f"{name}: {status}", worst_input="H" if op == "Gemm" else "W", worst_index=(0, 1))
+
+    # Rows after the verdicts, worst first: the failing conv, the finding, then the passing gemm.
     return CheckReport(ok=False, verdict="fail", mode="full", seed=0, order=1,
                        results=(x("W", "fail", 0.25, (1, 0, 2, 2), 1.5, 1.25), x("Z", "pass", 2e-9, (3, 1), 0.07, 0.07)),
+                       nodes=(node("gemm", "Gemm", "pass", 1e-9), node("conv", "Conv", "fail", 0.25)),
+                       findings=(Finding("native-precision", "the float32 gradient of 'W' differs", x="W"),),
                        first_failing_node="conv", y="Y", xs=("W", "Z"), zs=("X",))
 
 
