@@ -184,7 +184,7 @@ class Workers:
     def run_open(self, path: str) -> None:
         self.post_message(m.WorkStarted("open", f"opening {os.path.basename(path)}"))
         model = engine.load(os.path.expanduser(path))
-        self.post_message(m.ModelOpened(os.path.basename(path), model))
+        self.post_message(m.ModelOpened(os.path.basename(model.graph.path or path), model))
 
     def action_cancel(self) -> None:
         running = [w for w in self.workers if w.group in CANCELLABLE and w.is_running]
