@@ -208,3 +208,22 @@ def test_onnxgrad_on_a_folder_opens_the_explorer_on_its_model(tmp_path, monkeypa
     monkeypatch.setattr(ExplorerApp, "run", lambda self: opened.append(self.session.label))
     assert launcher.main([str(tmp_path)]) == 0
     assert opened == ["m.onnx"]
+
+
+@pytest.mark.parametrize("command", [
+    ["run", "--feed", "X=ones"],
+    ["grad", "--y", "Y", "--xs", "W", "--zs", "X"],
+    ["check", "--y", "Y", "--xs", "W", "--zs", "X", "--mode", "fast"],
+    ["graph", "--y", "Y", "--xs", "W", "--zs", "X", "--view", "combined", "--stats"],
+    ["lower", "--y", "Y", "--xs", "W", "--zs", "X"],
+])
+def test_every_command_works_on_a_model_with_external_data(tmp_path, command, capsys):
+    (tmp_path / "model").mkdir()
+    small_external(str(tmp_path / "model"))  # W's bytes in model/w.bin; the command is given the folder
+    out = ["-o", str(tmp_path / ("out.onnx" if command[0] == "lower" else "out.txt"))] \
+        if command[0] in ("lower", "graph") else []
+    assert cli([command[0], str(tmp_path / "model"), *command[1:], *out]) == 0, capsys.readouterr().err
+    if command[0] == "lower":
+        lowered = engine.load(tmp_path / "out.onnx")
+        x = np.ones((2, 64), np.float32)
+        np.testing.assert_array_equal(lowered.run({"X": x}, outputs=["dY_dW"])["dY_dW"], x.T @ np.ones((2, 64)))
