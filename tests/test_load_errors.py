@@ -109,3 +109,13 @@ def test_a_gradient_node_with_an_empty_input_is_refused_at_load():
     node.input[1] = ""
     with pytest.raises(engine.SelectionError, match=r"^Gradient node 'gradient' has no input for 'Z': every member"):
         engine.load(model)
+
+
+def test_a_doc_string_that_is_not_utf8_is_kept_as_it_is_from_bytes_or_a_proto():
+    # Found by the fuzz: no part of the engine reads doc strings, but copying one must not fail.
+    proto = onnx.load(os.path.join(ROOT, "sample_models", "mlp.onnx"))
+    proto.graph.MergeFromString(b"\x52\x04caf\xe9")  # GraphProto.doc_string (field 10), not UTF-8
+    for source in (proto, proto.SerializeToString()):
+        model = engine.load(source)
+        assert model.graph.source.graph.doc_string == b"caf\xe9"  # protobuf hands it out as bytes
+        assert model.run({"X": np.ones((4, 8), np.float32), "T": np.zeros((4, 3), np.float32)})["loss"].shape == ()
