@@ -92,26 +92,25 @@ def memory(case, args) -> dict:
     return {"rss_added_bytes": peak_rss() - base, "model_bytes": case.bytes()}
 
 
-@measure
-def gradient(case, args) -> dict:
-    """Model.gradient of the output (dy = ones) by the deep weight, zs = the inputs: seconds per call
-    after a first call (which builds the plan), `calls` calls."""
+def _engine_gradient(case, args):
+    """Model.gradient of the output (dy = ones) by the deep weight, zs = the inputs, as a call, after a
+    first call (which builds the plan); and that first call's seconds."""
     engine = _engine_ready(args)
     model = engine.load(case.path)
     weight = scale.deep_weight(model.graph, case)
     feeds = scale.example(case)
+
+    def call():
+        model.gradient(case.output, [weight], list(case.inputs), feeds=feeds)
+
     first = time.perf_counter()
-    model.gradient(case.output, [weight], list(case.inputs), feeds=feeds)
-    first = time.perf_counter() - first
-    times, cpu = timed(lambda: model.gradient(case.output, [weight], list(case.inputs), feeds=feeds), args.calls)
-    return {"gradient_s": statistics.median(times), "gradient_cpu_s": statistics.median(cpu), "gradient_first_s": first,
-            "gradient_times": times}
+    call()
+    return call, time.perf_counter() - first
 
 
-@measure
-def eager(case, args) -> dict:
+def _eager_gradient(case, args):
     """The same gradient in torch eager on the module that was exported: forward, backward of
-    ones, only the deep weight requiring grad."""
+    ones, only the deep weight requiring grad; as a call, after a first call."""
     import torch
 
     torch.set_num_threads(args.threads)
@@ -121,15 +120,45 @@ def eager(case, args) -> dict:
     weight = scale.deep_parameter(case, module).requires_grad_()
     inputs = [torch.from_numpy(v) for v in scale.example(case).values()]
 
-    def step():
+    def call():
         weight.grad = None
         out = module(*inputs)
         out.backward(torch.ones_like(out))
-        return weight.grad
 
-    step()
-    times, cpu = timed(step, args.calls)
+    call()
+    return call
+
+
+@measure
+def gradient(case, args) -> dict:
+    """Seconds per Model.gradient call (`calls` calls after the first)."""
+    call, first = _engine_gradient(case, args)
+    times, cpu = timed(call, args.calls)
+    return {"gradient_s": statistics.median(times), "gradient_cpu_s": statistics.median(cpu), "gradient_first_s": first,
+            "gradient_times": times}
+
+
+@measure
+def eager(case, args) -> dict:
+    """Seconds per torch eager forward+backward (`calls` calls after the first)."""
+    times, cpu = timed(_eager_gradient(case, args), args.calls)
     return {"eager_s": statistics.median(times), "eager_cpu_s": statistics.median(cpu), "eager_times": times}
+
+
+@measure
+def gradient_pair(case, args) -> dict:
+    """Both gradients in this process, calls alternating (the model's weights in memory twice):
+    medians of each side and of the per-pair ratios."""
+    ours, first = _engine_gradient(case, args)
+    theirs = _eager_gradient(case, args)
+    rows = []
+    for _ in range(args.calls):
+        a, b = timed(ours, 1), timed(theirs, 1)
+        rows.append((a[0][0], b[0][0], a[1][0], b[1][0]))
+    return {"gradient_s": statistics.median(r[0] for r in rows), "eager_s": statistics.median(r[1] for r in rows),
+            "gradient_cpu_s": statistics.median(r[2] for r in rows), "eager_cpu_s": statistics.median(r[3] for r in rows),
+            "ratio": statistics.median(r[0] / r[1] for r in rows),
+            "ratio_cpu": statistics.median(r[2] / r[3] for r in rows), "gradient_first_s": first}
 
 
 def timed(call, calls: int) -> tuple[list[float], list[float]]:

@@ -8,7 +8,9 @@ measured each in a fresh process (benchmarks/_scale_measure.py), the two sides o
   memory    peak RSS added above `import engine, torch` by load + one gradient ÷ the model's bytes
   gradient  Model.gradient of the output by a weight in the first block (zs = the inputs, 32 tokens,
             dy = ones) ÷ torch eager forward+backward of the same weight, same thread count (wall
-            time, or with --clock cpu the process CPU time, steadier on a shared machine)
+            time, or with --clock cpu the process CPU time, steadier on a shared machine); both in
+            one fresh process per round, calls alternating, unless the model is too big to hold
+            twice (--pair-gb): then alternating fresh processes
   check     `onnxgrad check --mode fast` on GPT-2 124M: the whole command ÷ the check's own time
   explorer  (--measures ...,explorer) the explorer opened on the model: seconds to the graph drawn and
             to ready (navigator listed, layout done, cursor's value shown), from before the load
@@ -85,7 +87,18 @@ def bench(model: str, args) -> dict:
         print(f"  {model} memory: {added / 1e9:.2f} GB added, {row['memory']['ratio']:.2f}x the model", file=sys.stderr)
     if "gradient" in wanted:
         cpu = "_cpu" if args.clock == "cpu" else ""
-        row["gradient"] = ratio_rounds("gradient", "eager", f"gradient{cpu}_s", f"eager{cpu}_s", model, args)
+        if 2 * row["model_bytes"] <= args.pair_gb * 1e9:  # both sides in one process, calls alternating
+            rounds = [take("gradient_pair", model, args) for _ in range(args.runs)]
+            for k, r in enumerate(rounds):
+                print(f"  {model} gradient/eager pair {k + 1}: {r[f'gradient{cpu}_s']:.3f} s / {r[f'eager{cpu}_s']:.3f} s",
+                      file=sys.stderr, flush=True)
+            row["gradient"] = {key: statistics.median(r[key] for r in rounds)
+                               for key in ("gradient_s", "eager_s", "gradient_cpu_s", "eager_cpu_s")}
+            row["gradient"]["ratio"] = statistics.median(r[f"ratio{cpu}"] for r in rounds)
+            row["gradient"]["paired"] = "same process"
+        else:  # too big to hold twice: fresh processes, alternating
+            row["gradient"] = ratio_rounds("gradient", "eager", f"gradient{cpu}_s", f"eager{cpu}_s", model, args)
+            row["gradient"]["paired"] = "alternating processes"
         row["gradient"]["clock"] = args.clock
     if "check" in wanted and model in args.check_models.split(","):
         got = median_of("check", model, args)
@@ -115,6 +128,10 @@ def table(rows: list[dict]) -> str:
                  f"{gr['ratio']:.2f}×" if gr else "—",
                  f"{ex['graph_drawn_s']:.2f} s" if ex else "—", f"{ex['ready_s']:.2f} s" if ex else "—"]
         lines.append("| " + " | ".join(cells) + " |")
+    paired = {f"{r['model']}: {r['gradient'].get('paired')}" for r in rows if "gradient" in r}
+    if paired:
+        clock = next(r["gradient"]["clock"] for r in rows if "gradient" in r)
+        lines.append(f"\ngradient ÷ eager ({clock} time): " + "; ".join(sorted(paired)))
     for r in rows:
         if "check" in r:
             c = r["check"]
@@ -138,6 +155,8 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=2, help="torch and onnxruntime threads (both sides)")
     p.add_argument("--clock", choices=["wall", "cpu"], default="wall",
                    help="gradient timing: wall time, or process CPU time (steadier on a shared machine; use --threads 1)")
+    p.add_argument("--pair-gb", type=float, default=4.0,
+                   help="gradient and eager share one process (calls alternating) when twice the model fits in this")
     p.add_argument("--check-models", default="gpt2", help="models the check measurement runs on")
     p.add_argument("--json", default=os.path.join(HERE, "results", "scale.json"))
     args = p.parse_args(argv)

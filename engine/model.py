@@ -376,6 +376,10 @@ class Model:
             )
         if len(node.output) > len(xs):
             raise SelectionError(f"Gradient node {name!r} has {len(node.output)} outputs but xs names {len(xs)}")
+        missing = [m for m, t in zip(xs + zs, node.input) if not t]
+        if missing:
+            raise SelectionError(f"Gradient node {name!r} has no input for {missing[0]!r}: every member of xs and zs "
+                                 "needs one")
         try:
             validate(self.graph, y, xs, zs, strict=True)
         except SelectionError as exc:

@@ -96,31 +96,41 @@ def _copy_fields(src, dst, skip: frozenset = frozenset()) -> None:
     for fd, value in src.ListFields():
         if fd.name in skip:
             continue
-        if fd.is_repeated:
-            getattr(dst, fd.name).extend(value)
-        elif fd.message_type is not None:
-            getattr(dst, fd.name).CopyFrom(value)
-        else:
-            setattr(dst, fd.name, value)
+        try:
+            if fd.is_repeated:
+                getattr(dst, fd.name).extend(value)
+            elif fd.message_type is not None:
+                getattr(dst, fd.name).CopyFrom(value)
+            else:
+                setattr(dst, fd.name, value)
+        except UnicodeDecodeError:  # a string that is not UTF-8 comes out as bytes; only parsing takes it back
+            tag = protowire.encode_varint(fd.number << 3 | protowire.LENGTH_DELIMITED)
+            for v in (value if fd.is_repeated else [value]):
+                v = v if isinstance(v, bytes) else v.encode()
+                dst.MergeFromString(tag + protowire.encode_varint(len(v)) + v)
 
 
 def _split_proto(proto: ModelProto, take: bool = False) -> tuple[ModelProto, dict[str, Span]]:
     """A skeleton of `proto` and its big raw_data as spans of bytes taken out once (protobuf hands
-    raw_data out as a copy: nothing can share it). `take`: the proto is ours, so it may be emptied."""
-    skeleton = ModelProto()
-    _copy_fields(proto, skeleton, frozenset({"graph"}))
-    if not proto.HasField("graph"):
-        return skeleton, {}
-    _copy_fields(proto.graph, skeleton.graph, frozenset({"initializer"}))
+    raw_data out as a copy: nothing can share it). `take`: the proto is ours, and becomes the skeleton."""
+    require_text(proto)
+    skeleton = proto if take else ModelProto()
+    if not take:
+        _copy_fields(proto, skeleton, frozenset({"graph"}))
+        if not proto.HasField("graph"):
+            return skeleton, {}
+        _copy_fields(proto.graph, skeleton.graph, frozenset({"initializer"}))
     spans = {}
     for t in proto.graph.initializer:
         data = t.raw_data if t.HasField("raw_data") else b""
         big = len(data) >= STRIP_BYTES
-        _copy_fields(t, skeleton.graph.initializer.add(), frozenset({"raw_data"}) if big else frozenset())
+        if take:
+            if big:
+                t.ClearField("raw_data")
+        else:
+            _copy_fields(t, skeleton.graph.initializer.add(), frozenset({"raw_data"}) if big else frozenset())
         if big:
             spans[t.name] = Span(Buffer(data), 0, len(data))
-        if take:
-            t.ClearField("raw_data")
     return skeleton, spans
 
 

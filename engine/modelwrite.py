@@ -97,20 +97,30 @@ def _write_all(fd: int, view: memoryview, at: int) -> None:
 
 
 def _copy_range(r: FileRange, fd: int, at: int) -> None:
-    """Copy `r` to `fd` at `at` in the kernel, leaving its holes holes (a sparse file stays sparse)."""
+    """Copy `r` to `fd` at `at` in the kernel, leaving its holes holes (a sparse file stays sparse);
+    from the mapping when the file on disk is no longer the one mapped."""
     r.file.require_unchanged()
-    pos, end = r.offset, r.offset + r.length
-    while pos < end:
-        data = _seek(r.file.fd, pos, getattr(os, "SEEK_DATA", None), default=pos, past=end)
-        if data > pos:  # a hole: nothing to write
-            pos = min(data, end)
-            continue
-        stop = min(_seek(r.file.fd, pos, getattr(os, "SEEK_HOLE", None), default=end, past=end), end)
-        while pos < stop:
-            n = _kernel_copy(r.file.fd, fd, pos, at + pos - r.offset, stop - pos)
-            if n <= 0:
-                raise OSError(f"{r.file.path} ended early: {stop - pos} bytes missing at offset {pos}")
-            pos += n
+    source = r.file.copy_source()
+    if source is None:
+        _write_all(fd, r.view() if r.view() is not None else r.read(), at)
+        return
+    src, owned = source
+    try:
+        pos, end = r.offset, r.offset + r.length
+        while pos < end:
+            data = _seek(src, pos, getattr(os, "SEEK_DATA", None), default=pos, past=end)
+            if data > pos:  # a hole: nothing to write
+                pos = min(data, end)
+                continue
+            stop = min(_seek(src, pos, getattr(os, "SEEK_HOLE", None), default=end, past=end), end)
+            while pos < stop:
+                n = _kernel_copy(src, fd, pos, at + pos - r.offset, stop - pos)
+                if n <= 0:
+                    raise OSError(f"{r.file.path} ended early: {stop - pos} bytes missing at offset {pos}")
+                pos += n
+    finally:
+        if owned:
+            os.close(src)
 
 
 def _seek(fd: int, pos: int, whence, default: int, past: int) -> int:

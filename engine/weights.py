@@ -29,24 +29,33 @@ BITS = {getattr(TensorProto, n): b for n, b in (("INT4", 4), ("UINT4", 4), ("FLO
 
 
 class DataFile:
-    """A file weights are read from, kept open. `mapped`: memory-mapped, aligned views share its pages."""
+    """A file weights are read from. Unmapped (the .onnx file itself): kept open, each tensor read
+    once into an array of its own. `mapped` (external data): mapped privately and the descriptor
+    closed (the mapping holds the file); aligned tensors are views of its pages."""
 
     def __init__(self, path: str, fd: int, mapped: bool):
-        self.path, self.fd = path, fd
+        self.path = path
         self.stat = os.fstat(fd)
         self.size = self.stat.st_size
-        self._finalizer = weakref.finalize(self, os.close, fd)
-        self.map = None
+        self.map = self.fd = None
         if mapped and self.size:
-            # Private, so a tensor written in place (nothing here does) could never reach the file.
-            self.map = mmap.mmap(fd, 0, access=mmap.ACCESS_COPY)
+            try:  # private: a tensor written in place (nothing here does) could never reach the file
+                self.map = mmap.mmap(fd, 0, access=mmap.ACCESS_COPY)
+            finally:
+                os.close(fd)
+        else:
+            self.fd = fd
+            self._finalizer = weakref.finalize(self, os.close, fd)
         self._lock = threading.Lock()
 
     def read(self, offset: int, length: int, dtype: np.dtype) -> np.ndarray:
-        """`length` bytes at `offset` as a flat array of `dtype`: a view of the mapping when aligned,
-        else one read into a new array."""
-        if self.map is not None and offset % dtype.itemsize == 0:
-            return np.frombuffer(self.map, dtype=dtype, count=length // dtype.itemsize, offset=offset)
+        """`length` bytes at `offset` as a flat array of `dtype`: a view of the mapping (a copy of
+        it where unaligned), else one read into a new array."""
+        if self.map is not None:
+            arr = np.frombuffer(self.map, dtype=np.uint8, count=length, offset=offset)
+            return arr.view(dtype) if offset % dtype.itemsize == 0 else arr.copy().view(dtype)
+        if self.fd is None:  # an empty file: only empty tensors lie in it
+            return np.empty(0, dtype)
         self.require_unchanged()
         out = np.empty(length, np.uint8)
         got = self._read_into(out, offset)
@@ -69,10 +78,37 @@ class DataFile:
             done += n
         return done
 
+    def _identity(self, st) -> tuple:
+        return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
     def require_unchanged(self) -> None:
-        now = os.fstat(self.fd)
-        if (now.st_size, now.st_mtime_ns) != (self.stat.st_size, self.stat.st_mtime_ns):
+        """ModelLoadError when the bytes this file gives are no longer the ones loaded. A mapped file
+        replaced by another (a new inode) is fine: the mapping holds the old one."""
+        if self.fd is not None:
+            now = os.fstat(self.fd)
+        else:
+            try:
+                now = os.stat(self.path)
+            except OSError:
+                return
+            if (now.st_dev, now.st_ino) != (self.stat.st_dev, self.stat.st_ino):
+                return
+        if self._identity(now) != self._identity(self.stat):
             raise ModelLoadError(f"{self.path} changed since it was loaded: load it again")
+
+    def copy_source(self) -> tuple[int, bool] | None:
+        """(a descriptor of the file as loaded, whether the caller closes it) for a copy in the
+        kernel; None when only the mapping still holds those bytes."""
+        if self.fd is not None:
+            return self.fd, False
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except OSError:
+            return None
+        if self._identity(os.fstat(fd)) == self._identity(self.stat):
+            return fd, True
+        os.close(fd)
+        return None
 
 
 @dataclass(frozen=True)
@@ -88,6 +124,11 @@ class FileRange:
 
     def read(self) -> memoryview:
         return memoryview(self.file.read(self.offset, self.length, np.dtype(np.uint8)))
+
+    def view(self) -> memoryview | None:
+        """The bytes in the mapping, without a copy (None: the file is not mapped)."""
+        m = self.file.map
+        return None if m is None else memoryview(m)[self.offset:self.offset + self.length]
 
 
 class Buffer:

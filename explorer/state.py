@@ -355,7 +355,7 @@ def open_session(model_path: str | None = None, *, model: engine.Model | None = 
                 model = engine.load(model_path)
         except Exception as exc:  # a corrupt file can fail below our loader too: still one line
             return None, one_line(exc)
-    name = label or (os.path.basename(model_path) if model_path else model.name)
+    name = label or (os.path.basename(model.graph.path or model_path) if model_path else model.name)  # a folder: its model
     return Session(model, name, **settings), None
 
 

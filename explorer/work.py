@@ -234,7 +234,7 @@ class Workers:
     def run_open(self, path: str) -> None:
         self.post_message(m.WorkStarted("open", f"opening {os.path.basename(path)}"))
         model = engine.load(os.path.expanduser(path))
-        self.post_message(m.ModelOpened(os.path.basename(path), model))
+        self.post_message(m.ModelOpened(os.path.basename(model.graph.path or path), model))
 
     def on_inspector_summary_wanted(self, message) -> None:
         key = (message.kind, message.name, id(message.array))

@@ -208,3 +208,50 @@ def test_onnxgrad_on_a_folder_opens_the_explorer_on_its_model(tmp_path, monkeypa
     monkeypatch.setattr(ExplorerApp, "run", lambda self: opened.append(self.session.label))
     assert launcher.main([str(tmp_path)]) == 0
     assert opened == ["m.onnx"]
+
+
+@pytest.mark.parametrize("command", [
+    ["run", "--feed", "X=ones"],
+    ["grad", "--y", "Y", "--xs", "W", "--zs", "X"],
+    ["check", "--y", "Y", "--xs", "W", "--zs", "X", "--mode", "fast"],
+    ["graph", "--y", "Y", "--xs", "W", "--zs", "X", "--view", "combined", "--stats"],
+    ["lower", "--y", "Y", "--xs", "W", "--zs", "X"],
+])
+def test_every_command_works_on_a_model_with_external_data(tmp_path, command, capsys):
+    (tmp_path / "model").mkdir()
+    small_external(str(tmp_path / "model"))  # W's bytes in model/w.bin; the command is given the folder
+    out = ["-o", str(tmp_path / ("out.onnx" if command[0] == "lower" else "out.txt"))] \
+        if command[0] in ("lower", "graph") else []
+    assert cli([command[0], str(tmp_path / "model"), *command[1:], *out]) == 0, capsys.readouterr().err
+    if command[0] == "lower":
+        lowered = engine.load(tmp_path / "out.onnx")
+        x = np.ones((2, 64), np.float32)
+        np.testing.assert_array_equal(lowered.run({"X": x}, outputs=["dY_dW"])["dY_dW"], x.T @ np.ones((2, 64)))
+
+
+def test_a_transformers_export_laid_out_as_optimum_does_differentiates_like_torch(tmp_path):
+    """A small GPT-2 (random weights) exported by torch, saved as model.onnx + model.onnx_data in a
+    folder: opened through the folder, its gradients match torch autograd on the module exported."""
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+    import _real_models as real_models
+
+    real_models.stub_torchvision()
+    pytest.importorskip("transformers")
+    module, ids = real_models.build(next(c for c in real_models.CASES if c.name == "gpt2"))
+    proto = onnx.load_from_string(real_models.export(module, ids, "torchscript", cache=None))
+    onnx.save_model(proto, tmp_path / "model.onnx", save_as_external_data=True, location="model.onnx_data")
+    model = engine.load(tmp_path)
+    assert model.graph.weights.detached() and all(not model.graph.initializers[n].raw_data
+                                                 for n in model.graph.weights.detached())
+    matched = real_models.match_weights(model, module)
+    assert len(matched) >= 4
+    dy = torch.randn(module(ids).shape, generator=torch.Generator().manual_seed(3))
+    result = model.gradient(model.outputs[0], sorted(matched), [model.inputs[0]], feeds={model.inputs[0]: ids.numpy()},
+                            dy=dy.numpy())
+    params = dict(module.named_parameters())
+    native = torch.autograd.grad(module(ids), [params[matched[n][0]] for n in sorted(matched)], dy)
+    for n, g in zip(sorted(matched), native):
+        g = g.t() if matched[n][1] else g
+        np.testing.assert_allclose(result.grads[n], g.numpy(), rtol=2e-3, atol=1e-4 * float(g.abs().max()), err_msg=n)

@@ -100,3 +100,22 @@ def test_an_attribute_that_divides_by_zero_is_one_line_naming_the_node():
                       [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [None, None, None, None])])
     with pytest.raises(ExecutionError, match=r"^node 'pool' \(MaxPool\) failed: integer division or modulo by zero$"):
         model.run({"X": np.ones((1, 1, 4, 4), np.float32)})
+
+
+def test_a_gradient_node_with_an_empty_input_is_refused_at_load():
+    # Found by the fuzz: an xs member's input left empty ran the node with no value for it.
+    model = onnx.load(os.path.join(ROOT, "sample_models", "spec_optional_output.onnx"))
+    node = next(n for n in model.graph.node if n.op_type == "Gradient")
+    node.input[1] = ""
+    with pytest.raises(engine.SelectionError, match=r"^Gradient node 'gradient' has no input for 'Z': every member"):
+        engine.load(model)
+
+
+def test_a_doc_string_that_is_not_utf8_is_kept_as_it_is_from_bytes_or_a_proto():
+    # Found by the fuzz: no part of the engine reads doc strings, but copying one must not fail.
+    proto = onnx.load(os.path.join(ROOT, "sample_models", "mlp.onnx"))
+    proto.graph.MergeFromString(b"\x52\x04caf\xe9")  # GraphProto.doc_string (field 10), not UTF-8
+    for source in (proto, proto.SerializeToString()):
+        model = engine.load(source)
+        assert model.graph.source.graph.doc_string == b"caf\xe9"  # protobuf hands it out as bytes
+        assert model.run({"X": np.ones((4, 8), np.float32), "T": np.zeros((4, 3), np.float32)})["loss"].shape == ()
