@@ -20,6 +20,9 @@ from .modeltext import require_text
 from .weights import Buffer, DataFile, Span, Weights, describe, expected_bytes
 
 STRIP_BYTES = 1024  # smaller initializers stay in the proto: shape inference reads the shape-like ones
+# External data files are memory-mapped; ONNXGRAD_MMAP=0 reads each tensor into memory of its own
+# instead (as llama.cpp's --no-mmap: for filesystems where mapping is slow, or files that may change).
+MAP_EXTERNAL = os.environ.get("ONNXGRAD_MMAP", "1") != "0"
 
 
 def resolve_path(path: str) -> str:
@@ -168,7 +171,7 @@ def _external_span(t: TensorProto, base_dir: str, files: dict[str, DataFile]) ->
     data = files.get(location)
     if data is None:
         data = files[location] = DataFile(os.path.join(base_dir, location), _open_external(base_dir, location, name),
-                                          mapped=True)
+                                          mapped=MAP_EXTERNAL)
     if length is None:
         length = max(data.size - offset, 0)
     if offset + length > data.size:

@@ -255,3 +255,14 @@ def test_a_transformers_export_laid_out_as_optimum_does_differentiates_like_torc
     for n, g in zip(sorted(matched), native):
         g = g.t() if matched[n][1] else g
         np.testing.assert_allclose(result.grads[n], g.numpy(), rtol=2e-3, atol=1e-4 * float(g.abs().max()), err_msg=n)
+
+
+def test_external_data_read_without_mapping_gives_the_same_weights(tmp_path, monkeypatch):
+    from engine import modelfile
+
+    path = small_external(str(tmp_path))
+    mapped = engine.load(path).constants()["W"].numpy()
+    monkeypatch.setattr(modelfile, "MAP_EXTERNAL", False)  # as ONNXGRAD_MMAP=0 sets it
+    model = engine.load(path)
+    assert model.graph.weights._spans["W"].source.map is None
+    np.testing.assert_array_equal(model.constants()["W"].numpy(), mapped)
