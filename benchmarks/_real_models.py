@@ -138,7 +138,7 @@ def export(module: nn.Module, x: torch.Tensor, exporter: str, opset: int = 18, c
     """The ONNX bytes of `module` at `x` by one exporter (cached on disk by name and weights)."""
     digest = hashlib.sha1()
     for v in list(module.state_dict().values()) + [x]:
-        digest.update(v.detach().contiguous().numpy().tobytes()[:4096])
+        digest.update(v.detach().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()[:4096])  # any dtype
     key = f"{type(module).__name__}-{exporter}-{opset}-{torch.__version__}-{digest.hexdigest()[:16]}.onnx"
     path = os.path.join(cache or "", key)
     if cache and os.path.exists(path):

@@ -11,6 +11,8 @@ Public API:
     GradManager(model, device=, dtype=) -> attach / record / run / backward / grad / params / save
     lower(model, y=None, xs=None, zs=None, dy=None, names=None) -> onnx.ModelProto (gradients as plain ONNX;
         a callable package, so engine.lower.<family> holds the backward rules)
+    engine.distributed: init / broadcast_params / make_allreduce_cb, data-parallel GradManager training
+        on torch.distributed (docs/gradmanager.md)
 
 Names are imported on first use (PEP 562), so `import engine` and the CLI's argument parsing
 stay free of torch; the op registry fills itself the first time an op is looked up.
@@ -20,6 +22,7 @@ from __future__ import annotations
 import importlib
 
 from .errors import (
+    DistributedError,
     ExecutionError,
     FeedError,
     LoweringError,
@@ -44,7 +47,7 @@ _LAZY = {
     "verify": ("CheckReport", "ClaimedCheck", "Finding", "NodeCheck", "XCheck", "check", "register_op_with_vjp",
                "unregister_op", "nonfinite_origin"),
 }
-_SUBPACKAGES = ("ops", "verify", "graphs", "conformance", "cli", "lower")
+_SUBPACKAGES = ("ops", "verify", "graphs", "conformance", "cli", "lower", "distributed")
 _HOME = {name: module for module, names in _LAZY.items() for name in names}
 
 __all__ = [
@@ -57,7 +60,7 @@ __all__ = [
     "BackwardGraph", "build_backward_graph", "gradient_with_stats", "GraphStats", "TensorStats", "to_dot", "render",
     "render_graph",
     "layout_graph", "layout_near", "LocalLayout", "GraphLayout", "LayoutNode", "LayoutEdge", "Canvas",
-    "OnnxGradBackend", "OnnxGradRep", "lower", "LoweringError",
+    "OnnxGradBackend", "OnnxGradRep", "lower", "LoweringError", "DistributedError",
 ]
 
 

@@ -1,6 +1,9 @@
 """ONNX element types and their torch / numpy counterparts."""
 from __future__ import annotations
 
+import functools
+from typing import Callable
+
 import numpy as np
 import torch
 from onnx import TensorProto
@@ -30,6 +33,8 @@ _ONNX_TO_TORCH: dict[int, torch.dtype] = {
 FLOAT_ONNX_TYPES = frozenset(
     {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.BFLOAT16}
 )
+
+HALF_DTYPES = (torch.float16, torch.bfloat16)
 
 _NAMES = {
     "float32": torch.float32, "float": torch.float32, "float64": torch.float64,
@@ -61,6 +66,59 @@ def parse_float_dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:
         return _NAMES[str(dtype).lower()]
     except KeyError:
         raise OnnxGradError(f"unknown dtype {dtype!r}; choose float16, bfloat16, float32 or float64") from None
+
+
+def computes_in_float32(fn: Callable) -> Callable:
+    """Run `fn` in float32 when its inputs are float16 or bfloat16, and round its float results
+    back: for ops whose torch CPU kernels have no half version, or lose too much in one (the ONNX
+    types stay what they are; only the arithmetic is wider). docs/semantics.md lists them."""
+
+    @functools.wraps(fn)
+    def widened(*args, **kwargs):
+        half = next((a.dtype for a in args if isinstance(a, torch.Tensor) and a.dtype in HALF_DTYPES), None)
+        if half is None:
+            return fn(*args, **kwargs)
+        out = fn(*[a.float() if isinstance(a, torch.Tensor) and a.dtype == half else a for a in args], **kwargs)
+        if isinstance(out, (tuple, list)):
+            return type(out)(_narrow(o, half) for o in out)
+        return _narrow(out, half)
+
+    widened.half_in_float32 = True
+    return widened
+
+
+def _narrow(t, half: torch.dtype):
+    return t.to(half) if isinstance(t, torch.Tensor) and t.dtype == torch.float32 else t
+
+
+def type_clash(node, opset: int, args: list) -> str:
+    """Why `node`'s inputs break its schema's type rule (two inputs bound to one type variable T
+    with different dtypes), or ''. A torch error such as "mixed dtype (CPU)" says only the symptom."""
+    import onnx
+
+    try:
+        schema = onnx.defs.get_schema(node.op_type, opset, node.domain or "")
+    except Exception:  # no schema (a custom op): nothing to say beyond torch's message
+        return ""
+    variables = {c.type_param_str for c in schema.type_constraints}
+    params = list(schema.inputs)
+    seen: dict[str, tuple[str, torch.dtype]] = {}
+    for k, (name, value) in enumerate(zip(node.input, args)):
+        if not params or not isinstance(value, torch.Tensor):
+            continue
+        param = params[min(k, len(params) - 1)]
+        if param.type_str not in variables:
+            continue
+        if param.type_str in seen and seen[param.type_str][1] != value.dtype:
+            first, dtype = seen[param.type_str]
+            return (f"inputs {first!r} ({_name(dtype)}) and {name!r} ({_name(value.dtype)}) must have one type "
+                    f"({param.type_str} in {node.op_type}'s schema): the model is mistyped")
+        seen.setdefault(param.type_str, (name, value.dtype))
+    return ""
+
+
+def _name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
 
 
 def is_float(t: torch.Tensor | np.ndarray) -> bool:

@@ -38,3 +38,8 @@ class RecordingError(OnnxGradError):
 
 class LoweringError(OnnxGradError):
     """A Gradient cannot be rewritten into standard ONNX ops: a node without a backward rule, unknown shapes."""
+
+
+class DistributedError(OnnxGradError):
+    """Processes training together disagree or stopped answering: a rank died, never joined, timed
+    out, or runs another model or attach set. The message names the rank and what differs."""

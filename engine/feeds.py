@@ -11,6 +11,7 @@ import numpy as np
 from onnx import TensorProto, helper
 
 from .dims import Dims, dims_from_feeds, sized
+from .dtypes import to_numpy
 from .errors import FeedError, UnsupportedOpError
 from .feed_syntax import SPEC_HELP
 from .loader import GraphIndex, node_inputs
@@ -320,7 +321,7 @@ def defaults_for(model: "Model", names: Iterable[str], feeds: Mapping[str, objec
         by_spec(n)
     for n in unfed:
         if n in graph.initializers:
-            values[n] = model.constants()[n].detach().cpu().numpy()
+            values[n] = to_numpy(model.constants()[n])  # bfloat16 as float32: numpy has none
     if computed:
         base = {**feeds, **{n: values[n] for n in upstream}}
         try:

@@ -186,21 +186,63 @@ def _declared_types(model: ModelProto) -> dict[str, TensorInfo]:
     return out
 
 
+def _check(model: ModelProto) -> None:
+    """onnx's checker on `model` (without its weights: `modelfile.checkable`), except that onnxruntime's
+    default-domain contrib ops (SimplifiedLayerNormalization, LayerNormalization below opset 17, which
+    its optimizer writes) are checked as custom-domain nodes."""
+    from .modelfile import first_line
+
+    runtime_ops = _default_domain_contrib_nodes(model)
+    hidden = "onnxgrad.onnxruntime"
+    original = [node.domain for node in runtime_ops]
+    if runtime_ops:
+        for node in runtime_ops:
+            node.domain = hidden
+        model.opset_import.add(domain=hidden, version=1)
+    try:
+        onnx.checker.check_model(model)
+    except Exception as exc:
+        raise ModelLoadError(f"ONNX checker rejected the model: {first_line(exc)}") from None
+    finally:
+        if runtime_ops:
+            for node, domain in zip(runtime_ops, original):
+                node.domain = domain
+            del model.opset_import[len(model.opset_import) - 1]
+
+
+def _default_domain_contrib_nodes(model: ModelProto) -> list:
+    from .contrib_schema import DEFAULT_DOMAIN_OPS, is_default_domain_contrib
+
+    opset = next((i.version for i in model.opset_import if i.domain in ("", "ai.onnx")), 0)
+    found = []
+
+    def walk(graph):
+        for node in graph.node:
+            if node.domain in ("", "ai.onnx") and node.op_type in DEFAULT_DOMAIN_OPS \
+                    and is_default_domain_contrib(node.op_type, opset):
+                found.append(node)
+            for attr in node.attribute:
+                if attr.g.node:
+                    walk(attr.g)
+                for g in attr.graphs:
+                    walk(g)
+
+    walk(model.graph)
+    return found
+
+
 def load(source: str | os.PathLike | ModelProto | bytes, *, check: bool = True) -> GraphIndex:
     """Read a model (path, folder holding one .onnx, bytes or proto), check it, infer shapes where
     possible and index it. The checker and shape inference see the model without its weights; the
     weights stay where they are (`GraphIndex.weights`) until something reads them."""
-    from .modelfile import checkable, first_line, read
+    from .modelfile import checkable, read
 
     skeleton, weights, path = read(source)
     if not skeleton.HasField("graph") and skeleton.ir_version == 0:  # protobuf parses b"" and some text "fine"
         raise ModelLoadError(f"{path or 'the model'} holds no graph and no ir_version: not an ONNX model")
     bare = checkable(skeleton, weights.detached())
     if check:
-        try:
-            onnx.checker.check_model(bare)
-        except Exception as exc:
-            raise ModelLoadError(f"ONNX checker rejected the model: {first_line(exc)}") from None
+        _check(bare)
     model = ModelProto()
     model.CopyFrom(skeleton)
     try:  # best effort: shapes only inform messages and the explorer

@@ -15,6 +15,7 @@ from typing import Callable, Sequence
 import torch
 
 from . import attributes, fusion
+from .dtypes import type_clash
 from .errors import ExecutionError, FeedError, OnnxGradError, UnsupportedOpError
 from .loader import TRAINING_DOMAIN, GraphIndex, implicit_inputs, node_inputs
 from .registry import parameters, require
@@ -247,7 +248,7 @@ class Plan:
         seen: dict[int, tuple] = {}  # Shape/Size steps: (input shape, value), folded under a guard
         for s, v in zip(self.source_slots, inputs):
             env[s] = v if observer is None else observer.source(self.names[s], v)
-        step = None
+        step, args = None, []
         try:
             for step in self._steps(which):
                 args = [None if k is None else env[k] for k in step.in_slots]
@@ -277,6 +278,10 @@ class Plan:
                     for k in step.free:
                         env[k] = None
         except STEP_ERRORS as exc:
+            if step is not None and not isinstance(exc, OnnxGradError):
+                node = self.graph.nodes[step.node_index]
+                clash = type_clash(node, self.graph.opset(node.domain), args)
+                exc = ExecutionError(clash) if clash else exc
             raise step_error(step, exc) from (None if isinstance(exc, OnnxGradError) else exc)
         if shapes is not None:
             self._shapes[key], self._seen_shapes[key] = shapes, seen

@@ -10,6 +10,10 @@ from __future__ import annotations
 
 from onnx import defs, helper
 
+from engine.contrib_schema import signature
+
+from .rules_contrib import CONTRIB_RULES
+
 _UNARY_X = {  # op -> dX in terms of X, Y (the result) and dY
     "Relu": "dX = dY · (X > 0)          # at X == 0 the subgradient 0 is used",
     "LeakyRelu": "dX = dY · (X > 0 ? 1 : {alpha})",
@@ -123,8 +127,9 @@ def schema_names(op_type: str, domain: str = "", opset: int | None = None) -> tu
     try:
         schema = defs.get_schema(op_type, opset, domain) if opset else defs.get_schema(op_type, domain)
         return [i.name for i in schema.inputs], [o.name for o in schema.outputs]
-    except Exception:
-        return [], []
+    except Exception:  # onnxruntime's contrib ops are not in onnx's registry
+        names = signature(domain, op_type)
+        return (list(names[0]), list(names[1])) if names else ([], [])
 
 
 def _attributes(node, op_type: str, domain: str, opset: int | None) -> dict[str, object]:
@@ -144,7 +149,8 @@ def _attributes(node, op_type: str, domain: str, opset: int | None) -> dict[str,
 class _Attributes(dict):
     """Attribute texts for rule templates; `{alpha·}` is "0.5·", or "" when alpha is 1."""
 
-    UNSET = {"strides": "1", "pads": "0", "dilations": "1", "kernel_shape": "of the kernel's size"}
+    UNSET = {"strides": "1", "pads": "0", "dilations": "1", "kernel_shape": "of the kernel's size",
+             "activation": "identity", "alpha": "1.702"}  # the last two: FusedConv's and QuickGelu's defaults
 
     def __missing__(self, key):
         if key.endswith("·"):
@@ -169,6 +175,8 @@ def rule_lines(node, opset: int | None = None) -> list[tuple[str, str | None]]:
     attrs = _Attributes({k: _fmt(v) for k, v in _attributes(node, op, domain, opset).items()})
     if op == "Gemm":
         table = GEMM_RULES[(int(attrs.get("transA", 0) or 0), int(attrs.get("transB", 0) or 0))]
+    elif domain == "com.microsoft" or (not domain and op == "SimplifiedLayerNormalization"):
+        table = CONTRIB_RULES.get(op)
     else:
         table = RULES.get(op)
     lines = []

@@ -24,6 +24,7 @@ if HERE not in sys.path:  # the builders sit beside this script; tests import it
 
 import architectures  # noqa: E402
 import spec_diagrams  # noqa: E402
+from graphs import float16  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,9 @@ SAMPLES: tuple[Sample, ...] = (
     Sample("transformer_block", architectures.transformer_block,
            "Pre-norm attention block: LayerNormalization, MatMul, Softmax, Reshape/Transpose heads, Erf GELU, residuals",
            y="loss", xs=("X", "Wq", "Wk", "Wv", "Wo", "ln1_scale", "W1", "W2")),
+    Sample("transformer_block_fp16", lambda: float16(architectures.transformer_block()),
+           "The same block in float16: run and differentiated in float16, the gradient judged within float16's precision",
+           y="loss", xs=("X", "Wq", "ln1_scale", "W2")),
     Sample("lstm_step", architectures.lstm_step,
            "One LSTM time step: gradients w.r.t. the weights and the incoming state",
            y="loss", xs=("X", "W", "R", "B", "initial_h", "initial_c")),

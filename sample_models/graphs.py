@@ -81,3 +81,19 @@ def finish(graph, training: bool) -> ModelProto:
     model = helper.make_model(graph, opset_imports=opsets, producer_name=PRODUCER)
     model.ir_version = IR_VERSION
     return model
+
+
+def float16(model: ModelProto) -> ModelProto:
+    """The same model in float16 (as `model.half()` before export gives): every float tensor,
+    declared type and Constant; the values are rounded once."""
+    out = ModelProto()
+    out.CopyFrom(model)
+    g = out.graph
+    for t in list(g.initializer) + [a.t for n in g.node for a in n.attribute if a.type == a.TENSOR]:
+        if t.data_type == FLOAT:
+            t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float16), t.name))
+    for v in list(g.input) + list(g.output) + list(g.value_info):
+        if v.type.tensor_type.elem_type == FLOAT:
+            v.type.tensor_type.elem_type = TensorProto.FLOAT16
+    g.name += "_fp16"
+    return out

@@ -3,6 +3,7 @@
     python scripts/gen_ops_doc.py                # write docs/ops.md
     python scripts/gen_ops_doc.py --check        # exit 1 when docs/ops.md is not current
     python scripts/gen_ops_doc.py --raise-floor  # also record the pass counts in tests/conformance_floor.json
+    python scripts/gen_ops_doc.py --contrib      # also rerun the com.microsoft sweep for its section (minutes)
 
 The forward columns come from every collected case; the gradient column from the seeded sample
 that CI also runs (`engine.conformance.suite.DOC_GRADIENT_SAMPLE` cases per op).
@@ -46,18 +47,40 @@ def floor_from(run, previous: dict | None) -> dict:
     }
 
 
+def contrib_section() -> str:
+    from engine.conformance.contrib import contrib_sweep
+    from engine.conformance.contrib_cases import op_domains, op_oracles
+    from engine.conformance.contrib_report import contrib_markdown
+
+    return contrib_markdown(contrib_sweep(gradients=True), op_domains(), op_oracles())
+
+
+def _section_of(document: str) -> str:
+    from engine.conformance.contrib_report import BEGIN, END
+
+    if BEGIN not in document or END not in document:
+        return ""
+    return BEGIN + document.split(BEGIN, 1)[1].split(END, 1)[0] + END + "\n"
+
+
 def main(argv=None) -> int:
     from engine.conformance.suite import doc_run, render_ops_doc
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--check", action="store_true", help="compare with docs/ops.md instead of writing it")
     p.add_argument("--raise-floor", action="store_true", help=f"also update {FLOOR.relative_to(ROOT)}")
+    p.add_argument("--contrib", action="store_true",
+                   help="also rerun the com.microsoft sweep (forward and gradients) and rewrite its section")
     p.add_argument("--out", type=Path, default=DOC)
     args = p.parse_args(argv)
+    from engine.conformance.contrib_report import splice
+
     run = doc_run()
-    text = render_ops_doc(run)
+    current = args.out.read_text() if args.out.exists() else ""
+    # The contrib section needs onnxruntime and minutes: kept as it is unless --contrib reruns its sweep.
+    section = contrib_section() if args.contrib else _section_of(current)
+    text = splice(render_ops_doc(run), section) if section else render_ops_doc(run)
     if args.check:
-        current = args.out.read_text() if args.out.exists() else ""
         if current == text:
             print(f"{args.out} is current")
             return 0

@@ -5,6 +5,9 @@ import numpy as np
 import onnx
 
 TOL = 1e-5  # float32: |ort - engine| <= TOL * max(1, max |engine|), per tensor
+# float16: onnxruntime's kernels and the engine's (float32 inside some ops) round at other places; a
+# transformer block's backward lands a few float16 ulps (eps 2**-10) apart
+HALF_TOL = 4 * 2.0**-10
 
 
 def ort_run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -33,5 +36,6 @@ def scaled_error(got: np.ndarray, want: np.ndarray) -> float:
 
 def assert_close(got: dict[str, np.ndarray], want: dict[str, np.ndarray], tol: float = TOL) -> None:
     errors = {k: scaled_error(got[k], v) for k, v in want.items()}
-    bad = {k: e for k, e in errors.items() if not e <= tol}
-    assert not bad, f"beyond {tol}: {bad}"
+    limits = {k: max(tol, HALF_TOL) if np.asarray(v).dtype == np.float16 else tol for k, v in want.items()}
+    bad = {k: e for k, e in errors.items() if not e <= limits[k]}
+    assert not bad, f"beyond {limits}: {bad}"

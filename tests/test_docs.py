@@ -10,10 +10,12 @@ Conventions for doc writers (also in docs/cli.md):
   in order: a file written by one command can be read by the next.
 - `onnxgrad` commands run in-process, through the console script's function; commands that
   would open the explorer go in ```bash blocks instead (only a failing `explore` may be shown);
-  `python` commands in a subprocess; anything else
-  (pip, pytest, git) is shown to the reader but not run here.
+  `python` and `torchrun` commands in a subprocess (torchrun as `python -m torch.distributed.run`);
+  anything else (pip, pytest, git) is shown to the reader but not run here.
 - Every ```python block is executed (fresh namespace, same scratch folder); put `assert`s in it
-  for what the text claims.
+  for what the text claims. A ```python block whose first line is `# file: NAME.py` is a script
+  instead: it is written to the scratch folder before the doc's console commands run, for them to
+  launch, and not executed on its own.
 """
 from __future__ import annotations
 
@@ -150,17 +152,30 @@ def _run(command: DocCommand, capsys) -> tuple[int, str] | None:
             code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
         out = capsys.readouterr()
         return code, out.out + out.err
-    if argv[0] == "python":
+    launchers = {"python": [sys.executable], "torchrun": [sys.executable, "-m", "torch.distributed.run"]}
+    if argv[0] in launchers:
         env = dict(os.environ, PYTHONPATH=str(ROOT))
-        proc = subprocess.run([sys.executable, *argv[1:]], capture_output=True, text=True, env=env, timeout=300)
+        proc = subprocess.run(launchers[argv[0]] + argv[1:], capture_output=True, text=True, env=env, timeout=300)
         return proc.returncode, proc.stdout + proc.stderr
     return None
+
+
+SCRIPT = re.compile(r"\A# file: (\S+\.py)\n")
+
+
+def write_scripts(text: str, folder: pathlib.Path) -> None:
+    """The doc's `# file: NAME.py` python blocks, as files its console commands can run."""
+    for _, code in python_blocks(text):
+        m = SCRIPT.match(code)
+        if m:
+            (folder / m.group(1)).write_text(code)
 
 
 @pytest.mark.parametrize("doc", DOC_FILES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_console_blocks_run(doc, tmp_path, monkeypatch, capsys):
     commands = console_commands(doc.read_text())
     _mirror_repository(tmp_path)
+    write_scripts(doc.read_text(), tmp_path)
     monkeypatch.chdir(tmp_path)
     problems = []
     for command in commands:
@@ -195,6 +210,8 @@ def test_python_blocks_run(doc, tmp_path, monkeypatch, capsys):
     _mirror_repository(tmp_path)
     monkeypatch.chdir(tmp_path)
     for line, code in python_blocks(doc.read_text()):
+        if SCRIPT.match(code):
+            continue
         try:
             exec(compile(code, f"{doc.name}:{line}", "exec"), {"__name__": "__doc_example__"})
         except Exception as exc:
@@ -362,3 +379,10 @@ def test_harness_parses_and_matches():
     assert line_matches("dY/dW: shape (2, 1) ... max 2.3", "dY/dW: shape (2, 1) float32 norm 5 max 2.3")
     assert not line_matches("verdict: pass", "verdict: fail")
     assert missing_lines(["a", "c"], ["a", "b", "c"]) == [] and missing_lines(["c", "a"], ["a", "c"]) == ["a"]
+
+
+def test_harness_writes_script_blocks_for_console_commands(tmp_path):
+    text = "```python\n# file: hello.py\nprint('hi')\n```\n```python\nx = 1  # file: no.py\n```\n"
+    write_scripts(text, tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hello.py"]
+    assert (tmp_path / "hello.py").read_text() == "# file: hello.py\nprint('hi')\n"

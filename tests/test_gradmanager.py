@@ -201,6 +201,19 @@ def test_attached_names_y_does_not_reach_keep_their_gradient_and_skip_callbacks(
     assert "W1" in gm.grad and "W2" not in gm.grad and seen == ["W1"]  # MegEngine's test_no_dependency
 
 
+def test_with_only_parameters_attached_every_value_of_the_run_can_be_y():
+    """Such runs go through the plan's compiled module (from the second run on), not the per-node
+    tape; every value is still filed by name, so y may be an intermediate no output lists."""
+    gm = GradManager(engine.load(MLP), dtype="float64").attach(["W1", "b1"])
+    for seed in (20, 21, 22):
+        with gm:
+            gm.run(feeds(seed))
+            gm.backward("H1")
+    ref = torch_grads("H1", ["W1", "b1"], [20, 21, 22])
+    for n in ("W1", "b1"):
+        close(gm.grad[n], ref[n])
+
+
 def test_an_attached_intermediate_gets_its_gradient_without_cutting_the_graph(model):
     gm = manager(model, attach=["W1", "H1", "b1"])
     with gm:

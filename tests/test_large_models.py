@@ -96,7 +96,7 @@ def test_a_model_over_2gb_saves_as_external_data_and_stays_sparse(sparse, tmp_pa
         gm.backward(gm.run({"X": np.ones((2, 64), np.float32), "I": np.zeros(3, np.int64)})["Y"].sum())
     with torch.no_grad():
         gm.params["W"].sub_(0.5 * gm.params["W"].grad)
-    assert gm.save(tmp_path / "trained.onnx") is True  # over 2 GB: external data, unasked
+    assert gm.save(tmp_path / "trained.onnx") is True  # over 2 GB: external data (below), unasked
     assert rss() - before < 300 * 2**20
     data = tmp_path / "trained.onnx.data"
     assert os.path.getsize(data) > BIG and used_bytes(data) < 2**24  # the hole copied as a hole

@@ -5,7 +5,7 @@ import importlib
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from onnx import helper
 
@@ -78,6 +78,7 @@ def test_ordinary_magnitudes_never_reach_the_ladder(monkeypatch):
 
 
 @settings(max_examples=12, deadline=None)
+@example(scale=1e9, kind="softmax", mode="fast", seed=320)  # a wrong 1.01x passed at the rounded first step
 @given(scale=st.sampled_from([1.0, 1e3, 1e6, 1e8, 1e9, 1e10, 1e11]), kind=st.sampled_from(["cancel", "softmax"]),
        mode=st.sampled_from(["full", "fast"]), seed=st.integers(0, 2**16))
 def test_over_scales_right_never_fails_and_wrong_never_passes(scale, kind, mode, seed):

@@ -13,10 +13,16 @@ def add_parser(sub) -> None:
     p.add_argument("--case", action="append", default=[], metavar="TEXT",
                    help="only cases whose name contains TEXT (repeatable)")
     p.add_argument("--max-cases", type=int, metavar="N", help="stop after the first N selected cases")
+    p.add_argument("--contrib", action="store_true",
+                   help="run the generated com.microsoft cases (onnxruntime's contrib ops) against onnxruntime "
+                        "instead: float32 and float16 forward, and gradients with --gradients")
     p.add_argument("--gradients", action="store_true",
                    help="also check each forward-passing case's differentiable inputs against finite differences")
     p.add_argument("--per-op", type=int, metavar="K",
                    help="with --gradients: check at most K cases per op (a quicker sample)")
+    p.add_argument("--dtype", choices=["float16", "bfloat16"],
+                   help="run each float32 case's variant in this type instead (inputs rounded, expected values "
+                        "from onnx.reference; with --gradients, the gradient in this type against float64)")
     p.add_argument("--seed", type=int, default=0, help="seed for dy and sampled elements (default 0)")
     p.add_argument("--json", metavar="FILE", help="write every outcome as JSON ('-' for stdout)")
     p.add_argument("--failures", metavar="FILE.md", help="write the failing cases per op as Markdown")
@@ -43,14 +49,28 @@ def run(args) -> int:
     from ..conformance.report import counts, failures_markdown, localize
     from ..conformance.suite import conformance, sample_per_op
 
+    if args.contrib and args.dtype:
+        raise OnnxGradError("--dtype makes variants of onnx's node cases; --contrib runs float32 and float16 already")
+    if args.contrib:
+        from .contrib_cmd import run_contrib
+
+        return run_contrib(args, _progress())
     if args.max_cases is not None and args.max_cases < 1:
         raise OnnxGradError(f"--max-cases must be at least 1, not {args.max_cases}")
     if args.per_op is not None and (args.per_op < 1 or not args.gradients):
         raise OnnxGradError("--per-op needs --gradients and a count of at least 1")
-    cases = select_cases(args.op, args.case, args.max_cases)
+    cases = select_cases(args.op, args.case, None if args.dtype else args.max_cases)
     if not cases:
         raise OnnxGradError(f"no node test case matches --case {' / '.join(args.case)}")
-    result = conformance(cases, gradients=args.gradients, seed=args.seed, progress=_progress(),
+    checker = None
+    if args.dtype:
+        from ..conformance.variants import variants_of
+        from ..conformance.verifier import native_check
+
+        cases, checker = variants_of(cases, args.dtype)[: args.max_cases], native_check
+        if not cases:
+            raise OnnxGradError(f"none of the selected cases has a {args.dtype} variant")
+    result = conformance(cases, gradients=args.gradients, seed=args.seed, progress=_progress(), checker=checker,
                          gradient_filter=(lambda cs: sample_per_op(cs, args.per_op, args.seed)) if args.per_op else None)
     out = sys.stdout if args.json != "-" else sys.stderr
     c = counts(result.outcomes)

@@ -5,6 +5,7 @@ by its function body, so it is attributed to its twin's op and exercises the pri
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 import warnings
 from dataclasses import dataclass
@@ -29,7 +30,12 @@ class CaseInfo:
     @property
     def twin(self) -> str:
         """The single-node case this one expands ('' for a non-expanded case)."""
-        return _EXPANDED.sub("", self.name) if self.expanded else ""
+        return _EXPANDED.sub("", base_name(self.name)) if self.expanded else ""
+
+
+def base_name(name: str) -> str:
+    """The ONNX case a variant's name (`test_relu[float16]`, conformance/variants.py) comes from."""
+    return name.split("[", 1)[0]
 
 
 @lru_cache(maxsize=1)
@@ -83,6 +89,8 @@ def case_info(case) -> CaseInfo:
     """What `case` tests; any object with .name, .model and .data_sets works (the first node is the op)."""
     if _by_name().get(case.name) is case:
         return _info(case.name)
+    if getattr(case, "source", None) in _by_name():  # a half variant tests what its source tests
+        return dataclasses.replace(_info(case.source), name=case.name)
     return _describe(case)
 
 

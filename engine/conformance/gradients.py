@@ -18,7 +18,7 @@ import onnx
 from onnx.defs import OpSchema
 
 from ..errors import OnnxGradError
-from .cases import case_info, case_named
+from .cases import base_name, case_info, case_named
 from .fd import FAIL, INCONCLUSIVE, NONFINITE, PASS, GradCheck, worse
 from .runner import normalize
 
@@ -58,7 +58,7 @@ DOCUMENTED = {
 
 def documented(name: str) -> str:
     for pattern, reason in DOCUMENTED.items():
-        if re.search(pattern, name):
+        if re.search(pattern, base_name(name)):
             return reason
     return ""
 

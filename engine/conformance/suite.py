@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
-from .cases import case_info, case_named
+from .cases import case_info, node_cases
 from .gradients import Checker, GradientOutcome, gradient_sweep
 from .report import counts
 from .runner import PASS, CaseOutcome, Executor, run_suite
@@ -70,12 +70,14 @@ def conformance(cases: Iterable | None = None, *, executor: Executor | None = No
     """Forward over `cases` (all by default); with `gradients`, check the passing ones (optionally
     narrowed by `gradient_filter`, e.g. `lambda cs: sample_per_op(cs, 2)`)."""
     start = time.perf_counter()
+    cases = list(node_cases() if cases is None else cases)
     fwd = run_suite(cases, executor, None if progress is None else (lambda i, n, o: progress("forward", i, n, o)))
     forward_seconds = time.perf_counter() - start
     if not gradients:
         return ConformanceRun(tuple(fwd), forward_seconds=forward_seconds)
-    name, chosen_checker = ("custom", checker) if checker is not None else default_checker()
-    passing = [case_named(o.name) for o in fwd if o.status == PASS]
+    name, chosen_checker = (getattr(checker, "__name__", "custom"), checker) if checker is not None else default_checker()
+    by_name = {c.name: c for c in cases}
+    passing = [by_name[o.name] for o in fwd if o.status == PASS]
     if gradient_filter is not None:
         passing = gradient_filter(passing)
     start = time.perf_counter()

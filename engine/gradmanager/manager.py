@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from typing import Callable, Iterator, Mapping, Sequence
+from typing import Iterator, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -25,9 +25,10 @@ from ..model import Model, load
 from ..plan import StepObserver
 from ..selection import names as parse_names
 from ..selection import unknown_name
+from .chains import Callback, Streams, check_chain
+from .chains import apply as apply_chain
 from .params import Parameters
 
-Callback = Callable[[str, torch.Tensor], torch.Tensor]
 _record_order = itertools.count()
 
 
@@ -111,6 +112,7 @@ class GradManager:
                 raise OnnxGradError(f"callback {cb!r} is not callable: a callback takes (name, grad) and returns grad")
         for name in names:
             self._check_attachable(name)
+            check_chain(name, [*self.attached.get(name, ()), *cbs], name in self.params)
         for name in names:
             if name in self._attached:
                 self._attached[name].extend(cbs)
@@ -188,7 +190,14 @@ class GradManager:
             with torch.no_grad():
                 return dict(zip(targets, plan.run(values)))
         with torch.enable_grad():
-            return dict(zip(targets, plan.run_observed(values, _Tape(recorders, self.params))))
+            if any(n not in self.params for r in recorders for n in r.attached):
+                return dict(zip(targets, plan.run_observed(values, _Tape(recorders, self.params))))
+            # Only parameters attached: nothing to turn into a leaf mid-run, so the plan's compiled
+            # module computes every value (no Python per node) and the tape only files them by name.
+            computed = plan.run_all(values)
+            for r in recorders:
+                r._values.update(computed)
+            return {t: computed[t] for t in targets}
 
     # --- backward ------------------------------------------------------------------------------
     def backward(self, y=None, dy=None) -> None:
@@ -216,28 +225,29 @@ class GradManager:
         flat = [v for _, vs in chunks for v in vs]
         others = [r for r in self.params.recorders if r is not self]
         older = any(r._order < self._order for r in others)
+        attached = self.attached
+        streams = Streams(self, attached)
         raw: Sequence[torch.Tensor | None] = [None] * len(flat)
-        if pairs and flat:
-            raw = torch.autograd.grad([t for t, _ in pairs], flat, [d for _, d in pairs], allow_unused=True,
-                                      retain_graph=bool(others), create_graph=older)
-        results, k = {}, 0
-        for name, versions in chunks:
-            grads = [g for g in raw[k:k + len(versions)] if g is not None]
-            k += len(versions)
-            if not grads:
-                continue
-            if len({tuple(g.shape) for g in grads}) > 1:
-                raise FeedError(f"{name!r} was recorded with different shapes in one recording; "
-                                "call backward() after each run")
-            g = grads[0] if len(grads) == 1 else torch.stack(grads).sum(0)
-            for cb in self.attached[name]:
-                shape = tuple(g.shape)
-                g = cb(name, g)
-                if not isinstance(g, torch.Tensor) or tuple(g.shape) != shape:
-                    got = f"shape {tuple(g.shape)}" if isinstance(g, torch.Tensor) else type(g).__name__
-                    raise OnnxGradError(f"callback {getattr(cb, '__name__', cb)!r} for {name!r} returned {got}; "
-                                        f"it must return a tensor of shape {shape}")
-            results[name] = g
+        try:
+            if pairs and flat:
+                with streams.watching():
+                    raw = torch.autograd.grad([t for t, _ in pairs], flat, [d for _, d in pairs], allow_unused=True,
+                                              retain_graph=bool(others), create_graph=older)
+            results, k = {}, 0
+            for name, versions in chunks:
+                grads = [g for g in raw[k:k + len(versions)] if g is not None]
+                k += len(versions)
+                if not grads or name in streams.chains:
+                    continue
+                if len({tuple(g.shape) for g in grads}) > 1:
+                    raise FeedError(f"{name!r} was recorded with different shapes in one recording; "
+                                    "call backward() after each run")
+                g = grads[0] if len(grads) == 1 else torch.stack(grads).sum(0)
+                results[name] = apply_chain(name, g, attached[name])
+            results.update(streams.finish())
+        except BaseException:
+            streams.abort()
+            raise
         for name, g in results.items():
             self.params.accumulate(name, g, keep_graph=older)
 
@@ -283,11 +293,17 @@ class GradManager:
         """Forget accumulated gradients: all of them, or those of `names`."""
         self.params.zero_grad(None if names is None else parse_names(names))
 
-    def save(self, path: str | os.PathLike, external_data: bool | None = None) -> bool:
+    def save(self, path: str | os.PathLike, external_data: bool | None = None, all_ranks: bool = False) -> bool:
         """Write the model with the parameters' current values; everything else as loaded. The
         weights go to PATH.data when the model is over protobuf's 2 GB, or when `external_data` is
-        True. Returns whether external data was written."""
-        return self.params.save(path, external_data=external_data)
+        True. In a torch.distributed process group only rank 0 writes, unless `all_ranks`; returns
+        whether this process wrote the file."""
+        from ..distributed.group import rank
+
+        if not all_ranks and rank() != 0:
+            return False
+        self.params.save(path, external_data=external_data)
+        return True
 
 
 class _Tape(StepObserver):

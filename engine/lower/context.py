@@ -6,6 +6,8 @@ constructions that work for any shape.
 """
 from __future__ import annotations
 
+from collections import ChainMap
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -53,6 +55,37 @@ def collect_constants(model: onnx.ModelProto, initializers=None) -> dict[str, np
                 elif a.name in ("value_ints", "value_int", "value_floats", "value_float"):
                     out[n.output[0]] = np.asarray(helper.get_attribute_value(a))
     return out
+
+
+def known_values(model: onnx.ModelProto, weights=None) -> Mapping[str, np.ndarray]:
+    """`collect_constants` over the initializers held in the proto, and the values of those whose bytes
+    are outside it (`weights`, engine/weights.py), read only when a rule asks for one."""
+    g = model.graph
+    detached = weights.detached() if weights is not None else frozenset()
+    held = [t for t in g.initializer if t.name not in detached]
+    if not detached:
+        return collect_constants(model, held)
+    inputs = {i.name for i in g.input}
+    return ChainMap(collect_constants(model, held),
+                    _Values(weights, {t.name for t in g.initializer} - inputs, detached))
+
+
+class _Values(Mapping):
+    """Values of the initializers whose bytes are outside the proto, read when a rule asks."""
+
+    def __init__(self, weights, names: set[str], detached):
+        self.weights, self.names = weights, names & set(detached)
+
+    def __getitem__(self, name):
+        if name not in self.names:
+            raise KeyError(name)
+        return self.weights[name]
+
+    def __iter__(self):
+        return iter(self.names)
+
+    def __len__(self) -> int:
+        return len(self.names)
 
 
 def attr(node: NodeProto, name: str, default=None):

@@ -8,8 +8,7 @@ differentiates a copy of the forward slice that reads those inputs instead.
 from __future__ import annotations
 
 import os
-from collections import ChainMap
-from typing import Mapping, Sequence
+from typing import Sequence
 
 import onnx
 from onnx import ModelProto, helper, shape_inference, version_converter
@@ -19,7 +18,8 @@ from ..loader import TRAINING_DOMAIN, _toposort
 from ..modelfile import checkable
 from ..modelwrite import materialize
 from ..selection import names as split_names
-from .context import Ctx, attr, collect_constants, collect_types
+from .context import Ctx, attr, collect_types, known_values
+from .contrib import expand_contrib
 from .core import backward, cut_slice
 
 # ReduceSum takes axes as an input from 13, ScatterElements adds duplicates from 16; LayerNormalization is 17.
@@ -88,10 +88,7 @@ class Lowering:
         del g.output[:]
         g.output.extend(inferred.graph.output)
         self.types = collect_types(self.proto)
-        inputs = {i.name for i in g.input}
-        held = [t for t in g.initializer if t.name not in self.detached]
-        self.constants = ChainMap(collect_constants(self.proto, held),
-                                  _Values(self.weights, {t.name for t in g.initializer} - inputs, self.detached))
+        self.constants = known_values(self.proto, self.weights)
         self.used = {t for n in self.proto.graph.node for t in list(n.output) + [n.name]}
         self.used |= {i.name for i in self.proto.graph.input} | {t.name for t in self.proto.graph.initializer}
 
@@ -212,7 +209,7 @@ def lowered(model, y: str | None = None, xs=None, zs=None, *, dy: str | bool | N
     proto.CopyFrom(graph.source)
     if not (y or xs) and not any(n.domain == TRAINING_DOMAIN and n.op_type == "Gradient" for n in proto.graph.node):
         raise LoweringError("the model has no Gradient node: name a selection with y and xs (--y, --xs)")
-    state = Lowering(upgraded(proto), graph.weights)
+    state = Lowering(upgraded(expand_contrib(proto, graph.weights)), graph.weights)
     while state.gradient_nodes():
         state.lower_gradient_node(state.innermost())
     if y or xs:
@@ -228,21 +225,3 @@ def lowered(model, y: str | None = None, xs=None, zs=None, *, dy: str | bool | N
     if check:
         onnx.checker.check_model(checkable(out, state.detached), full_check=True)
     return out, _detached_bytes(graph, out)
-
-
-class _Values(Mapping):
-    """Values of the initializers whose bytes are outside the proto, read when a rule asks."""
-
-    def __init__(self, weights, names: set[str], detached):
-        self.weights, self.names = weights, names & set(detached)
-
-    def __getitem__(self, name):
-        if name not in self.names:
-            raise KeyError(name)
-        return self.weights[name]
-
-    def __iter__(self):
-        return iter(self.names)
-
-    def __len__(self) -> int:
-        return len(self.names)

@@ -2,6 +2,11 @@
 from . import (  # noqa: F401
                activation,
                attention,
+               contrib_act,
+               contrib_attention,
+               contrib_gqa,
+               contrib_norm,
+               contrib_quant,
                control,
                conv,
                detection,

@@ -5,6 +5,7 @@ import math
 
 import torch
 
+from ..dtypes import computes_in_float32
 from ..errors import OnnxGradError, UnsupportedOpError
 from ..registry import register
 from .shape import int_list
@@ -65,6 +66,7 @@ def _roi_align(x, rois, batch_indices, mode, out_h, out_w, sampling_ratio, spati
 
 
 @register("RoiAlign", since=10, until=15)
+@computes_in_float32  # NOTE: in half, sample positions far from 0 lose their fraction (0.01 at x = 10)
 def roi_align_10(x, rois, batch_indices, *, mode="avg", output_height=1, output_width=1, sampling_ratio=0,
                  spatial_scale=1.0):
     return _roi_align(x, rois, batch_indices, mode, output_height, output_width, sampling_ratio, spatial_scale,
@@ -72,6 +74,7 @@ def roi_align_10(x, rois, batch_indices, *, mode="avg", output_height=1, output_
 
 
 @register("RoiAlign", since=16)
+@computes_in_float32
 def roi_align(x, rois, batch_indices, *, coordinate_transformation_mode="half_pixel", mode="avg",
               output_height=1, output_width=1, sampling_ratio=0, spatial_scale=1.0):
     if coordinate_transformation_mode not in ("half_pixel", "output_half_pixel"):

@@ -6,7 +6,7 @@ import functools
 import torch
 from onnx import TensorProto
 
-from ..dtypes import onnx_to_torch
+from ..dtypes import HALF_DTYPES, computes_in_float32, onnx_to_torch
 from ..errors import OnnxGradError
 from ..registry import register
 
@@ -74,8 +74,16 @@ def pow_(x, y):
         # numpy, onnxruntime and torch eager (x.pow(2)) compute it, and a backward without the
         # tensor exponent's mask and broadcasting (most of a small Pow's cost).
         y = y.item()
+    elif y.is_floating_point() and not x.is_floating_point():
+        # An integer base: float64, as the reference's numpy (in the exponent's type 3**6 is 728 in bfloat16).
+        return torch.pow(x.double(), y.double()).to(x.dtype)
+    if x.dtype in HALF_DTYPES:  # torch's half pow is off by up to 8 (float16) and 30 (bfloat16) ulps
+        return torch.pow(x.float(), y if isinstance(y, float) else y.float()).to(x.dtype)
     out = torch.pow(x, y)
     return out if out.dtype == x.dtype else out.to(x.dtype)
+
+
+pow_.half_in_float32 = True  # the half branch above (docs/semantics.md lists these ops)
 
 
 def _scalar_exponent(x, y) -> bool:
@@ -156,6 +164,7 @@ def round_(x):
 
 
 @register("Erf", since=9)
+@computes_in_float32  # NOTE: torch's CPU half kernel is off by up to 5 (float16) and 131 (bfloat16) ulps near 0
 def erf(x):
     return torch.erf(x)
 

@@ -5,6 +5,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ..dtypes import computes_in_float32
 from ..errors import OnnxGradError, UnsupportedOpError
 from ..registry import register
 
@@ -28,6 +29,7 @@ def matmul_integer(a, b, a_zero_point=None, b_zero_point=None):
 
 
 @register("Det", since=11)
+@computes_in_float32  # NOTE: torch's CPU LU factorization has no half kernel
 def det(x):
     return torch.linalg.det(x)
 

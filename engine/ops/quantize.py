@@ -61,10 +61,12 @@ def _saturate(values, dtype):
 def _quantize(x, y_scale, y_zero_point=None, axis=1, block_size=0, output_dtype=0, precision=0):
     # NOTE: the output is an integer tensor, so nothing flows back through it.
     dtype = _quant_dtype(y_zero_point, output_dtype)
-    work = onnx_to_torch(precision) if precision else x.dtype
+    work = onnx_to_torch(precision) if precision else y_scale.dtype  # the spec's default: y_scale's type
     q = torch.round(x.to(work) / _along(y_scale, x, axis, block_size).to(work))  # half to even, as rint
+    # The zero point and the bounds in float32 at least: 32767 and 65535 are not float16 numbers.
+    q = q.to(torch.promote_types(work, torch.float32))
     if y_zero_point is not None:
-        q = q + _along(y_zero_point, x, axis, block_size).to(work)
+        q = q + _along(y_zero_point, x, axis, block_size).to(q.dtype)
     return _saturate(q, dtype)
 
 

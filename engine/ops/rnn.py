@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ..dtypes import computes_in_float32
 from ..errors import OnnxGradError, UnsupportedOpError
 from ..registry import register
 
@@ -132,6 +133,7 @@ def _clip(clip):
 
 
 @register("RNN", since=1)
+@computes_in_float32  # NOTE: in half, rounding compounds over the steps and saturated gates' derivatives underflow
 def rnn(x, w, r, b=None, sequence_lens=None, initial_h=None, *, activation_alpha=None,
         activation_beta=None, activations=None, clip=None, direction="forward", hidden_size=None,
         layout=0, output_sequence=0, n_outputs=1):
@@ -150,6 +152,7 @@ def rnn(x, w, r, b=None, sequence_lens=None, initial_h=None, *, activation_alpha
 
 
 @register("GRU", since=1)
+@computes_in_float32  # NOTE: in half, rounding compounds over the steps and saturated gates' derivatives underflow
 def gru(x, w, r, b=None, sequence_lens=None, initial_h=None, *, activation_alpha=None,
         activation_beta=None, activations=None, clip=None, direction="forward", hidden_size=None,
         layout=0, linear_before_reset=0, output_sequence=0, n_outputs=1):
@@ -178,6 +181,7 @@ def gru(x, w, r, b=None, sequence_lens=None, initial_h=None, *, activation_alpha
 
 
 @register("LSTM", since=1)
+@computes_in_float32  # NOTE: in half, rounding compounds over the steps and saturated gates' derivatives underflow
 def lstm(x, w, r, b=None, sequence_lens=None, initial_h=None, initial_c=None, p=None, *,
          activation_alpha=None, activation_beta=None, activations=None, clip=None, direction="forward",
          hidden_size=None, input_forget=0, layout=0, output_sequence=0, n_outputs=1):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ..dtypes import computes_in_float32
 from ..errors import OnnxGradError, UnsupportedOpError
 from ..registry import register
 from .conv import torch_pad_list
@@ -36,6 +37,7 @@ def _grid_sample(x, grid, mode, padding_mode, align_corners, op):
 
 
 @register("GridSample", since=16, until=19)
+@computes_in_float32  # NOTE: sample positions in half lose their fraction (ulp 0.25 at pixel 300)
 def grid_sample_16(x, grid, *, align_corners=0, mode="bilinear", padding_mode="zeros"):
     if mode not in _MODES_16:
         raise UnsupportedOpError(f"GridSample: mode {mode!r} is not supported (use bilinear, nearest or bicubic)")
@@ -43,6 +45,7 @@ def grid_sample_16(x, grid, *, align_corners=0, mode="bilinear", padding_mode="z
 
 
 @register("GridSample", since=20)
+@computes_in_float32
 def grid_sample(x, grid, *, align_corners=0, mode="linear", padding_mode="zeros"):
     if mode not in _MODES_20:
         raise UnsupportedOpError(f"GridSample: mode {mode!r} is not supported (use linear, nearest or cubic)")
@@ -111,6 +114,7 @@ def col2im(x, image_shape, block_shape, *, dilations=None, pads=None, strides=No
 
 
 @register("DeformConv", since=19)
+@computes_in_float32  # NOTE: as GridSample: the offsets are sample positions
 def deform_conv(x, w, offset, b=None, mask=None, *, dilations=None, group=1, kernel_shape=None, offset_group=1,
                 pads=None, strides=None):
     if x.dim() != 4:

@@ -7,9 +7,10 @@ probe, at a step 1000 times smaller, is rounded away as well: it measures no noi
 quotient looked exact. A zero gradient would have passed against that 0 just as well.
 
 So where values downstream of x are large enough for this (the step is under ABSORB_ULPS ulps of
-the largest of them), the items whose verdict rests on such a quotient (failures, items too noisy
-to decide, and passes read as exactly zero) are measured again at larger steps: a ladder that
-starts where the roundoff probe's own step reaches an ulp of the largest value, each rung with
+the largest of them), every item is measured again at larger steps (failures and items too noisy to
+decide, and passes too: x + h itself rounds there, so the step taken is h give or take ulp / 2,
+and a quotient that far off agrees with a 1% wrong gradient as readily as it disagrees with the
+right one): a ladder that starts where the roundoff probe's own step reaches an ulp of the largest value, each rung with
 fresh roundoff probes. A rung counts only when its probes register (a probe that reads exactly
 L(x) while its quotient is not zero measures nothing), and the pass or fail verdicts it reaches are
 adopted. A larger step measures the same derivative, with Richardson's h / 2 and the one-sided
@@ -47,11 +48,11 @@ def zero_readings(m: fd.Measurement) -> np.ndarray:
         return m.evaluated & (m.fplus1 == 0) & (m.fminus1 == 0)
 
 
-def suspects(m: fd.Measurement, v: verdict.Verdicts) -> np.ndarray:
-    """Items whose verdict a rounded-away step could have decided: fails, exact zeros, and the
-    inconclusive ones (a quantized quotient also looks noisy, or like a kink when h / 2 reads
-    another multiple of ulp / h)."""
-    out = (v.status == FAIL) | ((v.status == PASS) & zero_readings(m))
+def suspects(v: verdict.Verdicts) -> np.ndarray:
+    """Items whose verdict a rounded-away step could have decided: fails, passes (see the module's
+    note), and the inconclusive ones whose cause is the quotient (a quantized quotient also looks
+    noisy, or like a kink when h / 2 reads another multiple of ulp / h)."""
+    out = (v.status == FAIL) | (v.status == PASS)
     for i, cause in v.causes.items():
         if cause in (verdict.INACCURATE, verdict.KINK):
             out[i] = True
@@ -64,13 +65,7 @@ def settle(probe: "XProbe", a: np.ndarray, tolerance: Callable[..., verdict.Tole
     into probe.m what a rung settles; None when nothing was suspect, else {item: reason} for the
     items no rung settled (see `marked`). `tolerance(m, strict)`: the tolerance with m's noise as
     the finite differences' resolution, or without it."""
-    # A pass that needs atol raised to the finite differences' resolution rests on their noise,
-    # which a rounded-away probe underestimates.
-    strict = tolerance(strict=True)
-    with np.errstate(invalid="ignore"):
-        loose = (v.status == PASS) & (v.abs_err > np.maximum(strict.atol, strict.rtol * np.maximum(
-            np.abs(a), np.abs(v.numeric))))
-    suspect = suspects(probe.m, v) | loose
+    suspect = suspects(v)
     if not suspect.any():
         return None
     magnitude = probe.downstream_magnitude()

@@ -13,10 +13,10 @@ from . import fd
 from .claimed import check_claimed, parse_claimed
 from .context import Context, build
 from .findings import first_nonfinite_gradient, first_nonfinite_value
+from .native import native_errors
 from .pernode import check_nodes
 from .report import CANCELLED, FAIL, INCONCLUSIVE, PASS, CheckReport, Finding
 from .second_order import check_second_order
-from .verdict import NATIVE_TOLERANCE
 from .xcheck import Options, XProbe, skipped
 
 MODES = ("full", "sample", "fast")
@@ -59,7 +59,7 @@ def check(model, y: str, xs, zs=(), feeds: Mapping | None = None, dy=None, mode:
     findings: list[Finding] = []
     opts.chunk = _chunk_size(ctx)
     _nonfinite(ctx, findings)
-    native = _native_errors(ctx, findings)
+    native = native_errors(ctx, findings)
 
     connected = [x for x in ctx.spec.xs if x not in ctx.disconnected]
     control.plan(sum(_planned(ctx.grads64[x].numel(), opts) for x in connected))
@@ -218,48 +218,6 @@ def _nonfinite(ctx: Context, findings: list[Finding]) -> None:
 
 def _named(ctx: Context) -> dict:
     return ctx.all_values
-
-
-def _native_errors(ctx: Context, findings: list[Finding]) -> dict[str, dict]:
-    """The model's own dtype against float64: reported per x, never a verdict (the method is float64)."""
-    spec, model = ctx.spec, ctx.model
-    if all(np.asarray(ctx.values[n]).dtype == np.float64 for n in spec.inputs
-           if np.asarray(ctx.values[n]).dtype.kind == "f"):
-        return {}
-    native = ctx.native_tensors()
-    extras = ctx.sources[len(spec.inputs):]
-    prepared = model.prepare_gradient(spec.y, spec.xs, spec.zs, device=ctx.device, dtype=None, extra_inputs=extras)
-    try:
-        out = prepared(*native, dy=ctx.dy.to(native[0].dtype) if native else None)
-    except OnnxGradError as exc:
-        findings.append(Finding("native", f"the gradient in the model's own dtype failed: {exc}"))
-        return {}
-    if not bool(torch.isfinite(out.y).all()) and bool(torch.isfinite(ctx.y0).all()):
-        plan = model.prepare(ctx.sources, [spec.y], device=ctx.device, keep_all=True)
-        with torch.no_grad():
-            f = first_nonfinite_value(plan, plan.run_all(native), "native-dtype")
-        if f is not None:
-            findings.append(Finding("nonfinite-native", f.message + " (finite in float64: overflow or underflow)",
-                                    tensor=f.tensor, node=f.node))
-    result = {}
-    for name, g in zip(spec.xs, out.grads):
-        ref = ctx.grads64[name]
-        g64 = g.detach().to(torch.float64)
-        diff = (g64 - ref).abs()
-        scale = float(ref.abs().max()) if ref.numel() else 0.0
-        dtype = str(g.dtype).removeprefix("torch.")
-        rel = diff / torch.clamp(torch.maximum(g64.abs(), ref.abs()), min=1e-300)
-        max_abs = float(diff.max()) if diff.numel() else 0.0
-        max_rel = float(rel.max()) if rel.numel() else 0.0
-        result[name] = dict(native_dtype=dtype, native_max_abs_err=max_abs, native_max_rel_err=max_rel)
-        rt, at = NATIVE_TOLERANCE.get(dtype, (1e-3, 1e-6))
-        bad = (diff > at * scale) & (rel > rt)
-        if bool(bad.any()) and bool(torch.isfinite(ref).all()):
-            findings.append(Finding("native-precision",
-                                    f"the {dtype} gradient of {name!r} differs from the float64 one by up to "
-                                    f"{max_abs:.3g} ({int(bad.sum())} elements beyond rtol {rt:g}): precision "
-                                    "of the model's dtype, not a wrong formula", x=name))
-    return result
 
 
 def _overall(results, second, claimed, nodes, control: fd.Control, deterministic: bool) -> str:

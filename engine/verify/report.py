@@ -60,6 +60,8 @@ class XCheck:
     native_dtype: str | None = None
     native_max_abs_err: float | None = None
     native_max_rel_err: float | None = None
+    native_status: str | None = None  # half types: pass when within the dtype's precision (verify/native.py)
+    native_rounding_err: float | None = None  # half types: what rounding the values alone moves the gradient
     problems: tuple[ItemProblem, ...] = ()
 
 

@@ -28,8 +28,12 @@ def _x_line(prefix: str, r: XCheck) -> list[str]:
     lines = [f"  {MARK.get(r.status, r.status):12} {prefix}{r.name}  {counts}  max abs {_num(r.max_abs_err)} "
              f"rel {_num(r.max_rel_err)}{where}"]
     if r.native_dtype:
+        judged = ""
+        if r.native_status:
+            judged = (f"; rounding the values to {r.native_dtype} alone moves it {_num(r.native_rounding_err)}: "
+                      + ("within" if r.native_status == PASS else "BEYOND") + f" {r.native_dtype} precision")
         lines.append(f"               {r.native_dtype} gradient vs float64: max abs {_num(r.native_max_abs_err)} "
-                     f"rel {_num(r.native_max_rel_err)}")
+                     f"rel {_num(r.native_max_rel_err)}{judged}")
     if r.reason and (r.status != PASS or not r.checked):  # a pass with nothing perturbed says why
         lines.append(f"               {r.reason}")
     return lines

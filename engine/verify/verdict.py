@@ -22,9 +22,6 @@ RTOL = 1e-4  # float64 analytic vs float64 finite differences
 ATOL_REL = 1e-6  # default atol, relative to the gradient's scale (so the check is scale-free)
 KINK_REL = 1e-3  # a one-sided gap below this fraction of the scale cannot change a verdict
 RESOLUTION_REL = 1e-3  # default atol may rise to the finite differences' roundoff, up to this fraction of the scale
-# Tolerances for the native-dtype gradient against the float64 one (reported, not a verdict).
-NATIVE_TOLERANCE = {"float64": (1e-9, 1e-12), "float32": (1e-3, 1e-6), "float16": (1e-2, 1e-3),
-                    "bfloat16": (5e-2, 1e-2)}
 UNCHECKED = "unchecked"
 MAX_REFINED_FAILS = 256
 # Why an item is inconclusive, for deciding whether another step size could settle it.

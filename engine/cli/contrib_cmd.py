@@ -1,0 +1,85 @@
+"""`onnxgrad conformance --contrib`: the generated com.microsoft cases against onnxruntime."""
+from __future__ import annotations
+
+import collections
+import sys
+
+from ..errors import OnnxGradError
+
+
+def select(ops, names, max_cases, per_op):
+    from ..conformance.contrib_cases import all_cases
+
+    cases = list(all_cases())
+    if ops:
+        known = sorted({c.op for c in cases})
+        wanted = {o.lower().split("::")[-1] for o in ops}
+        unknown = sorted(w for w in wanted if w not in {k.lower() for k in known})
+        if unknown:
+            import difflib
+
+            close = difflib.get_close_matches(unknown[0], known, n=3, cutoff=0.5)
+            hint = f" (did you mean {', '.join(close)}?)" if close else f" (the sweep covers {', '.join(known)})"
+            raise OnnxGradError(f"no contrib case tests {', '.join(unknown)}{hint}")
+        cases = [c for c in cases if c.op.lower() in wanted]
+    if names:
+        cases = [c for c in cases if any(n in c.name for n in names)]
+    if per_op:
+        taken = collections.Counter()
+        cases = [c for c in cases if taken.update([c.op]) or taken[c.op] <= per_op]
+    if max_cases:
+        cases = cases[:max_cases]
+    if not cases:
+        raise OnnxGradError(f"no contrib case matches --case {' / '.join(names)}")
+    return cases
+
+
+def run_contrib(args, progress) -> int:
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        raise OnnxGradError("--contrib needs onnxruntime, its oracle (pip install onnxruntime)") from None
+    from ..conformance.contrib import contrib_sweep, failed
+    from ..conformance.contrib_cases import op_domains, op_oracles
+    from ..conformance.contrib_report import rows
+
+    if args.max_cases is not None and args.max_cases < 1:
+        raise OnnxGradError(f"--max-cases must be at least 1, not {args.max_cases}")
+    if args.per_op is not None and args.per_op < 1:
+        raise OnnxGradError(f"--per-op must be at least 1, not {args.per_op}")
+    cases = select(args.op, args.case, args.max_cases, args.per_op)
+    run = contrib_sweep(cases, gradients=args.gradients, seed=args.seed, progress=progress)
+    out = sys.stdout if args.json != "-" else sys.stderr
+    forward = collections.Counter(o.status for o in run.outcomes)
+    others = ", ".join(f"{n} {s}" for s, n in sorted(forward.items()) if s != "pass")
+    print(f"contrib forward: {forward.get('pass', 0)} / {len(run.outcomes)} pass" + (f" ({others})" if others else "")
+          + f"  {run.seconds:.1f}s", file=out)
+    if args.gradients:
+        grads = collections.Counter(g.status for g in run.gradients)
+        print("gradients (float64 finite differences): "
+              + ", ".join(f"{n} {s}" for s, n in sorted(grads.items(), key=lambda kv: -kv[1])), file=out)
+    for r in sorted(rows(run, op_domains(), op_oracles()), key=lambda r: r.op.lower()):
+        f16 = f"{r.float16[0]}/{r.float16[1]}" if r.float16[1] else "–"
+        grad = f"  gradient {r.gradient}" if r.gradient else ""
+        print(f"  {r.op:<34} float32 {r.float32[0]}/{r.float32[1]}  float16 {f16}{grad}", file=out)
+    for o in run.outcomes:
+        if args.show == "all" or (args.show == "failures" and o.status != "pass"):
+            print(f"  {o.status:<16} {o.name}: {o.message}", file=out)
+    for g in run.gradients:
+        if args.show == "all" or (args.show == "failures" and g.status != "pass"):
+            print(f"  {g.status:<16} {g.name}: {g.reason}", file=out)
+    if args.json:
+        import json
+
+        text = json.dumps(run.to_json(), indent=1)
+        if args.json == "-":
+            print(text)
+        else:
+            with open(args.json, "w") as fh:
+                fh.write(text + "\n")
+    if args.failures:
+        bad = [f"- {o.status}: `{o.name}`: {o.message}" for o in run.outcomes if o.status != "pass"]
+        bad += [f"- gradient {g.status}: `{g.name}`: {g.reason}" for g in run.gradients if g.status != "pass"]
+        with open(args.failures, "w") as fh:
+            fh.write("# Contrib sweep failures\n\n" + ("\n".join(bad) if bad else "None.") + "\n")
+    return 1 if failed(run) else 0

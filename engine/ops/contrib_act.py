@@ -1,0 +1,148 @@
+"""onnxruntime's com.microsoft fused activations and matmuls: Gelu, BiasGelu, FastGelu, QuickGelu,
+BiasAdd, BiasSplitGelu, GemmFastGelu, FusedMatMul and FusedConv.
+
+The specification is onnxruntime's docs/ContribOperators.md and its kernels; where the two differ the
+kernel wins and a NOTE says so. Each is the composition of standard ops the optimizer fused, so the
+backward is torch autograd through that composition.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ..errors import OnnxGradError, UnsupportedOpError
+from ..registry import register
+from .conv import conv
+
+MS = "com.microsoft"
+
+
+def _tanh_gelu(x):
+    # 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), the kernels' formula (torch's tanh approximation).
+    return F.gelu(x, approximate="tanh")
+
+
+@register("Gelu", domain=MS, since=1)
+def gelu(x):
+    return F.gelu(x)
+
+
+@register("BiasGelu", domain=MS, since=1)
+def bias_gelu(a, b):
+    if b.dim() != 1 or a.shape[-1] != b.shape[0]:
+        raise OnnxGradError(f"BiasGelu: bias of shape {list(b.shape)} does not match the last axis of {list(a.shape)}")
+    return F.gelu(a + b)
+
+
+@register("FastGelu", domain=MS, since=1)
+def fast_gelu(x, bias=None):
+    if bias is not None and (bias.dim() != 1 or x.shape[-1] != bias.shape[0]):
+        raise OnnxGradError(f"FastGelu: bias of shape {list(bias.shape)} does not match the last axis of "
+                            f"{list(x.shape)}")
+    return _tanh_gelu(x if bias is None else x + bias)
+
+
+@register("QuickGelu", domain=MS, since=1)
+def quick_gelu(x, *, alpha=1.702):
+    return x * torch.sigmoid(alpha * x)
+
+
+@register("BiasAdd", domain=MS, since=1)
+def bias_add(x, bias, skip):
+    # NOTE: onnxruntime has this kernel on CUDA only (channels 320/640/1280 or a generic loop); any C is taken here.
+    if x.dim() != 3 or bias.dim() != 1 or bias.shape[0] != x.shape[2] or skip.shape != x.shape:
+        raise OnnxGradError(f"BiasAdd needs X (N, S, C), bias (C) and skip like X, got {list(x.shape)}, "
+                            f"{list(bias.shape)} and {list(skip.shape)}")
+    return x + bias + skip
+
+
+@register("BiasSplitGelu", domain=MS, since=1)
+def bias_split_gelu(x, bias):
+    # NOTE: the CUDA kernel (the only one) takes D/2 in 1280, 2560, 5120; any even D is taken here.
+    if x.dim() != 3 or bias.dim() != 1 or bias.shape[0] != x.shape[2] or x.shape[2] % 2:
+        raise OnnxGradError(f"BiasSplitGelu needs X (N, S, D) with D even and bias (D), got {list(x.shape)} and "
+                            f"{list(bias.shape)}")
+    left, right = (x + bias).chunk(2, -1)
+    return left * F.gelu(right)  # the kernel: Gelu on the right half only
+
+
+@register("GemmFastGelu", domain=MS, since=1)
+def gemm_fast_gelu(x, w, bias=None):
+    # NOTE: onnxruntime has this kernel on ROCm only: FastGelu(MatMul(X, W) + bias).
+    y = torch.matmul(x, w)
+    return _tanh_gelu(y if bias is None else y + bias)
+
+
+def _batch_moved(t, trans_batch, trans):
+    """FusedMatMul's operand: transBatch moves the leading axis next to the last (the kernel's
+    [d0, d1.., dk, n] -> [d1.., dk, d0, n]); trans then swaps the last two."""
+    if trans_batch:
+        t = t.permute(*range(1, t.dim() - 1), 0, t.dim() - 1)
+    return t.transpose(-1, -2) if trans else t
+
+
+@register("FusedMatMul", domain=MS, since=1)
+def fused_matmul(a, b, *, alpha=1.0, transA=0, transB=0, transBatchA=0, transBatchB=0):
+    if (transBatchA or transBatchB) and (a.dim() < 3 or a.dim() != b.dim()):
+        raise OnnxGradError(f"FusedMatMul: transBatchA/transBatchB need inputs of equal rank >= 3, got "
+                            f"{list(a.shape)} and {list(b.shape)}")
+    # A 1-D operand is a vector, as in MatMul; transposing it is a no-op.
+    a = _batch_moved(a, transBatchA, transA) if a.dim() > 1 else a
+    b = _batch_moved(b, transBatchB, transB) if b.dim() > 1 else b
+    y = torch.matmul(a, b)
+    return y if alpha == 1.0 else y * alpha
+
+
+def _leaky_relu(y, params):
+    if len(params) != 1:
+        raise OnnxGradError("FusedConv: activation LeakyRelu needs activation_params [alpha]")
+    return F.leaky_relu(y, params[0])
+
+
+def _clip(y, params):
+    if len(params) != 2:
+        raise OnnxGradError("FusedConv: activation Clip needs activation_params [min, max]")
+    return torch.clamp(y, params[0], params[1])
+
+
+def _hard_sigmoid(y, params):
+    if len(params) != 2:
+        raise OnnxGradError("FusedConv: activation HardSigmoid needs activation_params [alpha, beta]")
+    return torch.clamp(params[0] * y + params[1], 0.0, 1.0)
+
+
+# The kernel's MLAS activations and the parameters each reads from activation_params.
+FUSED_ACTIVATIONS = {
+    "Relu": lambda y, p: torch.relu(y),
+    "Tanh": lambda y, p: torch.tanh(y),
+    "Sigmoid": lambda y, p: torch.sigmoid(y),
+    "LeakyRelu": _leaky_relu,
+    "Clip": _clip,
+    "HardSigmoid": _hard_sigmoid,
+}
+
+
+def fused_activation(op: str, activation, params):
+    """The activation named by a fused op's attribute, as a function of the pre-activation."""
+    if activation is None or activation == "":
+        return lambda y: y
+    if activation not in FUSED_ACTIVATIONS:
+        raise UnsupportedOpError(f"{op}: activation {activation!r} is not supported "
+                                 f"(use {', '.join(FUSED_ACTIVATIONS)})")
+    fn = FUSED_ACTIVATIONS[activation]
+    params = list(params or [])
+    return lambda y: fn(y, params)
+
+
+@register("FusedConv", domain=MS, since=1)
+def fused_conv(x, w, b=None, z=None, *, activation=None, activation_params=None, auto_pad="NOTSET", dilations=None,
+               group=1, kernel_shape=None, pads=None, strides=None):
+    act = fused_activation("FusedConv", activation, activation_params)
+    y = conv(x, w, b, auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads,
+             strides=strides)
+    if z is not None:  # the Add the optimizer fused: summed before the activation
+        if z.shape != y.shape:
+            raise OnnxGradError(f"FusedConv: Z of shape {list(z.shape)} does not match the output {list(y.shape)}")
+        y = y + z
+    return act(y)
+

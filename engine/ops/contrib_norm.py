@@ -1,0 +1,126 @@
+"""onnxruntime's fused normalizations: SkipLayerNormalization, SkipSimplifiedLayerNormalization and
+EmbedLayerNormalization (com.microsoft), and the two onnxruntime registers in the default domain below
+opset 17: LayerNormalization (before ONNX had one) and SimplifiedLayerNormalization (RMS norm).
+
+Statistics run in float32 for half inputs, as the kernels accumulate; mean and inv_std_var outputs
+are float32 (their U type).
+"""
+from __future__ import annotations
+
+import torch
+
+from ..errors import OnnxGradError
+from ..registry import register
+from .nn import _stash, layer_norm
+
+MS = "com.microsoft"
+ORT_LAYER_NORM = "onnxruntime's contrib LayerNormalization (the default domain had none before opset 17)"
+ORT_RMS_NORM = "onnxruntime's RMS norm in the default domain: x / sqrt(mean(x²) + epsilon) · scale"
+
+
+def _stats_dtype(x, float_dtype=None):
+    return float_dtype or torch.promote_types(x.dtype, torch.float32)
+
+
+def _last_axis_param(op, name, t, hidden):
+    if t is not None and (t.dim() != 1 or t.shape[0] != hidden):
+        raise OnnxGradError(f"{op}: {name} must have shape ({hidden},), got {list(t.shape)}")
+
+
+def _skip_sum(op, x, skip, bias, hidden_params):
+    if x.dim() not in (2, 3):
+        raise OnnxGradError(f"{op}: input is expected to have 3 or 2 dimensions, got shape {list(x.shape)}")
+    hidden = x.shape[-1]
+    for name, t in hidden_params:
+        _last_axis_param(op, name, t, hidden)
+    # skip is (B, S, H), (1, S, H) or (S, H): plain broadcasting covers every form the kernel accepts.
+    if skip.shape[-1] != hidden or skip.dim() > x.dim() or any(
+            s not in (1, d) for s, d in zip(reversed(skip.shape), reversed(x.shape))):
+        raise OnnxGradError(f"{op}: skip of shape {list(skip.shape)} does not match input {list(x.shape)}")
+    total = x + skip
+    return total if bias is None else total + bias
+
+
+@register("SkipLayerNormalization", domain=MS, since=1)
+def skip_layer_norm(x, skip, gamma, beta=None, bias=None, *, epsilon=1e-12, n_outputs=1, float_dtype=None):
+    total = _skip_sum("SkipLayerNormalization", x, skip, bias, (("gamma", gamma), ("beta", beta), ("bias", bias)))
+    work = total.to(_stats_dtype(x, float_dtype))
+    mean = work.mean(-1, keepdim=True)
+    inv_std = torch.rsqrt((work - mean).square().mean(-1, keepdim=True) + epsilon)
+    y = ((work - mean) * inv_std * gamma.to(work.dtype))
+    if beta is not None:
+        y = y + beta.to(work.dtype)
+    y = y.to(x.dtype)
+    return y if n_outputs == 1 else (y, mean, inv_std, total)[:n_outputs]
+
+
+@register("SkipSimplifiedLayerNormalization", domain=MS, since=1)
+def skip_simplified_layer_norm(x, skip, gamma, bias=None, *, epsilon=1e-12, n_outputs=1, float_dtype=None):
+    total = _skip_sum("SkipSimplifiedLayerNormalization", x, skip, bias, (("gamma", gamma), ("bias", bias)))
+    work = total.to(_stats_dtype(x, float_dtype))
+    inv_std = torch.rsqrt(work.square().mean(-1, keepdim=True) + epsilon)
+    y = (work * inv_std * gamma.to(work.dtype)).to(x.dtype)
+    if n_outputs == 1:
+        return y
+    # NOTE: the schema lists a mean output, but an RMS norm has none: the kernel writes zeros.
+    return (y, torch.zeros_like(inv_std), inv_std, total)[:n_outputs]
+
+
+@register("LayerNormalization", since=1, until=16, note=ORT_LAYER_NORM)
+def layer_norm_contrib(x, scale, b=None, *, axis=-1, epsilon=1e-5, stash_type=1, n_outputs=1):
+    return layer_norm(x, scale, b, axis=axis, epsilon=epsilon, stash_type=stash_type, n_outputs=n_outputs)
+
+
+@register("SimplifiedLayerNormalization", since=1, note=ORT_RMS_NORM)
+def simplified_layer_norm(x, scale, *, axis=-1, epsilon=1e-5, stash_type=1, n_outputs=1):
+    axis = axis + x.dim() if axis < 0 else axis
+    if not 0 <= axis < x.dim():
+        raise OnnxGradError(f"SimplifiedLayerNormalization: axis {axis} is out of range for rank {x.dim()}")
+    work = x.to(_stash(x, stash_type))
+    inv_std = torch.rsqrt(work.square().mean(dim=tuple(range(axis, x.dim())), keepdim=True) + epsilon)
+    y = (work * inv_std).to(x.dtype) * scale
+    return y if n_outputs == 1 else (y, inv_std)[:n_outputs]
+
+
+def _rows(op, table, ids, name):
+    """table[ids], with onnxruntime's bounds check (the kernel refuses an index out of range)."""
+    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= table.shape[0]):
+        raise OnnxGradError(f"{op}: {name} holds an index outside [0, {table.shape[0]})")
+    return table[ids.long()]
+
+
+@register("EmbedLayerNormalization", domain=MS, since=1)
+def embed_layer_norm(input_ids, segment_ids, word_embedding, position_embedding, segment_embedding=None, gamma=None,
+                     beta=None, mask=None, position_ids=None, *, epsilon=1e-12, mask_index_type=1, n_outputs=1,
+                     float_dtype=None):
+    op = "EmbedLayerNormalization"
+    if gamma is None or beta is None:
+        raise OnnxGradError(f"{op}: gamma and beta are required")
+    if input_ids.dim() != 2:
+        raise OnnxGradError(f"{op}: input_ids must be (batch, sequence), got {list(input_ids.shape)}")
+    if (segment_ids is None) != (segment_embedding is None):
+        raise OnnxGradError(f"{op}: segment_ids and segment_embedding must be given together")
+    batch, seq = input_ids.shape
+    if position_ids is None:
+        position_ids = torch.arange(seq, device=input_ids.device).reshape(1, seq)
+    elif position_ids.shape not in ((batch, seq), (1, seq)):
+        raise OnnxGradError(f"{op}: position_ids must be ({batch}, {seq}) or (1, {seq}), got {list(position_ids.shape)}")
+    total = _rows(op, word_embedding, input_ids, "input_ids") + _rows(op, position_embedding, position_ids,
+                                                                       "the positions")
+    if segment_ids is not None:
+        total = total + _rows(op, segment_embedding, segment_ids, "segment_ids")
+    hidden = total.shape[-1]
+    _last_axis_param(op, "gamma", gamma, hidden)
+    _last_axis_param(op, "beta", beta, hidden)
+    work = total.to(_stats_dtype(total, float_dtype))
+    mean = work.mean(-1, keepdim=True)
+    y = (work - mean) * torch.rsqrt((work - mean).square().mean(-1, keepdim=True) + epsilon)
+    y = (y * gamma.to(work.dtype) + beta.to(work.dtype)).to(total.dtype)
+    if n_outputs == 1:
+        return y
+    # NOTE: the kernel's mask_index counts the entries equal to 1 (not the nonzero ones); no mask gives zeros.
+    if mask is None:
+        mask_index = torch.zeros(batch, dtype=torch.int32, device=input_ids.device)
+    else:
+        mask_index = (mask == 1).sum(-1).to(torch.int32)
+    return (y, mask_index, total)[:n_outputs]
