@@ -36,7 +36,8 @@ class ScaleCase:
 
     `deep` names the torch module whose weight is differentiated: in the first block, so the gradient
     flows back through the whole network. `node` is the substring of the ONNX node name (the
-    torchscript exporter names nodes after module paths) whose weight input is that weight.
+    torchscript exporter names nodes after module paths) whose weight input is that weight; `last`
+    is the same for a weight of the last block (the issue's `onnxgrad graph --view combined`).
     """
 
     name: str
@@ -44,6 +45,7 @@ class ScaleCase:
     output: str
     deep: str
     node: str
+    last: str
     external: bool = False
 
     @property
@@ -70,12 +72,14 @@ class ScaleCase:
 
 
 CASES = (
-    ScaleCase("resnet50", ("x",), "y", "layer1.0.conv2", "/layer1/layer1.0/conv2/"),
+    ScaleCase("resnet50", ("x",), "y", "layer1.0.conv2", "/layer1/layer1.0/conv2/", "/layer4/layer4.2/conv2/"),
     ScaleCase("bert_base", ("input_ids", "attention_mask"), "last_hidden_state",
-              "encoder.layer.0.intermediate.dense", "/encoder/layer.0/intermediate/dense/"),
-    ScaleCase("gpt2", ("input_ids", "attention_mask"), "logits", "transformer.h.0.mlp.c_fc", "/transformer/h.0/mlp/c_fc/"),
+              "encoder.layer.0.intermediate.dense", "/encoder/layer.0/intermediate/dense/",
+              "/encoder/layer.11/intermediate/dense/"),
+    ScaleCase("gpt2", ("input_ids", "attention_mask"), "logits", "transformer.h.0.mlp.c_fc", "/transformer/h.0/mlp/c_fc/",
+              "/transformer/h.11/mlp/c_fc/"),
     ScaleCase("gpt2_large", ("input_ids", "attention_mask"), "logits", "transformer.h.0.mlp.c_fc",
-              "/transformer/h.0/mlp/c_fc/", external=True),
+              "/transformer/h.0/mlp/c_fc/", "/transformer/h.35/mlp/c_fc/", external=True),
 )
 BY_NAME = {c.name: c for c in CASES}
 
@@ -150,15 +154,17 @@ def example(case: ScaleCase, seq: int = SEQ, batch: int = 1, seed: int = 0) -> d
             "attention_mask": np.ones((batch, seq), np.int64)}
 
 
-def deep_weight(graph, case: ScaleCase) -> str:
+def deep_weight(graph, case: ScaleCase, node_name: str | None = None) -> str:
     """The initializer of the export that `case.deep`'s weight became: the weight input of the node
-    named after that module (a Conv's, or the MatMul/Gemm's initializer operand)."""
+    named after that module (a Conv's, or the MatMul/Gemm's initializer operand). `node_name`: another
+    module's path in node names (`case.last`)."""
+    wanted = node_name or case.node
     for node in graph.nodes:
-        if case.node in node.name and node.op_type in ("Conv", "MatMul", "Gemm"):
+        if wanted in node.name and node.op_type in ("Conv", "MatMul", "Gemm"):
             for t in node.input:
                 if t in graph.initializers and len(graph.initializers[t].dims) >= 2:
                     return t
-    raise LookupError(f"{case.name}: no Conv/MatMul/Gemm node under {case.node!r} reads a weight")
+    raise LookupError(f"{case.name}: no Conv/MatMul/Gemm node under {wanted!r} reads a weight")
 
 
 def export(case: ScaleCase) -> str:

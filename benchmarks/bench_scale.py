@@ -14,6 +14,8 @@ measured each in a fresh process (benchmarks/_scale_measure.py), the two sides o
   check     `onnxgrad check --mode fast` on GPT-2 124M: the whole command ÷ the check's own time
   explorer  (--measures ...,explorer) the explorer opened on the model: seconds to the graph drawn and
             to ready (navigator listed, layout done, cursor's value shown), from before the load
+  graph     (--measures ...,graph) `onnxgrad graph --view combined -o g.svg` with a weight of the last
+            block: seconds from the end of the load to the SVG written, and the view's node count
 
 Ratios are medians over --runs rounds (per-round ratios); each gradient process times --calls calls
 after its first. Other measurements registered in _scale_measure.MEASURES (the explorer's, say) run
