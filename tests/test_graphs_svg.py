@@ -131,3 +131,22 @@ def test_stages_show_on_a_terminal_only_and_after_a_while(monkeypatch):
         stage("drawing")
         assert stage._status is not None and stage.text == "drawing"
     assert stage._status is None
+
+
+def test_graph_names_each_stage_of_a_big_view_while_it_runs(chain_path, tmp_path, monkeypatch):
+    """What the spinner shows after a second (above): the command's stages, the placement and the
+    drawing of a big view among them, each named before it starts."""
+    import engine.cli.graph_cmd as graph_cmd
+
+    named = []
+
+    class Recorded(Stages):
+        def __call__(self, text):
+            named.append(text)
+            super().__call__(text)
+
+    monkeypatch.setattr(graph_cmd, "Stages", Recorded)
+    selection = ["--y", "loss", "--xs", f"block{BLOCKS - 1}.conv.weight", "--zs", "input"]
+    assert main(["graph", chain_path, *selection, "--view", "combined", "-o", str(tmp_path / "g.svg")]) == 0
+    assert named[0] == "loading chain.onnx" and named[1] == "building the combined view"
+    assert named[2].endswith("nodes (onnxgrad's layered placement)") and named[3].endswith("with Graphviz neato -n2")
