@@ -102,7 +102,14 @@ def run_one(case, dtype: str, exporter: str) -> HalfResult:
     model = engine.load(proto)
     x_name = model.inputs[0]
     feed = numpy_input(x)
-    got = model.run({x_name: feed})[model.outputs[0]].astype(np.float64)
+    try:
+        got = model.run({x_name: feed})[model.outputs[0]].astype(np.float64)
+    except engine.OnnxGradError as exc:
+        if "the model is mistyped" not in str(exc):
+            raise
+        # torch 2.13's dynamo exporter folds resnet18's BatchNorm into float32 Conv weights beside a
+        # bfloat16 input: a row saying so, not the end of the benchmark
+        return HalfResult(case.name, exporter, dtype, f"mistyped export: {exc}")
     want = reference_output(data, dtype, feed).astype(np.float64)
     eps = torch.finfo(DTYPES[dtype]).eps
     forward_err = float(np.abs(got - want).max() / np.abs(want).max() / eps)
