@@ -62,6 +62,17 @@ class Hidden(nn.Module):
         return self.model(input_ids=ids, attention_mask=torch.ones_like(ids)).last_hidden_state
 
 
+class ImageHidden(nn.Module):
+    """A transformers vision model as a function of pixels to its last hidden state."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, pixels):
+        return self.model(pixel_values=pixels).last_hidden_state
+
+
 @dataclass(frozen=True)
 class RealCase:
     name: str
@@ -85,7 +96,14 @@ def _hf(kind: str) -> Callable[[], nn.Module]:
 
         small = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
                      vocab_size=128, max_position_embeddings=64)
-        if kind == "bert":
+        if kind == "vit":
+            return ImageHidden(tf.ViTModel(tf.ViTConfig(
+                hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128, image_size=32,
+                patch_size=8, attn_implementation="eager"), add_pooling_layer=False))
+        if kind == "t5":
+            model = tf.T5EncoderModel(tf.T5Config(d_model=64, d_kv=16, d_ff=128, num_layers=2, num_heads=4,
+                                                  vocab_size=128, attn_implementation="eager"))
+        elif kind == "bert":
             model = tf.BertModel(tf.BertConfig(**small, attn_implementation="eager"), add_pooling_layer=False)
         elif kind == "gpt2":
             model = tf.GPT2Model(tf.GPT2Config(n_embd=64, n_layer=2, n_head=4, n_inner=128, vocab_size=128,
@@ -116,6 +134,15 @@ CASES = (
     RealCase("densenet121", _timm("densenet121"), _image(64)),
 )
 
+# The architectures of the lowering survey (issue 19): bench_real's plus five more, each by both exporters.
+LOWERING_CASES = CASES + (
+    RealCase("mobilenetv3", _timm("mobilenetv3_small_050"), _image(64)),
+    RealCase("convnext_atto", _timm("convnext_atto"), _image(64)),
+    RealCase("regnetx_002", _timm("regnetx_002"), _image(64)),
+    RealCase("t5_encoder", _hf("t5"), _ids),
+    RealCase("vit_hf", _hf("vit"), _image(32)),
+)
+
 
 def build(case: RealCase, seed: int = 0) -> tuple[nn.Module, torch.Tensor]:
     """The module in eval mode with every parameter and buffer perturbed (distinct values, so the
@@ -134,12 +161,15 @@ def build(case: RealCase, seed: int = 0) -> tuple[nn.Module, torch.Tensor]:
     return module, case.example()
 
 
-def export(module: nn.Module, x: torch.Tensor, exporter: str, opset: int = 18, cache: str | None = CACHE) -> bytes:
-    """The ONNX bytes of `module` at `x` by one exporter (cached on disk by name and weights)."""
+def export(module: nn.Module, x: torch.Tensor, exporter: str, opset: int = 18, cache: str | None = CACHE,
+           dynamic: bool = False) -> bytes:
+    """The ONNX bytes of `module` at `x` by one exporter (cached on disk by name and weights); with
+    `dynamic`, the batch axis (and a token sequence's length) symbolic."""
     digest = hashlib.sha1()
     for v in list(module.state_dict().values()) + [x]:
         digest.update(v.detach().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()[:4096])  # any dtype
-    key = f"{type(module).__name__}-{exporter}-{opset}-{torch.__version__}-{digest.hexdigest()[:16]}.onnx"
+    kind = f"{exporter}-dynamic" if dynamic else exporter
+    key = f"{type(module).__name__}-{kind}-{opset}-{torch.__version__}-{digest.hexdigest()[:16]}.onnx"
     path = os.path.join(cache or "", key)
     if cache and os.path.exists(path):
         with open(path, "rb") as fh:
@@ -147,13 +177,15 @@ def export(module: nn.Module, x: torch.Tensor, exporter: str, opset: int = 18, c
     buf = io.BytesIO()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        axes = ({0: "batch", 1: "seq"} if not x.is_floating_point() else {0: "batch"}) if dynamic else None
         if exporter == "dynamo":
+            shapes = ({k: torch.export.Dim.AUTO for k in axes},) if axes else None
             program = torch.onnx.export(module, (x,), dynamo=True, opset_version=opset, input_names=["x"],
-                                        output_names=["y"], verbose=False)
+                                        output_names=["y"], verbose=False, dynamic_shapes=shapes)
             program.save(buf)
         else:
             torch.onnx.export(module, (x,), buf, dynamo=False, opset_version=opset, input_names=["x"],
-                              output_names=["y"])
+                              output_names=["y"], dynamic_axes={"x": axes} if axes else None)
     data = buf.getvalue()
     if not cache:
         return data

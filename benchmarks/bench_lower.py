@@ -1,14 +1,16 @@
 """Gradients three ways: onnxruntime on the model `engine.lower` writes, the engine itself (torch
 autograd), and onnxruntime-training's own gradient graph (com.microsoft ops), as paired ratios.
 
-    python benchmarks/bench_lower.py [--runs 15] [--ortt-python /tmp/ortt/bin/python]
+    python benchmarks/bench_lower.py [--runs 15] [--ortt-python /tmp/ortt/bin/python] [--real] [--only a,b]
 
 Each model's loss is scalar (a non-scalar output y gets loss = sum(y²)), so every side computes the
 same gradients. Sides take turns call by call, so a loaded machine slows them alike; the ratios are
 medians of per-pair ratios. onnxruntime-training needs Python <= 3.11 and lives in a side venv
 (`python -m venv /tmp/ortt && /tmp/ortt/bin/pip install onnxruntime-training==1.19.2 onnx`): its
 graph is built and timed there, paired with the lowered model on that venv's onnxruntime.
-Results go to benchmarks/results/lower.json.
+With --real, also the real architectures of benchmarks/_real_models.py (LOWERING_CASES: timm and
+transformers, small configs, random weights, each by both torch exporters; xs = the input when float and
+every float weight). Results go to benchmarks/results/lower.json.
 """
 from __future__ import annotations
 
@@ -47,10 +49,12 @@ import json, statistics, sys, time
 import numpy as np, onnx, onnxruntime as ort
 from onnxruntime.capi._pybind_state import GradientGraphBuilder
 forward, lowered, feeds_path, loss, xs, runs = sys.argv[1:5] + [sys.argv[5].split(","), int(sys.argv[6])]
+threads = int(sys.argv[7])
 feeds = dict(np.load(feeds_path))
 builder = GradientGraphBuilder(onnx.load(forward).SerializeToString(), {loss}, set(xs), loss)
 builder.build()
 options = ort.SessionOptions(); options.log_severity_level = 3
+if threads: options.intra_op_num_threads = threads; options.inter_op_num_threads = 1
 def session(data):
     s = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
     names = {i.name for i in s.get_inputs()}
@@ -88,7 +92,26 @@ def with_scalar_loss(proto: onnx.ModelProto, y: str) -> tuple[onnx.ModelProto, s
     return out, "bench_loss"
 
 
-def cases():
+def real_cases():
+    """(name, proto, y, xs, zs, feeds) of every real architecture by both exporters (weights fed as values)."""
+    import _real_lowering
+    import _real_models
+
+    for case in _real_models.LOWERING_CASES:
+        for exporter in _real_models.EXPORTERS:
+            proto, model, y, xs, zs, feeds, _ = _real_lowering.prepared(case, exporter)
+            values = {k: v.numpy() for k, v in model.constants().items() if k in xs}
+            yield f"{case.name}_{exporter}", proto, y, xs, zs, {**feeds, **values}
+
+
+def cases(real: bool = False):
+    if real:
+        import _real_models
+
+        if _real_models.available():
+            yield from real_cases()
+        else:
+            print("timm / transformers do not import: no real architectures", flush=True)
     for name, (y, xs, zs) in SAMPLES.items():
         proto = onnx.load(os.path.join(ROOT, "sample_models", f"{name}.onnx"))
         model = engine.load(proto)
@@ -130,16 +153,29 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=15)
     ap.add_argument("--ortt-python", default="/tmp/ortt/bin/python")
     ap.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results", "lower.json"))
+    ap.add_argument("--real", action="store_true", help="also the timm / transformers architectures, both exporters")
+    ap.add_argument("--only", default="", help="comma-separated case names (e.g. mlp,bert_dynamo)")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="threads for torch and every onnxruntime session (0: each library's default); one thread "
+                         "keeps the sides comparable on a loaded machine")
     args = ap.parse_args()
-    results = {"runs": args.runs, "torch_threads": torch.get_num_threads(), "onnxruntime": ort.__version__,
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    results = {"runs": args.runs, "threads": args.threads, "torch_threads": torch.get_num_threads(),
+               "onnxruntime": ort.__version__,
                "models": {}}
     tmp = tempfile.mkdtemp()
-    for name, proto, y, xs, zs, feeds in cases():
+    only = set(filter(None, args.only.split(",")))
+    for name, proto, y, xs, zs, feeds in cases(args.real):
+        if only and name not in only:
+            continue
         proto, loss = with_scalar_loss(proto, y)
         model = engine.load(proto)
         lowered = engine.lower(proto, loss, xs, zs)
         options = ort.SessionOptions()
         options.log_severity_level = 3
+        if args.threads:
+            options.intra_op_num_threads, options.inter_op_num_threads = args.threads, 1
         session = ort.InferenceSession(lowered.SerializeToString(), options, providers=["CPUExecutionProvider"])
         names = {i.name for i in session.get_inputs()}
         ort_feeds = {k: v for k, v in feeds.items() if k in names}
@@ -149,17 +185,22 @@ def main() -> int:
         want = prepared(*values).grads
         diff = max(float(np.abs(got[f"d{loss}_d{x}"] - g.numpy()).max() / max(1e-30, float(g.abs().max())))
                    for x, g in zip(xs, want))
+        # one relative L2 over every gradient at once: exact-zero gradients (round-off only) weigh nothing
+        flat_got = np.concatenate([np.ravel(got[f"d{loss}_d{x}"]).astype(np.float64) for x in xs])
+        flat_want = np.concatenate([g.numpy().ravel().astype(np.float64) for g in want])
+        l2 = float(np.linalg.norm(flat_got - flat_want) / np.linalg.norm(flat_want))
         t_ort, t_engine, ratio = paired(functools.partial(session.run, None, ort_feeds),
                                         functools.partial(prepared, *values), args.runs)
         entry = {"nodes_forward": len(proto.graph.node), "nodes_lowered": len(lowered.graph.node),
                  "lowered_ort_s": t_ort, "engine_s": t_engine, "lowered_ort_over_engine": ratio,
-                 "max_rel_diff_vs_engine": diff}
+                 "max_rel_diff_vs_engine": diff, "rel_l2_vs_engine": l2}
         if os.path.exists(args.ortt_python):
             paths = [os.path.join(tmp, f"{name}_{k}") for k in ("forward.onnx", "lowered.onnx", "feeds.npz")]
             onnx.save(upgraded(proto), paths[0])  # the same opset-17 graph the lowering starts from
             onnx.save(lowered, paths[1])
             np.savez(paths[2], **{k: np.asarray(v) for k, v in feeds.items()})
-            run = subprocess.run([args.ortt_python, "-c", ORTT_SCRIPT, *paths, loss, ",".join(xs), str(args.runs)],
+            run = subprocess.run([args.ortt_python, "-c", ORTT_SCRIPT, *paths, loss, ",".join(xs), str(args.runs),
+                                  str(args.threads)],
                                  capture_output=True, text=True)
             lines = [ln for ln in run.stdout.splitlines() if ln.startswith("{")]
             error = (run.stderr.strip().splitlines() or ["?"])[-1]

@@ -3,6 +3,7 @@
     python benchmarks/bench_verify.py            # speed table + false alarms on the sample models
     python benchmarks/bench_verify.py --light    # also the onnx package's light/ models (slow)
     python benchmarks/bench_verify.py --only-fast  # fast mode vs gradcheck(fast_mode=True), 41 runs (a minute)
+    python benchmarks/bench_verify.py --only-native  # full check vs gradcheck on the native torch CNNs
 
 Each comparison runs the same function (the engine's float64 plan for y), the same elements (all
 of x), and reports medians of several runs. `floor` is the time of the 2N perturbed forwards
@@ -28,63 +29,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from _results import write_json  # noqa: E402
+from _timing import WALL, interleaved, median_time  # noqa: E402
 
 import engine  # noqa: E402
 from engine.lower.lowering import as_proto  # noqa: E402
 from engine.verify import structure  # noqa: E402
 from engine.verify.batching import BatchEvaluator  # noqa: E402
 from tests import verify_models as vm  # noqa: E402
-
-
-def median_time(fn, runs: int) -> float:
-    """Median CPU seconds of this process per call (see `interleaved`)."""
-    return interleaved({"f": fn}, runs)["f"]
-
-
-def interleaved(fns: dict, runs: int) -> dict:
-    """Median CPU time per call of each function, the functions taking turns run by run.
-
-    The machine is shared, so wall time swings with other people's jobs; with one torch thread
-    the process's CPU time is the work itself, and taking turns exposes both sides to the same
-    conditions. Wall times are kept too (WALL) for the record.
-
-    Garbage is collected between samples, never inside one (one side's garbage must not land on
-    the other side's clock), and a sample of a function under 0.5 s starts with one untimed call, then
-    as many timed calls as fill about SAMPLE_S (timeit's autorange): right after gc.collect() the
-    first call of a few milliseconds runs on cold caches and pages and costs 1-2 ms more, an
-    artefact of the harness that would swamp both sides of a millisecond comparison.
-    """
-    reps, warm = {}, {}
-    for k, fn in fns.items():
-        fn()  # warm up: plans, imports, kernels
-        t = time.perf_counter()
-        fn()
-        once = time.perf_counter() - t
-        reps[k] = 1 if once >= SAMPLE_S else max(1, int(SAMPLE_S / max(once, 1e-6)))
-        warm[k] = once < 0.5  # an untimed call after gc.collect() is cheap next to the sample
-    cpu = {k: [] for k in fns}
-    wall = {k: [] for k in fns}
-    for _ in range(runs):
-        for k, fn in fns.items():
-            gc.collect()
-            if warm[k]:
-                fn()
-            gc.disable()
-            c, t = time.process_time(), time.perf_counter()
-            try:
-                for _ in range(reps[k]):
-                    fn()
-            finally:
-                cpu[k].append((time.process_time() - c) / reps[k])
-                wall[k].append((time.perf_counter() - t) / reps[k])
-                gc.enable()
-    for k in fns:
-        WALL[k] = statistics.median(wall[k])
-    return {k: statistics.median(v) for k, v in cpu.items()}
-
-
-SAMPLE_S = 0.05
-WALL: dict[str, float] = {}
 
 
 def engine_function(model: engine.Model, x_name: str = "x"):
@@ -172,6 +123,38 @@ def compare(name: str, proto, x_shape, runs: int, gc_runs: int) -> dict:
         "wall_s": dict(WALL), "timing": "median CPU seconds of the process, one torch thread, runs interleaved",
         "speedup_fast": gc_fast / fast, "speedup_fast_4dir": gc_fast / fast4,
     }
+
+
+def compare_native(case, runs: int, gc_runs: int) -> dict:
+    """onnxgrad's full check against gradcheck(fast_mode=False) on the torch module itself: what a
+    user would otherwise run (float64, every element of x, one thread, interleaved)."""
+    model = engine.load(case.proto)
+    feeds, zs = case.feeds, list(case.zs)
+    report = engine.check(model, case.y, ["x"], zs, feeds=feeds)
+    assert report.verdict == "pass", report.summary()
+    (r,) = report.results
+    xg = case.x.clone().requires_grad_()
+    fn = lambda a: case.module(a, *case.rest)  # noqa: E731
+    t = interleaved({"ours": lambda: engine.check(model, case.y, ["x"], zs, feeds=feeds),
+                     "gradcheck": lambda: torch.autograd.gradcheck(fn, (xg,), fast_mode=False)}, gc_runs)
+    plain_model = engine.load(case.proto)
+    plain = without_rows(lambda: median_time(lambda: engine.check(plain_model, case.y, ["x"], zs, feeds=feeds),
+                                             max(1, gc_runs // 2)))
+    print(f"  {case.name:56} ours {t['ours']:7.3f} s  gradcheck {t['gradcheck']:7.3f} s  "
+          f"{t['gradcheck'] / t['ours']:5.1f}x  (no row sharing {t['gradcheck'] / plain:4.1f}x; rows {r.rows}, "
+          f"{r.forwards} forwards; load {os.getloadavg()[0]:.1f})", flush=True)
+    return {"case": case.name, "elements": case.x.numel(), "rows": r.rows, "forwards": r.forwards,
+            "ours_full_s": t["ours"], "gradcheck_native_full_s": t["gradcheck"],
+            "speedup_full": t["gradcheck"] / t["ours"], "ours_full_no_rows_s": plain,
+            "speedup_full_no_rows": t["gradcheck"] / plain, "wall_s": dict(WALL), "load_average": os.getloadavg()[0],
+            "timing": "median CPU seconds of the process, one torch thread, runs interleaved"}
+
+
+def native_rows(runs: int, gc_runs: int) -> list[dict]:
+    from _native_cases import cases
+
+    print("\nfull check vs gradcheck(fast_mode=False) on the native torch module:")
+    return [compare_native(c, runs, gc_runs) for c in cases(vm.small_cnn(elem=vm.F64))]
 
 
 SAMPLE_CASES = [
@@ -299,11 +282,22 @@ def main() -> int:
     ap.add_argument("--only-light", action="store_true", help="only the light/ false-alarm sweep (merged into --out)")
     ap.add_argument("--own", action="store_true", help="with --only-light: the models' own constant weights")
     ap.add_argument("--only-fast", action="store_true", help="only fast mode vs gradcheck's fast mode (41 runs)")
+    ap.add_argument("--only-native", action="store_true",
+                    help="only the full check vs gradcheck on the native torch modules (merged into --out)")
     ap.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results", "verify.json"))
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     if args.only_fast:
         compare_fast(41)
+        return 0
+    if args.only_native:
+        native = native_rows(args.runs, args.gc_runs)
+        merged = {}
+        if os.path.exists(args.out):
+            with open(args.out) as fh:
+                merged = json.load(fh)
+        merged["native"] = native
+        write_json(args.out, merged)
         return 0
     if args.only_light:
         light = false_alarms_light(args.light or [], time_cap=120.0, own=args.own)
@@ -331,6 +325,7 @@ def main() -> int:
           + ", ".join(f"{r['speedup_fast_4dir']:.2f}x" for r in rows) + " vs gradcheck fast)")
     print("  runs interleaved with the peer; back to back (each side's runs in a row): "
           + ", ".join(f"{r['speedup_full_back_to_back']:.1f}x" for r in rows))
+    native = native_rows(args.runs, args.gc_runs)
     print("\ninjected bugs caught (fast mode: 1 direction vs gradcheck's fast mode):")
     caught = detection(args.detect_seeds)
     print("\nfalse alarms on the sample models (float32 and float64, seeds x modes):")
@@ -343,7 +338,7 @@ def main() -> int:
         print(f"  { {k: v for k, v in light.items() if k != 'models'} }")
     result = {"machine": {"python": platform.python_version(), "torch": torch.__version__,
                           "threads": args.threads, "cpu": platform.processor() or platform.machine()},
-              "runs": args.runs, "speed": rows, "detection": caught, "false_alarms_samples": samples}
+              "runs": args.runs, "speed": rows, "native": native, "detection": caught, "false_alarms_samples": samples}
     if light is not None:
         result["false_alarms_light"] = light
     elif os.path.exists(args.out):  # keep the last light/ run rather than dropping it

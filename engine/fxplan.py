@@ -89,6 +89,10 @@ class FxPlan:
     def __call__(self, inputs: Sequence) -> tuple:
         return self.forward(*inputs, *self.constants)
 
+    @property
+    def ShapeChanged(self) -> type:  # noqa: N802 - what `Plan` catches, without importing this module per call
+        return ShapeChanged
+
     def _compile(self) -> None:
         """torch.compile on top of the module; on any failure, the plain module and one warning."""
         try:

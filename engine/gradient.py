@@ -68,6 +68,9 @@ class PreparedGradient:
 
     def __call__(self, *values: torch.Tensor, dy: torch.Tensor | Callable[[torch.Tensor], torch.Tensor] | None = None,
                  create_graph: bool = False) -> GradientOutput:
+        if not torch.is_grad_enabled():  # entering enable_grad costs a few Python calls: only when needed
+            with torch.enable_grad():
+                return self(*values, dy=dy, create_graph=create_graph)
         spec = self.spec
         n = len(spec.xs)
         leaves = []
@@ -76,20 +79,21 @@ class PreparedGradient:
                 kind = str(v.dtype).removeprefix('torch.')
                 raise SelectionError(f"{name!r} holds {kind} values: only float tensors can be in xs")
             leaves.append(v if v.requires_grad else v.detach().requires_grad_())
-        with torch.enable_grad():
-            (y,) = self.plan.run(leaves + list(values[n:]), fused=not create_graph)
-            if callable(dy):  # a seed made from y itself (the verifier's random dy needs y's shape)
-                dy = dy(y.detach())
-            if dy is not None and tuple(dy.shape) != tuple(y.shape):
-                raise FeedError(f"dy has shape {tuple(dy.shape)} but y {spec.y!r} has shape {tuple(y.shape)}")
-            wanted = [i for i, name in enumerate(spec.xs) if name not in spec.disconnected]
-            raw: Sequence[torch.Tensor | None] = [None] * len(wanted)
-            if wanted and y.requires_grad:
-                if not y.is_floating_point():
-                    raise SelectionError(f"y {spec.y!r} is {str(y.dtype).removeprefix('torch.')}: gradients need a float y")
-                seed = torch.ones_like(y) if dy is None else dy.to(device=y.device, dtype=y.dtype)
-                raw = torch.autograd.grad(y, [leaves[i] for i in wanted], seed, allow_unused=True,
-                                          create_graph=create_graph)
+        (y,) = self.plan.run(leaves + list(values[n:]), fused=not create_graph)
+        if callable(dy):  # a seed made from y itself (the verifier's random dy needs y's shape)
+            dy = dy(y.detach())
+        if dy is not None and tuple(dy.shape) != tuple(y.shape):
+            raise FeedError(f"dy has shape {tuple(dy.shape)} but y {spec.y!r} has shape {tuple(y.shape)}")
+        wanted = [i for i, name in enumerate(spec.xs) if name not in spec.disconnected]
+        raw: Sequence[torch.Tensor | None] = [None] * len(wanted)
+        if wanted and y.requires_grad:
+            if not y.is_floating_point():
+                raise SelectionError(f"y {spec.y!r} is {str(y.dtype).removeprefix('torch.')}: gradients need a float y")
+            # A one-element y's seed of ones is autograd's own default (no tensor to build and check).
+            seed = (None if y.numel() == 1 else torch.ones_like(y)) if dy is None else \
+                dy.to(device=y.device, dtype=y.dtype)
+            raw = torch.autograd.grad(y, [leaves[i] for i in wanted], seed, allow_unused=True,
+                                      create_graph=create_graph)
         grads, disconnected = complete_gradients(spec, leaves, wanted, raw)
         return GradientOutput(y if create_graph else y.detach(), grads, disconnected)
 

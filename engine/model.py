@@ -15,6 +15,7 @@ from .dtypes import parse_device, parse_float_dtype, to_numpy
 from .errors import FeedError, OnnxGradError, SelectionError, UnsupportedOpError
 from .feeds import check_feed
 from .gradient import GradientResult, PreparedGradient
+from .gradient_call import GradientCall
 from .loader import TRAINING_DOMAIN, GraphIndex, node_inputs
 from .plan import Plan, needed_nodes
 from .recent import Recent
@@ -44,6 +45,7 @@ class Model:
         # Per-call overhead of `gradient`: validation and the cut-graph walk depend only on names.
         self._selections: Recent[tuple, GradientSpec] = Recent(SELECTIONS_KEPT)
         self._extras: Recent[tuple, tuple[str, ...]] = Recent(SELECTIONS_KEPT)
+        self._calls: Recent[tuple, GradientCall] = Recent(PLANS_KEPT)  # Model.gradient's, per names
 
     # --- description -------------------------------------------------------------------------
     @property
@@ -230,44 +232,17 @@ class Model:
         for tensors the cut graph does not read are ignored; a feed for a tensor *inside* the cut
         graph is refused, since it would silently change what is differentiated.
         """
-        spec = self.selection(y, xs, zs)
-        dev, fdt = parse_device(device), parse_float_dtype(dtype)
-        feeds = dict(feeds or {})
-        self.check_feed_names(feeds)
-        extras = self.gradient_extras(spec, feeds)
-        prepared = self.prepare_gradient(spec.y, spec.xs, spec.zs, device=dev, dtype=fdt, extra_inputs=extras,
-                                         compile=compile)
-        # Unfed initializers are used as the cached constants (no numpy round trip per call).
-        consts = self.constants(dev, fdt)
-        rest = [n for n in spec.inputs if n not in feeds and n not in consts]
-        defaults = self.selection_values(spec, feeds, seed=seed, names=rest, dims=dims) if rest else {}
-        tensors = []
-        for n in spec.inputs:
-            if n in feeds:
-                v = feeds[n]
-                tensors.append(self.to_tensor(n, v if isinstance(v, torch.Tensor) else np.asarray(v), dev, fdt))
-            elif n in consts:
-                tensors.append(consts[n])
-            else:
-                tensors.append(self.to_tensor(n, defaults[n], dev, fdt))
-        tensors += [self.to_tensor(n, feeds[n], dev, fdt) for n in extras]
-        dy_t = None
-        if dy is not None:
-            dy_t = dy if isinstance(dy, torch.Tensor) else torch.as_tensor(np.asarray(dy))
-            dy_t = dy_t.to(dev)
-        out = prepared(*tensors, dy=dy_t)
-        arrays = self._constant_arrays(dev, fdt)
-        return GradientResult(
-            spec=spec,
-            y=to_numpy(out.y),
-            grads={n: to_numpy(g) for n, g in zip(spec.xs, out.grads)},
-            disconnected=out.disconnected,
-            seed="ones" if dy is None else "dy",
-            device=str(dev),
-            dtype=str(fdt).removeprefix("torch.") if fdt else "native",
-            values={n: arrays[n] if n in arrays and n not in feeds else _read_only(to_numpy(t))
-                    for n, t in zip(spec.inputs, tensors)},
-        )
+        feeds = feeds if feeds is not None else {}
+        xs, zs = names(xs), names(zs)
+        compile = self.compile if compile is None else compile
+        key = (y, xs, zs, tuple(feeds), str(device), str(dtype), compile)
+        call = self._calls.get(key)
+        if call is None:
+            spec = self.selection(y, xs, zs)
+            self.check_feed_names(feeds)
+            call = GradientCall(self, spec, tuple(feeds), parse_device(device), parse_float_dtype(dtype), compile)
+            self._calls[key] = call
+        return call(feeds, dy, seed, dims)
 
     def selection_values(self, spec: GradientSpec, feeds: Mapping[str, object], seed: int = 0,
                          names: Sequence[str] | None = None, dims: Mapping[str, int] | None = None

@@ -170,7 +170,9 @@ class Plan:
         if not fused and self.run_steps is not self.steps:
             env = self._execute(inputs, free=True, which="all")
             return [env[s] for s in self.target_slots]
-        compiled = self._compiled("targets", inputs)
+        compiled = self._fx.get("targets")  # once built, only the number of inputs can disqualify it
+        if compiled is None or len(inputs) != len(self.source_slots):
+            compiled = self._compiled("targets", inputs)
         if compiled is not None:
             try:
                 return list(self._call(compiled, "targets", inputs))
@@ -202,11 +204,9 @@ class Plan:
         return {self.names[k]: v for k, v in enumerate(env) if v is not None}
 
     def _call(self, compiled, which: str, inputs):
-        from .fxplan import ShapeChanged
-
         try:
             return compiled(inputs)
-        except ShapeChanged:  # inputs of new shapes: a module without shape-specialised folding
+        except compiled.ShapeChanged:  # inputs of new shapes: a module without shape-specialised folding
             compiled = self._fx[which] = self._build(which, seen_shapes=False)
             return compiled(inputs)
 

@@ -3,10 +3,13 @@
     python scripts/gen_ops_doc.py                # write docs/ops.md
     python scripts/gen_ops_doc.py --check        # exit 1 when docs/ops.md is not current
     python scripts/gen_ops_doc.py --raise-floor  # also record the pass counts in tests/conformance_floor.json
+    python scripts/gen_ops_doc.py --lower        # first re-run the full lowering sweep (minutes) and record it
+                                                 # in tests/lowering_floor.json
     python scripts/gen_ops_doc.py --contrib      # also rerun the com.microsoft sweep for its section (minutes)
 
-The forward columns come from every collected case; the gradient column from the seeded sample
-that CI also runs (`engine.conformance.suite.DOC_GRADIENT_SAMPLE` cases per op).
+The forward columns come from every collected case; the gradient column from the seeded sample that CI
+also runs (`engine.conformance.suite.DOC_GRADIENT_SAMPLE` cases per op); the lowered column from the full
+lowering sweep recorded in tests/lowering_floor.json (CI re-runs a sample of it).
 """
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ sys.path.insert(0, str(ROOT))
 
 DOC = ROOT / "docs" / "ops.md"
 FLOOR = ROOT / "tests" / "conformance_floor.json"
+LOWERING_FLOOR = ROOT / "tests" / "lowering_floor.json"
 
 
 def floor_from(run, previous: dict | None) -> dict:
@@ -47,6 +51,22 @@ def floor_from(run, previous: dict | None) -> dict:
     }
 
 
+def record_lowering(run) -> dict:
+    """Run the full lowering sweep over the run's forward-passing cases and record it."""
+    from engine.conformance.cases import case_named
+    from engine.conformance.lowered import lowering_sweep, sweep_record
+
+    passing = [case_named(o.name) for o in run.outcomes if o.status == "pass"]
+    previous = json.loads(LOWERING_FLOOR.read_text()) if LOWERING_FLOOR.exists() else None
+    try:
+        record = sweep_record(lowering_sweep(passing), previous)
+    except ValueError as exc:
+        raise SystemExit(f"not recording the lowering sweep: {exc}") from None
+    LOWERING_FLOOR.write_text(json.dumps(record, indent=1) + "\n")
+    print(f"wrote {LOWERING_FLOOR}: {record['summary']}")
+    return record
+
+
 def contrib_section() -> str:
     from engine.conformance.contrib import contrib_sweep
     from engine.conformance.contrib_cases import op_domains, op_oracles
@@ -69,6 +89,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--check", action="store_true", help="compare with docs/ops.md instead of writing it")
     p.add_argument("--raise-floor", action="store_true", help=f"also update {FLOOR.relative_to(ROOT)}")
+    p.add_argument("--lower", action="store_true", help=f"re-run the full lowering sweep into {LOWERING_FLOOR.name}")
     p.add_argument("--contrib", action="store_true",
                    help="also rerun the com.microsoft sweep (forward and gradients) and rewrite its section")
     p.add_argument("--out", type=Path, default=DOC)
@@ -76,10 +97,12 @@ def main(argv=None) -> int:
     from engine.conformance.contrib_report import splice
 
     run = doc_run()
+    lowering = record_lowering(run) if args.lower else json.loads(LOWERING_FLOOR.read_text())
     current = args.out.read_text() if args.out.exists() else ""
     # The contrib section needs onnxruntime and minutes: kept as it is unless --contrib reruns its sweep.
     section = contrib_section() if args.contrib else _section_of(current)
-    text = splice(render_ops_doc(run), section) if section else render_ops_doc(run)
+    text = render_ops_doc(run, lowering)
+    text = splice(text, section) if section else text
     if args.check:
         if current == text:
             print(f"{args.out} is current")

@@ -5,9 +5,7 @@ import numpy as np
 import onnx
 
 TOL = 1e-5  # float32: |ort - engine| <= TOL * max(1, max |engine|), per tensor
-# float16: onnxruntime's kernels and the engine's (float32 inside some ops) round at other places; a
-# transformer block's backward lands a few float16 ulps (eps 2**-10) apart
-HALF_TOL = 4 * 2.0**-10
+HALF_TOL = 5e-3  # float16 (the sweep's): a few units in the last place, as onnxruntime rounds each op to half
 
 
 def ort_run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -34,8 +32,10 @@ def scaled_error(got: np.ndarray, want: np.ndarray) -> float:
     return float(np.abs(got - want).max(initial=0.0) / max(1.0, np.abs(want).max(initial=0.0)))
 
 
-def assert_close(got: dict[str, np.ndarray], want: dict[str, np.ndarray], tol: float = TOL) -> None:
+def assert_close(got: dict[str, np.ndarray], want: dict[str, np.ndarray], tol: float | None = None) -> None:
+    """Within `tol`, by default TOL, or HALF_TOL where the engine's gradient is float16."""
+    if tol is None:
+        tol = HALF_TOL if any(np.asarray(v).dtype == np.float16 for v in want.values()) else TOL
     errors = {k: scaled_error(got[k], v) for k, v in want.items()}
-    limits = {k: max(tol, HALF_TOL) if np.asarray(v).dtype == np.float16 else tol for k, v in want.items()}
-    bad = {k: e for k, e in errors.items() if not e <= limits[k]}
-    assert not bad, f"beyond {limits}: {bad}"
+    bad = {k: e for k, e in errors.items() if not e <= tol}
+    assert not bad, f"beyond {tol}: {bad}"

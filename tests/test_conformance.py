@@ -38,6 +38,7 @@ from engine.errors import OnnxGradError
 
 ROOT = Path(__file__).resolve().parents[1]
 FLOOR = json.loads((ROOT / "tests" / "conformance_floor.json").read_text())
+LOWERING_FLOOR = json.loads((ROOT / "tests" / "lowering_floor.json").read_text())
 GRADIENT_SAMPLE_CEILING_S = 300  # measured ~10 s on 2 cores; this only catches a runaway
 
 
@@ -79,7 +80,7 @@ def test_ops_doc_is_current(run):
     from engine.conformance.contrib_report import without_section
 
     current = without_section((ROOT / "docs" / "ops.md").read_text())  # the contrib section: test_contrib_ops.py
-    assert current == render_ops_doc(run), "docs/ops.md is stale: run python scripts/gen_ops_doc.py"
+    assert current == render_ops_doc(run, LOWERING_FLOOR), "docs/ops.md is stale: run python scripts/gen_ops_doc.py"
 
 
 # --- the runner classifies ---------------------------------------------------------------------
@@ -303,8 +304,11 @@ def test_cli_conformance_json_and_exit_codes(tmp_path, capsys):
     capsys.readouterr()
     assert main(["conformance", "--op", "Reluu"]) == 2
     assert main(["conformance", "--per-op", "2"]) == 2
+    assert main(["conformance", "--op", "Relu", "--lower", "--dtype", "float16"]) == 2
+    assert main(["conformance", "--contrib", "--lower"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 2 and all(line.startswith("onnxgrad: error:") for line in err)
+    assert len(err) == 4 and all(line.startswith("onnxgrad: error:") for line in err)
+    assert "--lower" in err[2] and "--lower" in err[3]
 
 
 def test_documented_dft_mismatch_is_ours_closer_to_exact():

@@ -103,11 +103,24 @@ def test_disconnected_xs_get_zeros_and_intermediates_can_be_cut():
 
 
 def test_node_without_rule_fails_with_one_line():
-    model = _tiny([helper.make_node("Atan", ["a"], ["y"], name="arctan")], [("a", [3])], [("y", [3])])
-    with pytest.raises(LoweringError) as info:
-        lower(model, "y", "a")
+    """A custom op (no rule, no ONNX function body) and an explicit refusal: one line each, naming the node."""
+
+    from engine.verify import register_op_with_vjp
+
+    model = _tiny([helper.make_node("Twice", ["a"], ["y"], name="twice", domain="com.test")], [("a", [3])], [("y", [3])])
+    model.opset_import.append(helper.make_opsetid("com.test", 1))
+    handle = register_op_with_vjp("Twice", lambda x: 2 * x, lambda g, i, o: (2 * g[0],), domain="com.test")
+    try:
+        with pytest.raises(LoweringError) as info:
+            lower(model, "y", "a")
+    finally:
+        handle.unregister()
     message = str(info.value)
-    assert "'arctan' (Atan)" in message and "\n" not in message
+    assert "'twice' (Twice)" in message and "no backward rule" in message and "\n" not in message
+    dft = _tiny([helper.make_node("DFT", ["a"], ["y"], name="spectrum")], [("a", [1, 4, 1])], [("y", [1, 4, 2])])
+    with pytest.raises(LoweringError, match=r"^cannot lower node 'spectrum' \(DFT\): the adjoint of a DFT") as info:
+        lower(dft, "y", "a")
+    assert "\n" not in str(info.value)
 
 
 def test_cli_writes_a_model_onnxruntime_runs(tmp_path, capsys):

@@ -1,6 +1,6 @@
-"""Random small graphs built from the ops that have backward rules (a repeated Gather index included):
-lowered, run by onnxruntime, compared with the engine's gradients w.r.t. every input (a random dy
-seeds a (2, 3) y)."""
+"""Random small graphs built from the ops that have backward rules (a repeated Gather index included), at
+a random opset from 17 to 23: lowered, run by onnxruntime, compared with the engine's gradients w.r.t.
+every input (a random dy seeds a (2, 3) y)."""
 from __future__ import annotations
 
 import numpy as np
@@ -20,8 +20,8 @@ INPUTS = {"a": (ROWS, COLS), "b": (ROWS, COLS), "bias": (COLS,), "W": (COLS, COL
 class Builder:
     """Nodes over a pool of (2, 3) tensors; every op keeps that shape so any two can be combined."""
 
-    def __init__(self):
-        self.nodes, self.consts, self.k = [], {}, 0
+    def __init__(self, opset: int):
+        self.nodes, self.consts, self.k, self.opset = [], {}, 0, opset
 
     def op(self, op_type, inputs, **attrs):
         self.k += 1
@@ -33,6 +33,11 @@ class Builder:
         name = f"c{len(self.consts)}"
         self.consts[name] = np.asarray(values, dtype=dtype)
         return name
+
+    def reduce(self, op_type, x, axes, keepdims):  # axes: an attribute before opset 18, an input from 18
+        if self.opset >= 18:
+            return self.op(op_type, [x, self.const(axes, np.int64)], keepdims=keepdims)
+        return self.op(op_type, [x], axes=axes, keepdims=keepdims)
 
     def bounded(self, x, low):  # sigmoid(x) + low: a positive, bounded operand for Log/Sqrt/Pow/Div
         return self.op("Add", [self.op("Sigmoid", [x]), self.const(low)])
@@ -55,12 +60,35 @@ UNARY = {
     "MatMul": lambda b, x: b.op("MatMul", [x, "W"]),
     "Gemm": lambda b, x: b.op("Gemm", [x, "W", "bias"], transB=1, alpha=0.5),
     "Transpose": lambda b, x: b.op("Reshape", [b.op("Transpose", [x], perm=[1, 0]), b.const([ROWS, COLS], np.int64)]),
-    "ReduceMean": lambda b, x: b.op("Sub", [x, b.op("ReduceMean", [x], axes=[1], keepdims=1)]),
+    "ReduceMean": lambda b, x: b.op("Sub", [x, b.reduce("ReduceMean", x, [1], 1)]),
     "ReduceSum": lambda b, x: b.op("Mul", [x, b.op("ReduceSum", [x, b.const([0], np.int64)], keepdims=1)]),
     "Softplus": lambda b, x: b.op("Softplus", [x]),
     "Clip": lambda b, x: b.op("Clip", [x, b.const(-0.5), b.const(0.7)]),
-    "ReduceMax": lambda b, x: b.op("Sub", [x, b.op("ReduceMax", [x], axes=[1], keepdims=1)]),
-    "ReduceMin": lambda b, x: b.op("Mul", [x, b.op("ReduceMin", [x], axes=[0], keepdims=0)]),
+    "ReduceMax": lambda b, x: b.op("Sub", [x, b.reduce("ReduceMax", x, [1], 1)]),
+    "ReduceMin": lambda b, x: b.op("Mul", [x, b.reduce("ReduceMin", x, [0], 0)]),
+    "ReduceProd": lambda b, x: b.op("Add", [x, b.reduce("ReduceProd", b.op("Tanh", [x]), [1], 1)]),
+    "ReduceL1": lambda b, x: b.op("Mul", [x, b.reduce("ReduceL1", x, [0], 0)]),
+    "HardSwish": lambda b, x: b.op("HardSwish", [b.op("Mul", [x, b.const(4.0)])]),
+    "HardSigmoid": lambda b, x: b.op("HardSigmoid", [x], alpha=0.4),
+    "Elu": lambda b, x: b.op("Elu", [x], alpha=0.7),
+    "Selu": lambda b, x: b.op("Selu", [x]),
+    "Celu": lambda b, x: b.op("Celu", [x], alpha=1.5),
+    "Mish": lambda b, x: b.op("Mish", [x]),
+    "Softsign": lambda b, x: b.op("Softsign", [x]),
+    "PRelu": lambda b, x: b.op("PRelu", [x, "scale"]),
+    "ThresholdedRelu": lambda b, x: b.op("ThresholdedRelu", [x], alpha=0.3),
+    "Atan": lambda b, x: b.op("Atan", [x]),
+    "Sinh": lambda b, x: b.op("Sinh", [x]),
+    "Asin": lambda b, x: b.op("Asin", [b.op("Mul", [b.op("Tanh", [x]), b.const(0.9)])]),
+    "CumSum": lambda b, x: b.op("CumSum", [x, b.const(1, np.int64)], reverse=1),
+    "CumProd": lambda b, x: b.op("CumProd", [x, b.const(0, np.int64)], exclusive=1),
+    "Tile": lambda b, x: b.op("Slice", [b.op("Tile", [x, b.const([2, 2], np.int64)]), b.const([1, 2], np.int64),
+                                        b.const([1 + ROWS, 2 + COLS], np.int64)]),
+    "PadReflect": lambda b, x: b.op("Slice", [b.op("Pad", [x, b.const([1, 2, 1, 0], np.int64)], mode="reflect"),
+                                              b.const([0, 0], np.int64), b.const([ROWS, COLS], np.int64)]),
+    "GatherElements": lambda b, x: b.op("GatherElements", [x, b.const([[2, 0, 2], [1, 1, 0]], np.int64)], axis=1),
+    "LpNormalization": lambda b, x: b.op("LpNormalization", [x], axis=1, p=2),
+    "Einsum": lambda b, x: b.op("Einsum", [x, "W"], equation="ij,kj->ik"),
     "Gather": lambda b, x: b.op("Gather", [x, b.const([2, -3, -1], np.int64)], axis=1),
     "Flatten": lambda b, x: b.op("Reshape", [b.op("Flatten", [x], axis=0), b.const([ROWS, COLS], np.int64)]),
     "Conv": lambda b, x: b.op("Reshape", [
@@ -88,13 +116,17 @@ BINARY = {
 }
 
 
+NEWER = {"Gelu": 20, "Mish": 18, "CumProd": 26}  # ops that exist from a later opset than 17
+UNARY["Gelu"] = lambda b, x: b.op("Gelu", [x], approximate="tanh")
+
+
 @st.composite
 def graphs(draw):
-    b = Builder()
+    b = Builder(draw(st.sampled_from([17, 20, 23])))
     pool = ["a", "b"]
     for _ in range(draw(st.integers(1, 6))):
         if draw(st.booleans()):
-            fn = UNARY[draw(st.sampled_from(sorted(UNARY)))]
+            fn = UNARY[draw(st.sampled_from(sorted(op for op in UNARY if NEWER.get(op, 0) <= b.opset)))]
             pool.append(fn(b, draw(st.sampled_from(pool))))
         else:
             fn = BINARY[draw(st.sampled_from(sorted(BINARY)))]
@@ -105,7 +137,7 @@ def graphs(draw):
              for n, v in b.consts.items()]
     graph = helper.make_graph(b.nodes, "random", inputs, [helper.make_tensor_value_info(y, TensorProto.FLOAT,
                                                                                           [ROWS, COLS])], inits)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), y, draw(st.integers(0, 2**16))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", b.opset)]), y, draw(st.integers(0, 2**16))
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -18,8 +18,11 @@ def add_parser(sub) -> None:
                         "instead: float32 and float16 forward, and gradients with --gradients")
     p.add_argument("--gradients", action="store_true",
                    help="also check each forward-passing case's differentiable inputs against finite differences")
+    p.add_argument("--lower", action="store_true",
+                   help="also lower each forward-passing case's gradients to plain ONNX (engine.lower), run them in "
+                        "onnxruntime and compare with the engine")
     p.add_argument("--per-op", type=int, metavar="K",
-                   help="with --gradients: check at most K cases per op (a quicker sample)")
+                   help="with --gradients or --lower: check at most K cases per op (a quicker sample)")
     p.add_argument("--dtype", choices=["float16", "bfloat16"],
                    help="run each float32 case's variant in this type instead (inputs rounded, expected values "
                         "from onnx.reference; with --gradients, the gradient in this type against float64)")
@@ -51,14 +54,24 @@ def run(args) -> int:
 
     if args.contrib and args.dtype:
         raise OnnxGradError("--dtype makes variants of onnx's node cases; --contrib runs float32 and float16 already")
+    if args.contrib and args.lower:
+        raise OnnxGradError("--lower sweeps onnx's node cases; contrib ops are lowered by expanding them "
+                            "(tests/test_contrib_ops.py), not by --contrib")
     if args.contrib:
         from .contrib_cmd import run_contrib
 
         return run_contrib(args, _progress())
     if args.max_cases is not None and args.max_cases < 1:
         raise OnnxGradError(f"--max-cases must be at least 1, not {args.max_cases}")
-    if args.per_op is not None and (args.per_op < 1 or not args.gradients):
-        raise OnnxGradError("--per-op needs --gradients and a count of at least 1")
+    if args.per_op is not None and (args.per_op < 1 or not (args.gradients or args.lower)):
+        raise OnnxGradError("--per-op needs --gradients or --lower and a count of at least 1")
+    if args.lower and args.dtype:
+        raise OnnxGradError("--lower compares float32 cases; --dtype runs float16/bfloat16 variants (use one or the other)")
+    if args.lower:
+        try:
+            import onnxruntime  # noqa: F401
+        except ImportError:
+            raise OnnxGradError("--lower runs the lowered models in onnxruntime: pip install onnxruntime") from None
     cases = select_cases(args.op, args.case, None if args.dtype else args.max_cases)
     if not cases:
         raise OnnxGradError(f"no node test case matches --case {' / '.join(args.case)}")
@@ -70,8 +83,9 @@ def run(args) -> int:
         cases, checker = variants_of(cases, args.dtype)[: args.max_cases], native_check
         if not cases:
             raise OnnxGradError(f"none of the selected cases has a {args.dtype} variant")
+    sample = (lambda cs: sample_per_op(cs, args.per_op, args.seed)) if args.per_op else None
     result = conformance(cases, gradients=args.gradients, seed=args.seed, progress=_progress(), checker=checker,
-                         gradient_filter=(lambda cs: sample_per_op(cs, args.per_op, args.seed)) if args.per_op else None)
+                         gradient_filter=sample, lower=args.lower)
     out = sys.stdout if args.json != "-" else sys.stderr
     c = counts(result.outcomes)
     print(f"forward: {c['pass']} / {len(result.outcomes)} pass  ("
@@ -95,11 +109,11 @@ def run(args) -> int:
             if args.show == "all" or (args.show == "failures" and (failing or o.status == "inconclusive")):
                 accepted = f" (documented: {o.documented})" if o.documented else ""
                 print(f"  {o.status:<16} {o.name}: {o.reason}{accepted}", file=out)
+    bad_lowering = _report_lowering(result, args.show, out) if args.lower else 0
     if args.slowest:
-        timed = sorted(list(result.outcomes) + list(result.gradients), key=lambda o: -o.seconds)[: args.slowest]
-        print("slowest: " + ", ".join(
-            f"{o.name} ({'gradient' if hasattr(o, 'evaluations') else 'forward'}) {o.seconds:.2f}s" for o in timed),
-            file=out)
+        timed = sorted([(o, "forward") for o in result.outcomes] + [(o, "gradient") for o in result.gradients]
+                       + [(o, "lowering") for o in result.lowered], key=lambda p: -p[0].seconds)[: args.slowest]
+        print("slowest: " + ", ".join(f"{o.name} ({kind}) {o.seconds:.2f}s" for o, kind in timed), file=out)
     if args.json:
         import json
 
@@ -112,4 +126,26 @@ def run(args) -> int:
     if args.failures:
         with open(args.failures, "w") as fh:
             fh.write(failures_markdown(result.outcomes, gradients=result.gradients))
-    return 1 if (any(o.failed for o in result.outcomes) or bad_gradient) else 0
+    return 1 if (any(o.failed for o in result.outcomes) or bad_gradient or bad_lowering) else 0
+
+
+def _report_lowering(result, show: str, out) -> int:
+    """Print the lowering sweep's totals and cases; the number of undocumented wrong or error cases."""
+    from ..conformance.lowered import ERROR, LOWERED, WRONG
+
+    applicable = [o for o in result.lowered if o.applicable]
+    counts: dict[str, int] = {}
+    for o in applicable:
+        counts[o.status] = counts.get(o.status, 0) + 1
+    lowered = counts.pop(LOWERED, 0)
+    others = ", ".join(f"{n} {s}" for s, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+    print(f"lowered: {lowered} / {len(applicable)} cases whose gradient the engine computes"
+          + (f" ({others})" if others else "") + f"  {result.lowered_seconds:.1f}s", file=out)
+    bad = 0
+    for o in applicable:
+        failing = o.status in (WRONG, ERROR) and not o.documented
+        bad += failing
+        if show == "all" or (show == "failures" and o.status != LOWERED):
+            accepted = f" (documented: {o.documented})" if o.documented else ""
+            print(f"  {o.status:<16} {o.name}: {o.reason}{accepted}", file=out)
+    return bad

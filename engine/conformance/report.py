@@ -24,6 +24,16 @@ class OpCoverage:
     gradient_note: str = ""
 
 
+@dataclass(frozen=True)
+class Column:
+    """One more column of docs/ops.md, filled by a sweep: a cell (status) and a note per op."""
+
+    title: str
+    legend: str  # a sentence for the Columns paragraph
+    summary: str  # a line under the forward and gradient totals
+    cells: dict = field(default_factory=dict)  # op -> (status, note)
+
+
 def registered_ranges() -> dict[str, str]:
     """Registered opsets per op, the onnxruntime contrib domain aside (its own sweep and table: contrib_report)."""
     ranges: dict[str, list[str]] = collections.defaultdict(list)
@@ -78,7 +88,7 @@ def _accepted(outcomes) -> str:
 
 
 def ops_markdown(rows: Sequence[OpCoverage], outcomes: Sequence[CaseOutcome],
-                 gradients: Sequence[GradientOutcome], header: str) -> str:
+                 gradients: Sequence[GradientOutcome], header: str, columns: Sequence[Column] = ()) -> str:
     c = counts(outcomes)
     g = collections.Counter(o.status for o in gradients)
     lines = [
@@ -91,21 +101,25 @@ def ops_markdown(rows: Sequence[OpCoverage], outcomes: Sequence[CaseOutcome],
         f"{c[UNSUPPORTED_TYPE]} unsupported type).",
         "Gradients (forward-passing cases, float64 finite differences): "
         + ", ".join(f"{n} {s}" for s, n in sorted(g.items(), key=lambda kv: -kv[1])) + ".",
+        *[col.summary for col in columns],
         "",
         "Columns: *opsets* are the registered implementations; *cases* are onnx's single-node tests of "
         "the op, *expanded* the same tests with the op replaced by its function body (they exercise "
         "the primitives inside); *gradient* is the verdict over the op's forward-passing cases: "
         "`pass`, `inconclusive` (only at a kink, named), `fail`, `error` (the backward raised), "
         "`non-finite`, `not differentiable` (the schema tags no float input differentiable) or "
-        "`not checked`.",
+        "`not checked`." + "".join(f" {col.legend}" for col in columns),
         "",
-        "| op | opsets | cases | expanded | gradient | note |",
-        "|---|---|---|---|---|---|",
+        "| op | opsets | cases | expanded | gradient | " + "".join(f"{col.title} | " for col in columns) + "note |",
+        "|---|---|---|---|---|" + "---|" * len(columns) + "---|",
     ]
     for r in rows:
+        cells = [col.cells.get(r.op, ("", "")) for col in columns]
+        note = "; ".join([_md(r.gradient_note)[:160]] + [f"{col.title}: {_md(n)[:160]}" for col, (_, n) in
+                                                         zip(columns, cells) if n])
         lines.append(f"| {r.op} | {r.opsets or '–'} | {_cell(r.passed, r.total)} | "
                      f"{_cell(r.expanded_passed, r.expanded_total)} | {r.gradient or '–'} | "
-                     f"{_md(r.gradient_note)[:160]} |")
+                     + "".join(f"{status or '–'} | " for status, _ in cells) + f"{note} |")
     return "\n".join(lines) + "\n"
 
 

@@ -7,8 +7,9 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
-from .cases import case_info, node_cases
+from .cases import case_info, case_named, node_cases
 from .gradients import Checker, GradientOutcome, gradient_sweep
+from .lowered import LoweringOutcome, lowering_column, lowering_sweep
 from .report import counts
 from .runner import PASS, CaseOutcome, Executor, run_suite
 from .verifier import default_checker
@@ -21,6 +22,8 @@ class ConformanceRun:
     forward_seconds: float = 0.0
     gradient_seconds: float = 0.0
     checker: str = ""
+    lowered: tuple[LoweringOutcome, ...] = ()  # the lowering sweep (engine/conformance/lowered.py)
+    lowered_seconds: float = 0.0
 
     @property
     def passed(self) -> int:
@@ -41,6 +44,9 @@ class ConformanceRun:
             "gradient_checker": self.checker,
             "outcomes": [o.to_json() for o in self.outcomes],
             "gradients": [g.to_json() for g in self.gradients],
+            "lowered": dict(collections.Counter(o.status for o in self.lowered)),
+            "lowered_seconds": round(self.lowered_seconds, 3),
+            "lowerings": [o.to_json() for o in self.lowered],
         }
 
 
@@ -66,27 +72,40 @@ def sample_per_op(cases: Sequence, per_op: int, seed: int = 0) -> list:
 
 def conformance(cases: Iterable | None = None, *, executor: Executor | None = None, gradients: bool = False,
                 checker: Checker | None = None, gradient_filter: Callable[[list], list] | None = None,
-                seed: int = 0, progress: Callable[[str, int, int, object], None] | None = None) -> ConformanceRun:
+                seed: int = 0, progress: Callable[[str, int, int, object], None] | None = None,
+                lower: bool = False, lower_filter: Callable[[list], list] | None = None) -> ConformanceRun:
     """Forward over `cases` (all by default); with `gradients`, check the passing ones (optionally
-    narrowed by `gradient_filter`, e.g. `lambda cs: sample_per_op(cs, 2)`)."""
+    narrowed by `gradient_filter`, e.g. `lambda cs: sample_per_op(cs, 2)`) against finite differences;
+    with `lower`, lower the passing ones (narrowed by `lower_filter`) and run them in onnxruntime."""
     start = time.perf_counter()
     cases = list(node_cases() if cases is None else cases)
     fwd = run_suite(cases, executor, None if progress is None else (lambda i, n, o: progress("forward", i, n, o)))
     forward_seconds = time.perf_counter() - start
-    if not gradients:
+    if not (gradients or lower):
         return ConformanceRun(tuple(fwd), forward_seconds=forward_seconds)
-    name, chosen_checker = (getattr(checker, "__name__", "custom"), checker) if checker is not None else default_checker()
     by_name = {c.name: c for c in cases}
-    passing = [by_name[o.name] for o in fwd if o.status == PASS]
-    if gradient_filter is not None:
-        passing = gradient_filter(passing)
-    start = time.perf_counter()
-    grads = gradient_sweep(passing, chosen_checker, seed=seed,
-                           progress=None if progress is None else (lambda i, n, o: progress("gradient", i, n, o)))
-    return ConformanceRun(tuple(fwd), tuple(grads), forward_seconds, time.perf_counter() - start, name)
+    every = [by_name[o.name] for o in fwd if o.status == PASS]
+    passing = gradient_filter(every) if gradient_filter is not None else every
+    grads, name, gradient_seconds = [], "", 0.0
+    if gradients:
+        name, chosen_checker = ((getattr(checker, "__name__", "custom"), checker) if checker is not None
+                                else default_checker())
+        start = time.perf_counter()
+        grads = gradient_sweep(passing, chosen_checker, seed=seed,
+                               progress=None if progress is None else (lambda i, n, o: progress("gradient", i, n, o)))
+        gradient_seconds = time.perf_counter() - start
+    lowered, lowered_seconds = [], 0.0
+    if lower:
+        start = time.perf_counter()
+        lowered = lowering_sweep(lower_filter(every) if lower_filter is not None else passing, seed=seed,
+                                 progress=None if progress is None else (lambda i, n, o: progress("lowering", i, n, o)))
+        lowered_seconds = time.perf_counter() - start
+    return ConformanceRun(tuple(fwd), tuple(grads), forward_seconds, gradient_seconds, name, tuple(lowered),
+                          lowered_seconds)
 
 
 DOC_GRADIENT_SAMPLE = 2  # gradient cases per op in docs/ops.md and in CI (seeded, non-expanded first)
+CI_LOWERING_SAMPLE = 1  # lowered cases per op that CI re-runs (each is a model onnxruntime loads: ~0.1 s)
 DOC_SEED = 0
 
 
@@ -96,7 +115,15 @@ def doc_run(progress=None) -> ConformanceRun:
                        gradient_filter=lambda cs: sample_per_op(cs, DOC_GRADIENT_SAMPLE, DOC_SEED))
 
 
-def render_ops_doc(run: ConformanceRun | None = None) -> str:
+def lowering_sample(passing: Iterable[str], progress=None) -> list[LoweringOutcome]:
+    """The lowering sweep over CI_LOWERING_SAMPLE of the given forward-passing cases per op."""
+    cases = sample_per_op([case_named(n) for n in passing], CI_LOWERING_SAMPLE, DOC_SEED)
+    return lowering_sweep(cases, seed=DOC_SEED, progress=progress)
+
+
+def render_ops_doc(run: ConformanceRun | None = None, lowering: dict | None = None) -> str:
+    """docs/ops.md from a doc run (forward, gradient sample) and the recorded full lowering sweep
+    (tests/lowering_floor.json, `sweep_record`)."""
     import onnx
 
     from .report import coverage, ops_markdown
@@ -106,5 +133,7 @@ def render_ops_doc(run: ConformanceRun | None = None) -> str:
               f"{len(run.outcomes)} node test cases (`onnx.backend.test.case.node.collect_testcases`); "
               "do not edit by hand, CI checks it is current. Gradient statuses come from a seeded sample of "
               f"up to {DOC_GRADIENT_SAMPLE} forward-passing cases per op (`{run.checker}`, float64 central "
-              "differences, random dy); `onnxgrad conformance --gradients` checks every case.")
-    return ops_markdown(coverage(run.outcomes, run.gradients), run.outcomes, run.gradients, header)
+              "differences, random dy); `onnxgrad conformance --gradients` checks every case. Lowering statuses "
+              "come from `onnxgrad conformance --lower` over every case (`python scripts/gen_ops_doc.py --lower`).")
+    columns = [lowering_column(lowering)] if lowering else []
+    return ops_markdown(coverage(run.outcomes, run.gradients), run.outcomes, run.gradients, header, columns)

@@ -9,7 +9,23 @@ The package itself is callable, so `engine.lower(model, ...)` is `engine.lower.l
 import sys
 import types
 
-from . import conv, elementwise, indexing, nn, pool, reduce, rnn, shape  # noqa: F401  (fill the registry)
+from . import (  # noqa: F401  (fill the registry)
+    activation,
+    control,
+    conv,
+    elementwise,
+    indexing,
+    nn,
+    norm,
+    pool,
+    quantize,
+    reduce,
+    resize,
+    rnn,
+    sampling,
+    shape,
+    signal,
+)
 from .core import supported_ops
 from .lowering import lower
 from .registry import BACKWARD, rule

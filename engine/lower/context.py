@@ -88,6 +88,33 @@ class _Values(Mapping):
         return len(self.names)
 
 
+# onnx's data propagation spells a 1-D tensor's values as one shape dimension each: a 1-D input of
+# 2**31 elements (the >2 GB int8 table in tests/test_large_models.py) made it allocate 24 GB
+DATA_PROP_MAX_LENGTH = 1 << 16
+
+
+def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
+    """onnx shape inference, propagating Shape-derived values where it can (data_prop), which some
+    function ops' inference does not survive: then without. Not with a long 1-D tensor declared."""
+    if _declares_long_vector(model.graph):
+        return onnx.shape_inference.infer_shapes(model)
+    try:
+        return onnx.shape_inference.infer_shapes(model, data_prop=True)
+    except Exception:  # noqa: BLE001 - the plain inference raises its own error if it must
+        return onnx.shape_inference.infer_shapes(model)
+
+
+def _declares_long_vector(g: onnx.GraphProto) -> bool:
+    for t in g.initializer:
+        if len(t.dims) == 1 and t.dims[0] > DATA_PROP_MAX_LENGTH:
+            return True
+    for vi in list(g.input) + list(g.value_info) + list(g.output):
+        dims = vi.type.tensor_type.shape.dim
+        if len(dims) == 1 and dims[0].dim_value > DATA_PROP_MAX_LENGTH:
+            return True
+    return False
+
+
 def attr(node: NodeProto, name: str, default=None):
     for a in node.attribute:
         if a.name == name:
@@ -102,7 +129,8 @@ class Ctx:
     """Builds the nodes of one backward graph; `nodes` collects them in creation order."""
 
     def __init__(self, types: dict[str, TypeInfo], constants: dict[str, np.ndarray], used: set[str],
-                 prefix: str = "grad"):
+                 prefix: str = "grad", opset: int = 17):
+        self.opset = opset  # the model's ai.onnx opset: every node a rule adds must be valid at it
         self.types = types
         self.constants = constants
         self.used = used
@@ -110,6 +138,16 @@ class Ctx:
         self.nodes: list[NodeProto] = []
         self.wanted: tuple[bool, ...] = ()
         self.node: NodeProto | None = None  # the forward node whose rule is running
+
+    def sub(self, prefix: str) -> "Ctx":
+        """A context for a subgraph's nodes: its own node list, this model's names, types and opset."""
+        return Ctx(self.types, self.constants, self.used, prefix, self.opset)
+
+    def value_info(self, name: str, like: str) -> onnx.ValueInfoProto:
+        """A subgraph input or output typed as `like` (unknown dimensions left open)."""
+        info = self.types.get(like)
+        shape = None if info is None or info.shape is None else info.shape
+        return helper.make_tensor_value_info(name, self.elem(like), shape)
 
     # -- names and nodes ---------------------------------------------------------------------
     def fresh(self, hint: str) -> str:
@@ -195,21 +233,33 @@ class Ctx:
         where = f"node {n.name or '(unnamed)'!r} ({n.op_type})" if n is not None else "lowering"
         return LoweringError(f"cannot lower {where}: {why}")
 
-    def infer(self, nodes: list[NodeProto], inputs: list[str], opset: int = 17) -> None:
-        """Type the outputs of `nodes` (a decomposition built by a rule) with onnx shape inference."""
-        declared = []
+    def infer(self, nodes: list[NodeProto], inputs: list[str]) -> None:
+        """Type the outputs of `nodes` (a decomposition built by a rule) with onnx shape inference; every
+        tensor they read and do not compute (an input of the rule's node, or one a body reads from its
+        enclosing graph) is declared with what is known of it."""
+        produced = {o for n in nodes for o in n.output}
+        inputs = list(dict.fromkeys(list(inputs) + [t for n in nodes for t in n.input if t and t not in produced]))
+        declared, known = [], []
         for t in inputs:
+            value = self.constants.get(t)
+            if value is not None and value.size <= 64:  # small constants (axes, shapes) by value
+                known.append(numpy_helper.from_array(np.asarray(value), t))
+                continue
             info = self.types.get(t)
             declared.append(helper.make_tensor_value_info(t, self.elem(t), None if info is None else info.shape))
-        graph = helper.make_graph(nodes, "decomposition", declared, [])
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-        self.types.update({k: v for k, v in collect_types(onnx.shape_inference.infer_shapes(model)).items()
-                           if k not in inputs})
+        graph = helper.make_graph(nodes, "decomposition", declared, [], known)
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", self.opset)])
+        self.constants.update(collect_constants(model))  # a function body's Constant nodes, e.g. its axes
+        inferred = infer_shapes(model)
+        self.types.update({k: v for k, v in collect_types(inferred).items() if k not in inputs})
 
     # -- shape-agnostic helpers ---------------------------------------------------------------
+    def tensor_like(self, value: float, like: str):
+        """A one-element TensorProto in like's element type (ConstantOfShape's value)."""
+        return numpy_helper.from_array(np.asarray([value], dtype=helper.tensor_dtype_to_np_dtype(self.elem(like))))
+
     def fill_like(self, t: str, value: float) -> str:
-        fill = numpy_helper.from_array(np.asarray([value], dtype=helper.tensor_dtype_to_np_dtype(self.elem(t))))
-        return self.op("ConstantOfShape", [self.op("Shape", [t])], value=fill)
+        return self.op("ConstantOfShape", [self.op("Shape", [t])], value=self.tensor_like(value, t))
 
     def add_all(self, terms: list[str]) -> str | None:
         if not terms:
@@ -217,6 +267,14 @@ class Ctx:
         if len(terms) == 1:
             return terms[0]
         return self.op("Add", terms) if len(terms) == 2 else self.op("Sum", terms)
+
+    def reduce(self, op_type: str, t: str, axes, keepdims: int = 1) -> str:
+        """A Reduce* node over constant axes, written as the model's opset wants them: an input from
+        opset 18 (from 13 for ReduceSum), an attribute before."""
+        axes = [int(a) for a in axes]
+        if op_type == "ReduceSum" or self.opset >= 18:
+            return self.op(op_type, [t, self.ints(axes)], keepdims=keepdims)
+        return self.op(op_type, [t], axes=axes, keepdims=keepdims)
 
     def reduce_sum(self, g: str, axes, keepdims: int = 1) -> str:
         axes = list(axes)
@@ -242,11 +300,53 @@ class Ctx:
             axes = list(range(lead)) + [lead + i for i, d in enumerate(sx) if d == 1 and so[lead + i] != 1]
             g = self.reduce_sum(g, axes)
             return g if lead == 0 else self.op("Reshape", [g, self.ints(sx)])
-        rx, ro = self.need_rank(x), self.need_rank(out)
-        padded = self.op("Shape", [x])
-        if ro > rx:
-            padded = self.op("Concat", [self.ints([1] * (ro - rx)), padded], axis=0)
-        differs = self.op("Not", [self.op("Equal", [padded, self.op("Shape", [out])])])
+        # shapes only known at run time: x's shape left-padded with ones to out's rank, compared with out's
+        shape_x, shape_out = self.op("Shape", [x]), self.op("Shape", [out])
+        lead = self.op("Sub", [self.op("Shape", [shape_out]), self.op("Shape", [shape_x])])
+        ones = self.op("ConstantOfShape", [lead], value=numpy_helper.from_array(np.ones(1, np.int64)))
+        padded = self.op("Concat", [ones, shape_x], axis=0)
+        differs = self.op("Not", [self.op("Equal", [padded, shape_out])])
         axes = self.op("Reshape", [self.op("NonZero", [differs]), self.ints([-1])])
         g = self.op("ReduceSum", [g, axes], keepdims=1, noop_with_empty_axes=1)
-        return self.op("Reshape", [g, self.op("Shape", [x])])
+        return self.op("Reshape", [g, shape_x])
+
+    def dims(self, t: str, start: int, stop: int | None = None) -> str:
+        """t's dimensions start:stop as a 1-D int64 tensor: a constant where known, else a Shape slice."""
+        shape = self.shape(t)
+        if shape is not None:
+            return self.ints(shape[start:stop])
+        return self.op("Slice", [self.op("Shape", [t]), self.ints([start]), self.ints([2**62 if stop is None else stop])])
+
+    def shape_from(self, parts) -> str:
+        """A 1-D int64 shape from parts: ints (constants) and 1-D int64 tensor names, concatenated."""
+        names = [self.ints([p]) if isinstance(p, (int, np.integer)) else p for p in parts]
+        return names[0] if len(names) == 1 else self.op("Concat", names, axis=0)
+
+    def positions(self, t: str) -> str:
+        """An int64 tensor shaped like t holding each element's flat position: applying a gather-like op
+        to it says where each output element came from."""
+        shape = self.op("Shape", [t])
+        size = self.op("ReduceProd", [shape], keepdims=0)  # not Size(t): onnxruntime has no Size for every type
+        flat = self.op("Range", [self.const(np.asarray(0, np.int64)), size, self.const(np.asarray(1, np.int64))])
+        return self.op("Reshape", [flat, shape])
+
+    def scatter_back(self, g: str, x: str, positions: str) -> str:
+        """The gradient of a gather-like op: g added up at the flat positions of x its elements came from."""
+        flat = self.ints([-1])
+        size = self.op("ReduceProd", [self.op("Shape", [x])], keepdims=1)
+        added = self.scatter_add("ScatterElements", size, self.op("Reshape", [positions, flat]),
+                                 self.op("Reshape", [g, flat]), x, axis=0)
+        return self.op("Reshape", [added, self.op("Shape", [x])])
+
+    def scatter_add(self, op_type: str, shape: str, indices: str, updates: str, like: str, **attrs) -> str:
+        """Zeros of `shape` (a 1-D shape tensor) in like's element type with `updates` added at `indices`
+        (ScatterElements / ScatterND); half types add in float32, which onnxruntime's CPU kernels need."""
+        elem = self.elem(like)
+        half = elem in (TensorProto.FLOAT16, TensorProto.BFLOAT16)
+        work = TensorProto.FLOAT if half else elem
+        zeros = self.op("ConstantOfShape", [shape], value=numpy_helper.from_array(
+            np.zeros(1, helper.tensor_dtype_to_np_dtype(work))))
+        if half:
+            updates = self.op("Cast", [updates], to=work)
+        added = self.op(op_type, [zeros, indices, updates], reduction="add", **attrs)
+        return self.op("Cast", [added], to=elem) if half else added

@@ -282,7 +282,8 @@ def expand_contrib(proto: ModelProto, weights=None) -> ModelProto:
     except Exception:
         typed = proto
     used = {t for n in graph.node for t in list(n.output) + list(n.input) + [n.name]}
-    ctx = Ctx(collect_types(typed), known_values(proto, weights), used | {i.name for i in graph.initializer}, "expanded")
+    ctx = Ctx(collect_types(typed), known_values(proto, weights), used | {i.name for i in graph.initializer}, "expanded",
+              opset)
     nodes = []
     for node in graph.node:
         if not _contrib(node, opset):
@@ -296,7 +297,7 @@ def expand_contrib(proto: ModelProto, weights=None) -> ModelProto:
         start = len(ctx.nodes)
         fn(ctx, node)
         added = ctx.nodes[start:]
-        ctx.infer(added, [t for t in node.input if t], opset)
+        ctx.infer(added, [t for t in node.input if t])
         nodes.extend(added)
     del graph.node[:]
     graph.node.extend(nodes)

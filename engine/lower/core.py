@@ -11,8 +11,9 @@ from typing import Sequence
 
 from onnx import NodeProto, TensorProto
 
+from ..loader import node_inputs
 from .context import Ctx
-from .registry import BACKWARD
+from .registry import BACKWARD, REFUSED
 
 FLOATS = {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.BFLOAT16}
 
@@ -30,19 +31,19 @@ def cut_slice(nodes: Sequence[NodeProto], ys: Sequence[str], members: set[str]) 
         k = producer.get(t)
         if k is not None and k not in needed:
             needed.add(k)
-            stack.extend(nodes[k].input)
+            stack.extend(node_inputs(nodes[k]))
     return [n for k, n in enumerate(nodes) if k in needed]
 
 
 def active_tensors(ctx: Ctx, slice_: Sequence[NodeProto], ys: Sequence[str], xs: Sequence[str]) -> set[str]:
     from_x = set(xs)
     for n in slice_:
-        if any(t in from_x for t in n.input if t):
+        if any(t in from_x for t in node_inputs(n) if t):
             from_x.update(t for t in n.output if t and ctx.elem(t) in FLOATS)
     to_y = set(ys)
     for n in reversed(slice_):
         if any(t in to_y for t in n.output if t):
-            to_y.update(t for t in n.input if t)
+            to_y.update(t for t in node_inputs(n) if t)
     return from_x & to_y
 
 
@@ -60,17 +61,32 @@ def propagate(ctx: Ctx, nodes: Sequence[NodeProto], seeds: dict[str, str], xs: S
         grads = [ctx.add_all(partials.pop(t, [])) if t in active else None for t in node.output]
         if all(g is None for g in grads):
             continue
-        fn = BACKWARD.get(node.op_type) if node.domain in ("", "ai.onnx") else None
         ctx.node = node
-        if fn is None:
-            raise ctx.error(f"no backward rule for {node.op_type} (rules exist for {', '.join(sorted(BACKWARD))})")
-        ctx.wanted = tuple(bool(t) and t in active for t in node.input)
+        fn = rule_for(ctx, node)
+        inputs = node_inputs(node)  # a subgraph's reads from this graph count as inputs, after the node's own
+        ctx.wanted = tuple(bool(t) and t in active for t in inputs)
         in_grads = list(fn(ctx, node, grads) or [])
-        for t, g, want in zip(node.input, in_grads, ctx.wanted):
+        for t, g, want in zip(inputs, in_grads, ctx.wanted):
             if g is not None and want:
                 partials.setdefault(t, []).append(g)
     ctx.node, ctx.wanted = outer
     return [ctx.add_all(partials.get(x, [])) for x in xs]
+
+
+def rule_for(ctx: Ctx, node: NodeProto):
+    """The node's backward rule: its own, else its ONNX function body's; refusals say why not."""
+    from .decompose import function_rule
+
+    standard = node.domain in ("", "ai.onnx")
+    fn = BACKWARD.get(node.op_type) if standard else None
+    if fn is not None:
+        return fn
+    if standard and node.op_type in REFUSED:
+        raise ctx.error(REFUSED[node.op_type])
+    fn = function_rule(ctx, node)
+    if fn is None:
+        raise ctx.error(f"no backward rule for {node.op_type} (rules exist for {', '.join(sorted(BACKWARD))})")
+    return fn
 
 
 def backward(ctx: Ctx, nodes: Sequence[NodeProto], y: str, xs: Sequence[str], zs: Sequence[str],

@@ -49,7 +49,13 @@ def pow_(ctx, node, grads):
         b_minus_1 = ctx.op("Sub", [b, ctx.scalar(1.0, a)])
         return ctx.op("Mul", [g, ctx.op("Mul", [b, ctx.op("Pow", [a, b_minus_1])])])
 
-    return _both(ctx, node, da, lambda: ctx.op("Mul", [g, ctx.op("Mul", [y, ctx.op("Log", [a])])]))
+    def db():
+        # NOTE: as torch, 0 where a = 0 and b >= 0 (y log a is 0 · -inf there)
+        flat = ctx.op("And", [ctx.op("Equal", [a, ctx.scalar(0.0, a)]), ctx.op("GreaterOrEqual", [b, ctx.scalar(0.0, a)])])
+        slope = ctx.op("Where", [flat, ctx.scalar(0.0, a), ctx.op("Mul", [y, ctx.op("Log", [a])])])
+        return ctx.op("Mul", [g, slope])
+
+    return _both(ctx, node, da, db)
 
 
 def _times(ctx, g, factor):
@@ -61,13 +67,29 @@ def neg(ctx, node, grads):
     return [ctx.op("Neg", [grads[0]])]
 
 
-@rule("Identity", "Dropout")
+@rule("Identity", "OptionalGetElement")
 def identity(ctx, node, grads):
-    if node.op_type == "Dropout" and len(node.input) > 2 and node.input[2]:
-        training = ctx.value(node.input[2])
-        if training is None or bool(training):
-            raise ctx.error("Dropout in training mode is random: only inference mode is lowered")
     return [grads[0]]
+
+
+@rule("Dropout")
+def dropout(ctx, node, grads):
+    """Inference: the identity. Training: y = x / (1 - ratio) where the random mask keeps x, 0 elsewhere;
+    the mask is a constant for differentiation, read from the node's own mask output (as the engine)."""
+    inputs = list(node.input) + ["", ""]
+    training = ctx.value(inputs[2]) if inputs[2] else False
+    if training is not None and not bool(training):
+        return [grads[0]]
+    mask = node.output[1] if len(node.output) > 1 and node.output[1] else ""
+    ratio = inputs[1]
+    if not mask:
+        if ratio and ctx.value(ratio) is not None and float(ctx.value(ratio)) == 0.0:
+            return [grads[0]]
+        raise ctx.error("Dropout in training mode without its mask output: the random mask cannot be recovered")
+    x = node.input[0]
+    keep = ctx.op("Sub", [ctx.scalar(1.0, x), ratio if ratio else ctx.scalar(0.5, x)])
+    dx = ctx.op("Where", [mask, ctx.op("Div", [grads[0], keep]), ctx.scalar(0.0, x)])
+    return [dx if training is not None else ctx.op("Where", [inputs[2], dx, grads[0]])]  # a run-time switch
 
 
 @rule("Abs")
@@ -107,21 +129,6 @@ def tanh(ctx, node, grads):
 def sigmoid(ctx, node, grads):
     y = node.output[0]
     return _times(ctx, grads[0], ctx.op("Mul", [y, ctx.op("Sub", [ctx.scalar(1.0, y), y])]))
-
-
-@rule("Relu")
-def relu(ctx, node, grads):
-    # NOTE: no derivative at 0; like torch, the gradient there is 0.
-    x = node.input[0]
-    return [ctx.op("Where", [ctx.op("Greater", [x, ctx.scalar(0.0, x)]), grads[0], ctx.scalar(0.0, x)])]
-
-
-@rule("LeakyRelu")
-def leaky_relu(ctx, node, grads):
-    x = node.input[0]
-    slope = ctx.scalar(attr(node, "alpha", 0.01), x)
-    return [ctx.op("Where", [ctx.op("Greater", [x, ctx.scalar(0.0, x)]), grads[0],
-                             ctx.op("Mul", [grads[0], slope])])]
 
 
 @rule("Erf")
@@ -191,25 +198,77 @@ def cast(ctx, node, grads):
     return [ctx.op("Cast", [grads[0]], to=ctx.elem(node.input[0]))]
 
 
-@rule("Softplus")
-def softplus(ctx, node, grads):
-    return _times(ctx, grads[0], ctx.op("Sigmoid", [node.input[0]]))
+@rule("CastLike")
+def cast_like(ctx, node, grads):
+    return [ctx.op("Cast", [grads[0]], to=ctx.elem(node.input[0])), None]
 
 
-@rule("Clip")
-def clip(ctx, node, grads):
-    """As torch.clamp: x gets the gradient inside [min, max] (bounds included), a bound where it clamps."""
-    g, x, out = grads[0], node.input[0], node.output[0]
-    low = node.input[1] if len(node.input) > 1 and node.input[1] else ""
-    high = node.input[2] if len(node.input) > 2 and node.input[2] else ""
-    zero = ctx.scalar(0.0, x)
-    result, inside = [None, None, None], None
-    for i, bound, outside_op in ((1, low, "Less"), (2, high, "Greater")):
-        if not bound:
-            continue
-        outside = ctx.op(outside_op, [x, bound])
-        inside = ctx.op("Not", [outside]) if inside is None else ctx.op("And", [inside, ctx.op("Not", [outside])])
-        if ctx.wants(i):
-            result[i] = ctx.unbroadcast(ctx.op("Where", [outside, g, zero]), bound, out)
-    result[0] = g if inside is None else ctx.op("Where", [inside, g, zero])
-    return result
+@rule("Floor", "Ceil", "Round", "Sign", "Hardmax", "Bernoulli", "DynamicQuantizeLinear")
+def piecewise_constant(ctx, node, grads):
+    """Flat almost everywhere (Bernoulli: a sample): no gradient flows back, as in the engine (which
+    also treats DynamicQuantizeLinear's scale as a constant of its input)."""
+    return [None] * len(node.input)
+
+
+@rule("Mod")
+def mod(ctx, node, grads):
+    """Float Mod: a - q b with q = trunc(a / b) (fmod=1, torch.fmod) or floor(a / b) (fmod=0, Python's %),
+    so da = g and db = -q g."""
+    (g,), (a, b), out = grads, node.input, node.output[0]
+    q = ctx.op("Div", [a, b])
+    if attr(node, "fmod", 0):
+        q = ctx.op("Mul", [ctx.op("Sign", [q]), ctx.op("Floor", [ctx.op("Abs", [q])])])
+    else:
+        q = ctx.op("Floor", [q])
+        # NOTE: the engine gives the result the divisor's sign with copysign, whose derivative is 0 where
+        # the result is 0 (a jump of the function) and NaN where it is NaN (b = 0).
+        live = ctx.op("Where", [ctx.op("Equal", [out, ctx.scalar(0.0, out)]), ctx.scalar(0.0, out), ctx.scalar(1.0, out)])
+        g = ctx.op("Mul", [g, ctx.op("Add", [live, ctx.op("Mul", [out, ctx.scalar(0.0, out)])])])
+    return _both(ctx, node, lambda: g, lambda: ctx.op("Neg", [ctx.op("Mul", [g, q])]))
+
+
+def _one_minus_square(ctx, x):
+    return ctx.op("Sub", [ctx.scalar(1.0, x), ctx.op("Mul", [x, x])])
+
+
+@rule("Tan")
+def tan(ctx, node, grads):
+    y = node.output[0]
+    return _times(ctx, grads[0], ctx.op("Add", [ctx.scalar(1.0, y), ctx.op("Mul", [y, y])]))
+
+
+@rule("Asin", "Acos")
+def asin_acos(ctx, node, grads):
+    x = node.input[0]
+    d = ctx.op("Div", [grads[0], ctx.op("Sqrt", [_one_minus_square(ctx, x)])])
+    return [d if node.op_type == "Asin" else ctx.op("Neg", [d])]
+
+
+@rule("Atan")
+def atan(ctx, node, grads):
+    x = node.input[0]
+    return [ctx.op("Div", [grads[0], ctx.op("Add", [ctx.scalar(1.0, x), ctx.op("Mul", [x, x])])])]
+
+
+@rule("Sinh")
+def sinh(ctx, node, grads):
+    return _times(ctx, grads[0], ctx.op("Cosh", [node.input[0]]))
+
+
+@rule("Cosh")
+def cosh(ctx, node, grads):
+    return _times(ctx, grads[0], ctx.op("Sinh", [node.input[0]]))
+
+
+@rule("Asinh", "Acosh")
+def asinh_acosh(ctx, node, grads):
+    """1 / sqrt(x² + 1) and 1 / sqrt(x² - 1)."""
+    x = node.input[0]
+    shift = ctx.scalar(1.0 if node.op_type == "Asinh" else -1.0, x)
+    return [ctx.op("Div", [grads[0], ctx.op("Sqrt", [ctx.op("Add", [ctx.op("Mul", [x, x]), shift])])])]
+
+
+@rule("Atanh")
+def atanh(ctx, node, grads):
+    return [ctx.op("Div", [grads[0], _one_minus_square(ctx, node.input[0])])]
+

@@ -11,14 +11,14 @@ import os
 from typing import Sequence
 
 import onnx
-from onnx import ModelProto, helper, shape_inference, version_converter
+from onnx import ModelProto, helper, version_converter
 
 from ..errors import LoweringError
 from ..loader import TRAINING_DOMAIN, _toposort
 from ..modelfile import checkable
 from ..modelwrite import materialize
 from ..selection import names as split_names
-from .context import Ctx, attr, collect_types, known_values
+from .context import Ctx, attr, collect_types, infer_shapes, known_values
 from .contrib import expand_contrib
 from .core import backward, cut_slice
 
@@ -55,14 +55,33 @@ def _detached_bytes(graph, proto: ModelProto) -> dict:
     return {n: weights.stored(n) for n in weights.detached() if n in names}
 
 
+def opset_version(proto: ModelProto) -> int:
+    return next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 1)
+
+
 def upgraded(proto: ModelProto) -> ModelProto:
-    version = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 1)
+    version = opset_version(proto)
     if version >= MIN_OPSET:
         return proto
     try:
-        return version_converter.convert_version(proto, MIN_OPSET)
+        converted = version_converter.convert_version(proto, MIN_OPSET)
     except Exception as exc:
         raise LoweringError(f"cannot convert opset {version} to {MIN_OPSET}: {str(exc).splitlines()[0]}") from None
+    before, after = (_output_shapes(infer_shapes(m)) for m in (proto, converted))
+    for name, shape in before.items():
+        if shape is not None and after.get(name) is not None and after[name] != shape:
+            raise LoweringError(f"onnx's version converter (opset {version} to {MIN_OPSET}) changes output {name!r} "
+                                f"from shape {list(shape)} to {list(after[name])}")
+    return converted
+
+
+def _output_shapes(proto: ModelProto) -> dict:
+    out = {}
+    for o in proto.graph.output:
+        dims = o.type.tensor_type.shape.dim
+        static = o.type.tensor_type.HasField("shape") and all(d.HasField("dim_value") for d in dims)
+        out[o.name] = tuple(d.dim_value for d in dims) if static else None
+    return out
 
 
 class Lowering:
@@ -83,7 +102,7 @@ class Lowering:
         del g.node[:]
         g.node.extend(nodes)
         del g.value_info[:]
-        inferred = shape_inference.infer_shapes(checkable(self.proto, self.detached))
+        inferred = infer_shapes(checkable(self.proto, self.detached))
         g.value_info.extend(inferred.graph.value_info)
         del g.output[:]
         g.output.extend(inferred.graph.output)
@@ -97,7 +116,7 @@ class Lowering:
         return list(self.proto.graph.node)
 
     def ctx(self, prefix: str) -> Ctx:
-        return Ctx(self.types, self.constants, self.used, prefix)
+        return Ctx(self.types, self.constants, self.used, prefix, opset_version(self.proto))
 
     def gradient_nodes(self) -> list[onnx.NodeProto]:
         return [n for n in self.nodes if n.domain == TRAINING_DOMAIN and n.op_type == "Gradient"]
@@ -169,20 +188,52 @@ class Lowering:
             info = self.types.get(spec.y)
             if info is None:
                 raise LoweringError(f"the type of y {spec.y!r} is unknown, so no dy input can be declared")
-            g.input.append(helper.make_tensor_value_info(dy, info.elem_type, info.shape))
+            g.input.append(self.declared(dy, spec.y, info))
             self.types[dy] = info
         grads = backward(ctx, self.nodes, spec.y, spec.xs, spec.zs, seed=dy)
         for x, out, grad in zip(spec.xs, outputs, grads):
             ctx.emit("Identity", [grad], [out])
-            info = self.types.get(x)
-            g.output.append(helper.make_tensor_value_info(out, info.elem_type if info else 1,
-                                                          info.shape if info else None))
+            g.output.append(self.declared(out, x, self.types.get(x)))
         self.replace(None, ctx.nodes)
         return outputs
+
+    def declared(self, name: str, like: str, info) -> onnx.ValueInfoProto:
+        """A value info for `name` typed as `like`, symbolic dimensions (their names) included."""
+        g = self.proto.graph
+        found = next((v for v in list(g.input) + list(g.value_info) + list(g.output) if v.name == like), None)
+        if found is not None and found.type.HasField("tensor_type"):
+            out = onnx.ValueInfoProto()
+            out.CopyFrom(found)
+            out.name = name
+            out.doc_string = ""
+            return out
+        return helper.make_tensor_value_info(name, info.elem_type if info else 1, info.shape if info else None)
 
 
 def gradient_attrs(node: onnx.NodeProto) -> tuple[list[str], list[str], str]:
     return list(attr(node, "xs", [])), list(attr(node, "zs", []) or []), attr(node, "y")
+
+
+def _explicit_defaults(graph, opset: int) -> None:
+    """In place: ops with an ONNX function body get their defaulted attributes written out. onnx's
+    checker infers such a node through its body, whose attribute references do not fall back on the
+    schema's defaults (MeanVarianceNormalization without axes fails the full check, lowered or not)."""
+    for node in graph.node:
+        for a in node.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                _explicit_defaults(a.g, opset)
+        if node.domain not in ("", "ai.onnx"):
+            continue
+        try:
+            schema = onnx.defs.get_schema(node.op_type, opset, "")
+        except onnx.defs.SchemaError:
+            continue
+        if not schema.has_function:
+            continue
+        present = {a.name for a in node.attribute}
+        for name, formal in schema.attributes.items():
+            if name not in present and formal.default_value.type:
+                node.attribute.append(formal.default_value)
 
 
 def lower(model, y: str | None = None, xs=None, zs=None, *, dy: str | bool | None = None,
@@ -218,10 +269,15 @@ def lowered(model, y: str | None = None, xs=None, zs=None, *, dy: str | bool | N
         dy_name = (dy if isinstance(dy, str) else f"d{y}") if dy else None
         state.add_selection(y, split_names(xs), split_names(zs), dy_name, split_names(names) or None)
     out = state.proto
+    _explicit_defaults(out.graph, opset_version(out))
     if not any(n.domain == TRAINING_DOMAIN for n in out.graph.node):
         kept = [o for o in out.opset_import if o.domain != TRAINING_DOMAIN]
         del out.opset_import[:]
         out.opset_import.extend(kept)
     if check:
-        onnx.checker.check_model(checkable(out, state.detached), full_check=True)
+        try:
+            onnx.checker.check_model(checkable(out, state.detached), full_check=True)
+        except Exception as exc:  # noqa: BLE001 - onnx's checker or its shape inference, in one line
+            text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise LoweringError(f"the lowered model fails onnx's full check: {text}") from None
     return out, _detached_bytes(graph, out)

@@ -1,4 +1,4 @@
-"""Backward rules of engine/ops/nn.py: MatMul, Gemm, the normalizations, LRN."""
+"""Backward rules of engine/ops/nn.py: MatMul, Gemm, LRN, Det, Einsum (the normalizations: norm.py)."""
 from __future__ import annotations
 
 import numpy as np
@@ -80,78 +80,6 @@ def gemm(ctx, node, grads):
     return out
 
 
-def _channel_axes(rank):
-    return [0] + list(range(2, rank))
-
-
-@rule("BatchNormalization")
-def batch_norm(ctx, node, grads):
-    """Inference mode: y = scale (x - mean) / sqrt(var + eps) + B, per channel (axis 1)."""
-    if attr(node, "training_mode", 0) or any(grads[1:]):
-        raise ctx.error("only inference-mode BatchNormalization is lowered (training_mode=0, one output)")
-    g = grads[0]
-    x, scale, bias, mean, var = node.input[:5]
-    rank = ctx.need_rank(x)
-    axes = _channel_axes(rank)
-    eps = ctx.scalar(attr(node, "epsilon", 1e-5), x)
-
-    def per_channel(t):  # [C] -> [1, C, 1, ...] so it broadcasts against x
-        return ctx.op("Unsqueeze", [t, ctx.ints([0] + list(range(2, rank)))])
-
-    inv = ctx.op("Reciprocal", [ctx.op("Sqrt", [ctx.op("Add", [var, eps])])])
-    scaled_inv = ctx.op("Mul", [scale, inv])
-    centered = ctx.op("Sub", [x, per_channel(mean)]) if any(ctx.wants(i) for i in (1, 4)) else None
-    gsum = ctx.reduce_sum(g, axes, keepdims=0) if any(ctx.wants(i) for i in (2, 3)) else None
-    out = [None] * 5
-    if ctx.wants(0):
-        out[0] = ctx.op("Mul", [g, per_channel(scaled_inv)])
-    if ctx.wants(1):
-        xhat = ctx.op("Mul", [centered, per_channel(inv)])
-        out[1] = ctx.reduce_sum(ctx.op("Mul", [g, xhat]), axes, keepdims=0)
-    if ctx.wants(2):
-        out[2] = gsum
-    if ctx.wants(3):
-        out[3] = ctx.op("Neg", [ctx.op("Mul", [gsum, scaled_inv])])
-    if ctx.wants(4):  # d/dvar of (var + eps)^(-1/2) is -1/2 inv^3
-        gc = ctx.reduce_sum(ctx.op("Mul", [g, centered]), axes, keepdims=0)
-        inv3 = ctx.op("Mul", [inv, ctx.op("Mul", [inv, inv])])
-        out[4] = ctx.op("Mul", [ctx.op("Mul", [gc, ctx.op("Mul", [scale, inv3])]), ctx.scalar(-0.5, x)])
-    return out
-
-
-@rule("LayerNormalization")
-def layer_norm(ctx, node, grads):
-    """y = scale x̂ + B, x̂ = (x - mean) / sqrt(var + eps) over the axes from `axis` to the last."""
-    if any(grads[1:]):
-        raise ctx.error("gradients through the Mean / InvStdDev outputs are not lowered")
-    g = grads[0]
-    x, scale = node.input[0], node.input[1]
-    bias = node.input[2] if len(node.input) > 2 else ""
-    rank = ctx.need_rank(x)
-    axis = attr(node, "axis", -1) % rank
-    axes = list(range(axis, rank))
-    y = node.output[0]
-
-    def mean(t):
-        return ctx.op("ReduceMean", [t], axes=axes, keepdims=1)
-
-    centered = ctx.op("Sub", [x, mean(x)])
-    var = mean(ctx.op("Mul", [centered, centered]))
-    inv = ctx.op("Reciprocal", [ctx.op("Sqrt", [ctx.op("Add", [var, ctx.scalar(attr(node, "epsilon", 1e-5), x)])])])
-    xhat = ctx.op("Mul", [centered, inv])
-    out = [None, None, None]
-    if ctx.wants(0):  # dx = inv (dx̂ - mean(dx̂) - x̂ mean(dx̂ x̂))
-        dxhat = ctx.op("Mul", [g, scale])
-        inner = ctx.op("Sub", [ctx.op("Sub", [dxhat, mean(dxhat)]),
-                               ctx.op("Mul", [xhat, mean(ctx.op("Mul", [dxhat, xhat]))])])
-        out[0] = ctx.op("Mul", [inv, inner])
-    if ctx.wants(1):
-        out[1] = ctx.unbroadcast(ctx.op("Mul", [g, xhat]), scale, y)
-    if bias and ctx.wants(2):
-        out[2] = ctx.unbroadcast(g, bias, y)
-    return out
-
-
 @rule("LRN")
 def lrn(ctx, node, grads):
     """y = x / s^beta, s = bias + alpha/size * (window sum over channels of x²)."""
@@ -174,3 +102,87 @@ def lrn(ctx, node, grads):
     back = window_sum(ctx.op("Div", [ctx.op("Mul", [g, y]), s]), after, before)
     coupling = ctx.op("Mul", [ctx.op("Mul", [x, back]), ctx.scalar(2.0 * alpha * beta / size, x)])
     return [ctx.op("Sub", [direct, coupling])]
+
+
+@rule("Det")
+def det(ctx, node, grads):
+    """d det(A) / dA = the cofactor matrix: C_ij = (-1)^(i+j) det(A without row i and column j), exact
+    for singular A too; n² Det nodes on the minors, so n must be static (and small)."""
+    x = node.input[0]
+    info = ctx.types.get(x)
+    n = info.shape[-1] if info is not None and info.shape else None
+    if n is None or n > 16:
+        raise ctx.error("needs the static size (at most 16) of the matrices")
+    g = grads[0]
+    if n == 1:
+        return [ctx.op("Unsqueeze", [g, ctx.ints([-1, -2])])]
+    cofactors = []
+    for i in range(n):
+        rows = ctx.op("Gather", [x, ctx.ints([r for r in range(n) if r != i])], axis=-2)
+        for j in range(n):
+            minor = ctx.op("Gather", [rows, ctx.ints([c for c in range(n) if c != j])], axis=-1)
+            d = ctx.op("Det", [minor])
+            cofactors.append(ctx.op("Neg", [d]) if (i + j) % 2 else d)
+    stacked = ctx.op("Concat", [ctx.op("Unsqueeze", [c, ctx.ints([-1])]) for c in cofactors], axis=-1)
+    matrix = ctx.op("Reshape", [stacked, ctx.op("Shape", [x])])
+    return [ctx.op("Mul", [matrix, ctx.op("Unsqueeze", [g, ctx.ints([-1, -2])])])]
+
+
+def _einsum_terms(equation: str):
+    lhs, _, rhs = equation.replace(" ", "").partition("->")
+    terms = lhs.split(",")
+    if not _:
+        letters = [c for c in lhs if c.isalpha()]
+        rhs = ("..." if "..." in lhs else "") + "".join(sorted(c for c in set(letters) if letters.count(c) == 1))
+    return terms, rhs
+
+
+def _letters(term: str) -> list[str]:
+    return [c for c in term.replace("...", "") if c.isalpha()]
+
+
+@rule("Einsum")
+def einsum(ctx, node, grads):
+    """d operand k = Einsum(g and the other operands -> operand k's distinct subscripts); letters operand
+    k alone sums over come back by Unsqueeze + Expand, a diagonal (a letter twice) by an identity mask,
+    a broadcast ellipsis by summing it away."""
+    terms, out = _einsum_terms(attr(node, "equation"))
+    g = grads[0]
+    result = []
+    for k, (x, term) in enumerate(zip(node.input, terms)):
+        if not ctx.wants(k):
+            result.append(None)
+            continue
+        letters = _letters(term)
+        if "..." in term and ("..." not in out or not term.startswith("...")):
+            raise ctx.error("an Einsum whose operand sums over or does not start with its ellipsis is not lowered")
+        if any(letters.count(c) > 2 for c in letters):
+            raise ctx.error("an Einsum with a letter three times in one operand is not lowered")
+        others = [(t, s) for j, (t, s) in enumerate(zip(node.input, terms)) if j != k]
+        seen = set(_letters(out)).union(*[_letters(s) for _, s in others])
+        distinct = list(dict.fromkeys(letters))
+        kept = "".join(c for c in distinct if c in seen)
+        equation = ",".join([out] + [s for _, s in others]) + "->" + ("..." if "..." in term else "") + kept
+        d = ctx.op("Einsum", [g] + [t for t, _ in others], equation=equation)
+        lead = ctx.need_rank(x) - len(letters)  # the ellipsis' dimensions come first
+        # positions of x the result lacks: letters it summed alone, second copies of a diagonal's letter
+        missing = [p for p, c in enumerate(letters) if c not in seen or letters.index(c) != p]
+        if missing:
+            d = ctx.op("Unsqueeze", [d, ctx.ints([lead + p for p in missing])])
+            d = ctx.op("Expand", [d, ctx.op("Shape", [x])])
+        for c in distinct:
+            if letters.count(c) == 2:
+                first = letters.index(c)
+                d = ctx.op("Mul", [d, _diagonal_mask(ctx, x, lead + first, lead + letters.index(c, first + 1))])
+        if "..." in term:
+            d = ctx.unbroadcast(d, x, d)
+        result.append(d)
+    return result
+
+
+def _diagonal_mask(ctx, x, a: int, b: int) -> str:
+    """1 where x's indices along axes a and b agree, shaped to broadcast against x."""
+    n = ctx.dims(x, a, a + 1)
+    eye = ctx.op("EyeLike", [ctx.op("ConstantOfShape", [ctx.op("Concat", [n, n], axis=0)], value=ctx.tensor_like(1.0, x))])
+    rank = ctx.need_rank(x)
+    return ctx.op("Reshape", [eye, ctx.shape_from([n if i in (a, b) else 1 for i in range(rank)])])

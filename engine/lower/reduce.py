@@ -6,7 +6,8 @@ from .registry import rule
 
 
 def reduced_axes(ctx, node) -> list[int] | None:
-    """The axes a Reduce* node reduces (attribute before opset 18, input after); None for no-op."""
+    """The constant axes a Reduce* node reduces (attribute before opset 18, input after); None for a
+    no-op; raises for axes only known at run time (see `dynamic_axes`)."""
     x = node.input[0]
     rank = ctx.need_rank(x)
     axes = attr(node, "axes")
@@ -17,14 +18,32 @@ def reduced_axes(ctx, node) -> list[int] | None:
     return sorted(a % rank for a in axes)
 
 
+def dynamic_axes(ctx, node) -> str | None:
+    """The axes input when only the running model knows it (a graph input, a computed tensor)."""
+    axes = node.input[1] if attr(node, "axes") is None and len(node.input) > 1 and node.input[1] else ""
+    return axes if axes and ctx.value(axes) is None else None
+
+
+def kept(ctx, node, op_type: str, t: str) -> str:
+    """t reduced by op_type over the node's axes, with keepdims=1."""
+    axes = dynamic_axes(ctx, node)
+    if axes is not None:
+        return ctx.op(op_type, [t, axes], keepdims=1, noop_with_empty_axes=attr(node, "noop_with_empty_axes", 0))
+    static = reduced_axes(ctx, node)
+    return t if static is None else ctx.reduce(op_type, t, static)
+
+
 def spread(ctx, node, g) -> str:
     """g, shaped like the reduced output, broadcast back over the input's shape."""
     x = node.input[0]
-    axes = reduced_axes(ctx, node)
-    if axes is None:
-        return g
     if not attr(node, "keepdims", 1):
-        g = ctx.op("Unsqueeze", [g, ctx.ints(axes)])
+        if dynamic_axes(ctx, node) is not None:
+            g = ctx.op("Reshape", [g, ctx.op("Shape", [kept(ctx, node, "ReduceSum", x)])])
+        else:
+            axes = reduced_axes(ctx, node)
+            if axes is None:
+                return g
+            g = ctx.op("Unsqueeze", [g, ctx.ints(axes)])
     return ctx.op("Expand", [g, ctx.op("Shape", [x])])
 
 
@@ -86,7 +105,74 @@ def reduce_max_min(ctx, node, grads):
     """The gradient goes to the extreme elements, split evenly among ties (as torch.amax / amin)."""
     x, out = node.input[0], node.output[0]
     hits = ctx.op("Cast", [ctx.op("Equal", [x, spread(ctx, node, out)])], to=ctx.elem(x))
-    axes = reduced_axes(ctx, node)
-    counts = hits if axes is None else ctx.op("ReduceSum", [hits, ctx.ints(axes)], keepdims=1)
-    share = ctx.op("Div", [hits, counts if axes is None else ctx.op("Expand", [counts, ctx.op("Shape", [x])])])
-    return [ctx.op("Mul", [spread(ctx, node, grads[0]), share])]
+    counts = ctx.op("Expand", [kept(ctx, node, "ReduceSum", hits), ctx.op("Shape", [x])])
+    return [ctx.op("Mul", [spread(ctx, node, grads[0]), ctx.op("Div", [hits, counts])])]
+
+
+@rule("ReduceL1")
+def reduce_l1(ctx, node, grads):
+    # NOTE: |x| has no derivative at 0; there the gradient is 0 (sign), as torch.
+    return [ctx.op("Mul", [spread(ctx, node, grads[0]), ctx.op("Sign", [node.input[0]])])]
+
+
+@rule("ReduceLogSum")
+def reduce_log_sum(ctx, node, grads):
+    """d log(sum x) = g / sum x, the sum being exp(output)."""
+    out = node.output[0]
+    return [spread(ctx, node, ctx.op("Div", [grads[0], ctx.op("Exp", [out])]))]
+
+
+@rule("ReduceProd")
+def reduce_prod(ctx, node, grads):
+    """Each element gets the product of the others: prod / x without zeros; with one zero in a slice
+    only that element gets the product of the rest; with two or more, every element gets 0."""
+    x = node.input[0]
+    zero, one = ctx.scalar(0.0, x), ctx.scalar(1.0, x)
+    is_zero = ctx.op("Equal", [x, zero])
+    shape = ctx.op("Shape", [x])
+    rest = ctx.op("Expand", [kept(ctx, node, "ReduceProd", ctx.op("Where", [is_zero, one, x])), shape])
+    zeros = ctx.op("Expand", [kept(ctx, node, "ReduceSum", ctx.op("Cast", [is_zero], to=ctx.elem(x))), shape])
+    lone_zero = ctx.op("Where", [ctx.op("Equal", [zeros, one]), rest, zero])
+    no_zero = ctx.op("Where", [ctx.op("Equal", [zeros, zero]), ctx.op("Div", [rest, ctx.op("Where", [is_zero, one, x])]),
+                               zero])
+    return [ctx.op("Mul", [spread(ctx, node, grads[0]), ctx.op("Where", [is_zero, lone_zero, no_zero])])]
+
+
+@rule("CumSum")
+def cum_sum(ctx, node, grads):
+    """Each input counts in the sums after it (before it when reversed): the opposite cumulative sum."""
+    return [ctx.op("CumSum", [grads[0], node.input[1]], exclusive=attr(node, "exclusive", 0),
+                   reverse=1 - attr(node, "reverse", 0)), None]
+
+
+@rule("TopK")
+def top_k(ctx, node, grads):
+    """The values' gradient goes back to the positions their indices name (distinct along the axis)."""
+    if grads[0] is None:
+        return [None, None]
+    x, indices = node.input[0], node.output[1]
+    axis = attr(node, "axis", -1)
+    return [ctx.op("ScatterElements", [ctx.fill_like(x, 0.0), indices, grads[0]], axis=axis), None]
+
+
+@rule("CumProd")
+def cum_prod(ctx, node, grads):
+    """dx_j = sum over the outputs i that include x_j of g_i times the product of their other factors.
+    With zeros replaced by 1 (x') and c' the cumulative product of x', nz the running count of zeros:
+    a term is c'_i / x'_j when no zero other than x_j is among its factors, else 0. So a nonzero x_j
+    gets (reverse cumsum of g c' [nz = 0]) / x_j, a zero x_j the reverse cumsum of g c' [nz = 1]
+    (which only its first zero collects): exact with zeros, for any (even run-time) axis."""
+    g, (x, axis) = grads[0], node.input[:2]
+    exclusive, reverse = attr(node, "exclusive", 0), attr(node, "reverse", 0)
+    zero, one = ctx.scalar(0.0, x), ctx.scalar(1.0, x)
+    is_zero = ctx.op("Equal", [x, zero])
+    nonzero = ctx.op("Where", [is_zero, one, x])
+    products = ctx.op("CumProd", [nonzero, axis], exclusive=exclusive, reverse=reverse)
+    zeros = ctx.op("CumSum", [ctx.op("Cast", [is_zero], to=ctx.elem(x)), axis], exclusive=exclusive, reverse=reverse)
+    weighted = ctx.op("Mul", [g, products])
+
+    def collected(count):
+        terms = ctx.op("Where", [ctx.op("Equal", [zeros, ctx.scalar(count, x)]), weighted, zero])
+        return ctx.op("CumSum", [terms, axis], exclusive=exclusive, reverse=1 - reverse)
+
+    return [ctx.op("Where", [is_zero, collected(1.0), ctx.op("Div", [collected(0.0), nonzero])]), None]

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Callable
 
 BACKWARD: dict[str, Callable] = {}
+REFUSED: dict[str, str] = {}  # op type -> why it is not lowered (one line, listed in docs/lowering.md)
 
 
 def rule(*op_types: str):
@@ -19,3 +20,9 @@ def rule(*op_types: str):
         return fn
 
     return register
+
+
+def refuse(why: str, *op_types: str) -> None:
+    """Ops whose backward is not lowered, with the reason a user reads."""
+    for op in op_types:
+        REFUSED[op] = why

@@ -19,9 +19,19 @@ def _wrap(indices: torch.Tensor, dim) -> torch.Tensor:
 @register("Gather", since=1)
 def gather(data, indices, *, axis=0):
     a = norm_axis(axis, data.dim(), "Gather")
+    if _host_scalar(indices):
+        # One constant index (how exporters split a stacked q/k/v): a view, and a backward that
+        # writes one slice, where index_select copies and its backward scatters with index_add.
+        return data.select(a, int(indices))
     idx = _wrap(indices, data.shape[a])
     out = data.index_select(a, idx.reshape(-1))
     return out.reshape(data.shape[:a] + idx.shape + data.shape[a + 1:])
+
+
+def _host_scalar(indices: torch.Tensor) -> bool:
+    """A 0-d integer index readable without a device sync, vmap's batching or a compiler's trace."""
+    return (indices.dim() == 0 and indices.is_cpu and not indices.is_floating_point()
+            and not torch._C._functorch.is_functorch_wrapped_tensor(indices) and not torch.compiler.is_compiling())
 
 
 @register("GatherElements", since=11)

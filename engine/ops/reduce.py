@@ -30,12 +30,20 @@ def _as_float(x, fn):
 
 
 def _sum(x, dims, keep):
-    return torch.sum(x, dims, keep, dtype=x.dtype) if dims else x
+    if not dims:
+        return x
+    if not keep and len(dims) == x.dim():  # to one number: see _mean
+        return torch.sum(x, dtype=x.dtype)
+    return torch.sum(x, dims, keep, dtype=x.dtype)
 
 
 def _mean(x, dims, keep):
     if not dims:
         return x
+    if x.is_floating_point():  # the common case without a closure per call
+        # Everything to one number (a scalar loss): the same value as over the dims, and a backward
+        # that expands once where the dims form un-squeezes each axis.
+        return torch.mean(x) if not keep and len(dims) == x.dim() else torch.mean(x, dims, keep)
     return _as_float(x, lambda v: torch.mean(v, dims, keep))
 
 

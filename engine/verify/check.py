@@ -81,7 +81,8 @@ def check(model, y: str, xs, zs=(), feeds: Mapping | None = None, dy=None, mode:
             continue
         x = ctx.tensors64[ctx.sources.index(name)]
         probe = XProbe(name, ctx.x_function(name), x, ctx.y0, ctx.dy, opts, salt=k, control=control,
-                       memo=ctx.x_memo(name, x.shape), magnitude=lambda name=name: ctx.downstream_magnitude(name))
+                       memo=ctx.x_memo(name, x.shape), magnitude=lambda name=name: ctx.downstream_magnitude(name),
+                       split=lambda name=name: ctx.row_split(name))
         probes[name] = probe
         results.append(probe.result(probe.judge(ctx.grads64[name]), **native.get(name, {})))
 

@@ -16,6 +16,7 @@ from ..model import Model
 from ..plan import Plan
 from ..selection import GradientSpec, names
 from .absorbed import largest
+from .structure import RowSplit, separable_terms, trailing_tail
 
 F64 = torch.float64
 
@@ -92,8 +93,9 @@ class Context:
     def x_memo(self, name: str, shape) -> dict:
         return self.memo.setdefault((name, tuple(shape), tuple(self.y0.shape)), {})
 
-    def x_function(self, name: str) -> Callable[[torch.Tensor], torch.Tensor]:
-        """y as a function of one x, everything else held at its value (float64).
+    def x_function(self, name: str, target: str | None = None) -> Callable[[torch.Tensor], torch.Tensor]:
+        """y (or `target`, a value on the way to y) as a function of one x, everything else held at
+        its value (float64).
 
         Only the nodes downstream of x run: every other value they read is fed from the point's
         values, so perturbing a late layer's weight does not re-run the early layers.
@@ -102,13 +104,48 @@ class Context:
         if "frontier" not in memo:
             memo["frontier"] = self.frontier(name)
         frontier = memo["frontier"]
-        plan = self.model.prepare((name,) + frontier, [self.spec.y], device=self.device, dtype=F64)
+        plan = self.model.prepare((name,) + frontier, [target or self.spec.y], device=self.device, dtype=F64)
         fixed = [self.all_values[n] for n in frontier]
 
         def f(x: torch.Tensor) -> torch.Tensor:
             return plan.run([x] + fixed)[0]
 
         return f
+
+    def row_split(self, name: str) -> RowSplit | None:
+        """<dy, y> as <w, p(x)> + c, p the value before y's trailing affine ops (see structure.py)."""
+        memo = self.memo.setdefault((name, "frontier"), {})
+        if "tail" not in memo:
+            memo["tail"] = trailing_tail(self.keep_plan, self.spec.y, name)
+        tail = memo["tail"]
+        if tail is None:
+            return None
+        grad = self._tail_gradient(tail.value)
+        if tail.reduction is None:
+            fn = self.x_function(name, tail.value)
+        else:
+            names = [None if s is None else self.keep_plan.names[s] for s in tail.reduction.in_slots]
+            others = [None if n is None else self.all_values[n] for n in names[1:]]
+            found = separable_terms(tail.reduction, self.x_function(name, names[0]), others, self.all_values[names[0]])
+            if found is None:
+                return None
+            fn, factor = found
+            grad = grad.reshape(()) * factor
+        with torch.no_grad():
+            p0 = fn(self.tensors64[self.sources.index(name)])
+        return RowSplit(fn, p0, grad.expand_as(p0).contiguous())
+
+    def _tail_gradient(self, value: str) -> torch.Tensor:
+        """d<dy, y>/d`value`, through the nodes between them (affine: any point gives the same)."""
+        if value == self.spec.y:
+            return self.dy
+        frontier = self.frontier(value)
+        plan = self.model.prepare((value,) + frontier, [self.spec.y], device=self.device, dtype=F64)
+        leaf = self.all_values[value].detach().clone().requires_grad_()
+        with torch.enable_grad():
+            out = plan.run([leaf] + [self.all_values[n] for n in frontier])[0]
+            grad = torch.autograd.grad(out, leaf, self.dy, allow_unused=True)[0] if out.requires_grad else None
+        return torch.zeros_like(leaf) if grad is None else grad.detach()
 
     def frontier(self, name: str) -> tuple[str, ...]:
         """Values read by the nodes downstream of `name` that do not themselves depend on it."""

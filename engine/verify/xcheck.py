@@ -10,7 +10,7 @@ import torch
 from . import absorbed, fd, verdict
 from .batching import BatchEvaluator
 from .report import FAIL, INCONCLUSIVE, PASS, SKIPPED, ItemProblem, XCheck
-from .structure import independent_rows
+from .structure import RowSplit, independent_rows, rows_through_tail
 
 MAX_PROBLEMS = 20
 MAX_RETRIES = 64  # vectors per x re-measured at another step
@@ -34,10 +34,12 @@ class XProbe:
     def __init__(self, name: str, fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor,
                  y0: torch.Tensor, dy: torch.Tensor, opts: Options, salt: int, control: fd.Control,
                  stage: str = "finite differences", compress: bool = True, memo: dict | None = None,
-                 magnitude: Callable[[], float] | None = None):
+                 magnitude: Callable[[], float] | None = None, split: Callable[[], RowSplit | None] | None = None):
         """`memo`: a dict kept across checks of the same graph, x and x shape: the batching strategy
         and whether rows mix are properties of the graph, measured once. `magnitude`: the largest
-        value downstream of x (asked only when a verdict may rest on a step it rounds away)."""
+        value downstream of x (asked only when a verdict may rest on a step it rounds away).
+        `split`: <dy, y> read before y's trailing reduction, for rows that mix only there
+        (see structure.py); asked only in full mode when y's own rows mix."""
         self.name, self.x, self.opts, self.control, self.stage = name, x, opts, control, stage
         self._magnitude, self._largest = magnitude, None
         self.laddered = np.zeros(0, np.int64)  # items absorbed.settle measured at larger steps
@@ -52,6 +54,8 @@ class XProbe:
             if key not in memo:
                 memo[key] = independent_rows(self.evaluator, x, y0, opts.seed + salt, max_batch=opts.chunk)
             rows = memo[key]
+            if rows == 1 and split is not None:
+                rows, y0, dy = self._through_tail(split, y0, dy, salt)
         self.rows = rows
         if rows > 1:  # callers plan progress for one element per vector; shared rows need fewer
             control.plan(-(2 * x.numel() - 2 * (x.numel() // rows)))
@@ -63,6 +67,24 @@ class XProbe:
         control.plan(2 * probes)
         self.m = fd.measure(self.objective, x, self.pert, self.order, opts.chunk, control, stage, probes=probes)
         self.noise_l = self.m.noise_l
+
+    def _through_tail(self, split: Callable[[], RowSplit | None], y0: torch.Tensor, dy: torch.Tensor, salt: int):
+        """(rows, p0, w) when L can be read row by row before y's trailing reduction, else (1, y0, dy);
+        self.evaluator then runs x -> p."""
+        key = ("tail rows", self.opts.chunk)
+        if self._memo.get(key, 2) < 2:
+            return 1, y0, dy
+        found = split()
+        if found is None:
+            return 1, y0, dy
+        evaluator = BatchEvaluator(found.fn, shape=found.p0.shape, state=self._memo.setdefault("tail batching", {}))
+        if key not in self._memo:
+            self._memo[key] = rows_through_tail(found, evaluator, self.evaluator, self.x, y0, dy,
+                                                self.opts.seed + salt, max_batch=self.opts.chunk)
+        if self._memo[key] < 2:
+            return 1, y0, dy
+        self.evaluator = evaluator
+        return self._memo[key], found.p0, found.weights
 
     def _perturbations(self, salt: int):
         x, opts = self.x, self.opts

@@ -15,7 +15,7 @@ from ..feeding import EXPRESSION_HELP, FEED_KINDS, FeedSource, source_from
 from ..guard import guarded
 
 HINTS = {
-    "random": "seed (an integer): standard-normal values",
+    "random": "seed: standard normals for floats; integers uniform over [0, table size)",
     "zeros": "no parameter",
     "ones": "no parameter",
     "constant": "the value, e.g. 0.5",

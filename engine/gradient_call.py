@@ -1,0 +1,130 @@
+"""`Model.gradient`'s per-call work, worked out once per (selection, feed names, device, dtype).
+
+On a model whose gradient takes a couple of milliseconds, validating the selection, walking the
+cut graph for fed initializers, looking up the prepared gradient and converting feeds through the
+general path cost a noticeable share of the call, all of it the same from one call to the next
+with the same names. A `GradientCall` keeps what depends only on the names: the prepared
+gradient, where each input comes from (a feed, a cached constant, a seeded default), and for each
+feed what the model declares (its numpy dtype and shape), so that a numpy array of exactly that
+type is checked and copied with a few comparisons; any other value takes `Model.to_tensor`,
+which converts it or says in one line why not.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Mapping
+
+import numpy as np
+import torch
+from onnx import helper
+
+from .dtypes import FLOAT_ONNX_TYPES, to_numpy
+from .gradient import GradientResult
+
+if TYPE_CHECKING:
+    from .model import Model
+    from .selection import GradientSpec
+
+FEED, CONSTANT, DEFAULT = 0, 1, 2
+
+
+class _Declared:
+    """What a fed tensor must be for the quick path: exactly this numpy dtype, shapes that fit."""
+
+    __slots__ = ("dtype", "dims", "exact")
+
+    def __init__(self, elem_type: int, shape):
+        self.dtype = np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
+        # None: a free dim (symbolic, unknown or not positive), else the size it must have.
+        self.dims = None if shape is None else tuple(d if isinstance(d, int) and d > 0 else None for d in shape)
+        self.exact = self.dims is not None and None not in self.dims
+
+    def fits(self, value) -> bool:
+        if type(value) is not np.ndarray or value.dtype != self.dtype:
+            return False
+        if self.dims is None:
+            return True
+        shape = value.shape
+        if self.exact:
+            return shape == self.dims
+        return len(shape) == len(self.dims) and all(d is None or d == s for d, s in zip(self.dims, shape))
+
+
+class GradientCall:
+    """dy/dxs for one selection, feed names, device and dtype; call with the feeds' values."""
+
+    def __init__(self, model: "Model", spec: "GradientSpec", feed_names: tuple[str, ...], dev, fdt, compile):
+        self.model, self.spec, self.dev, self.fdt = model, spec, dev, fdt
+        fed = dict.fromkeys(feed_names)
+        extras = model.gradient_extras(spec, fed)
+        self.prepared = model.prepare_gradient(spec.y, spec.xs, spec.zs, device=dev, dtype=fdt, extra_inputs=extras,
+                                               compile=compile)
+        consts = model.constants(dev, fdt)
+        arrays = model._constant_arrays(dev, fdt)
+        self.sources = []  # (name, FEED/CONSTANT/DEFAULT, a constant tensor or the feed's _Declared)
+        for n in spec.inputs:
+            if n in fed:
+                self.sources.append((n, FEED, self._declared(n)))
+            elif n in consts:
+                self.sources.append((n, CONSTANT, (consts[n], arrays[n])))
+            else:
+                self.sources.append((n, DEFAULT, None))
+        self.sources += [(n, FEED, self._declared(n)) for n in extras]
+        self.n_inputs = len(spec.inputs)
+        self.unfed = [n for n, kind, _ in self.sources if kind == DEFAULT]
+        self.dtype_label = str(fdt).removeprefix("torch.") if fdt else "native"
+
+    def _declared(self, name: str) -> _Declared | None:
+        info = self.model.graph.types.get(name)
+        if info is None or info.elem_type is None or info.elem_type not in FLOAT_ONNX_TYPES:
+            return None  # integers, strings, sequences: the general path
+        try:
+            return _Declared(info.elem_type, info.shape)
+        except (TypeError, ValueError, KeyError):  # bfloat16 and other types numpy lacks
+            return None
+
+    def _feed(self, name: str, value, declared: _Declared | None) -> tuple[torch.Tensor, np.ndarray]:
+        """(the tensor, the values as used, read-only)."""
+        if declared is not None and declared.fits(value):
+            array = np.array(value, copy=True, order="C")
+            t = torch.from_numpy(array)
+            if self.dev.type != "cpu" or (self.fdt is not None and self.fdt != t.dtype):
+                t = t.to(device=self.dev, dtype=self.fdt)
+                array = None
+        else:
+            t = self.model.to_tensor(name, value if isinstance(value, torch.Tensor) else np.asarray(value), self.dev,
+                                     self.fdt)
+            array = None
+        if array is None:
+            array = to_numpy(t)
+        if array.flags.writeable:
+            array = array.view()
+            array.flags.writeable = False
+        return t, array
+
+    def __call__(self, feeds: Mapping[str, object], dy=None, seed: int = 0,
+                 dims: Mapping[str, int] | None = None) -> GradientResult:
+        model, spec = self.model, self.spec
+        defaults = model.selection_values(spec, feeds, seed=seed, names=self.unfed, dims=dims) if self.unfed else None
+        tensors, values = [], {}
+        for k, (name, kind, info) in enumerate(self.sources):
+            if kind == FEED:
+                t, used = self._feed(name, feeds[name], info)
+            elif kind == CONSTANT:
+                t, used = info
+            else:
+                t = model.to_tensor(name, defaults[name], self.dev, self.fdt)
+                used = to_numpy(t)
+                if used.flags.writeable:
+                    used = used.view()
+                    used.flags.writeable = False
+            tensors.append(t)
+            if k < self.n_inputs:
+                values[name] = used
+        dy_t = None
+        if dy is not None:
+            dy_t = dy if isinstance(dy, torch.Tensor) else torch.as_tensor(np.asarray(dy))
+            dy_t = dy_t.to(self.dev)
+        out = self.prepared(*tensors, dy=dy_t)
+        return GradientResult(spec=spec, y=to_numpy(out.y), grads={n: to_numpy(g) for n, g in zip(spec.xs, out.grads)},
+                              disconnected=out.disconnected, seed="ones" if dy is None else "dy", device=str(self.dev),
+                              dtype=self.dtype_label, values=values)
