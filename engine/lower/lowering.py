@@ -102,10 +102,13 @@ class Lowering:
         del g.node[:]
         g.node.extend(nodes)
         del g.value_info[:]
-        inferred = infer_shapes(checkable(self.proto, self.detached))
-        g.value_info.extend(inferred.graph.value_info)
-        del g.output[:]
-        g.output.extend(inferred.graph.output)
+        inferred = infer_shapes(checkable(self.proto, self.detached))  # subgraphs typed too (Loop bodies)
+        if self.detached:  # back to the initializers the copy declared as inputs
+            del inferred.graph.input[:]
+            inferred.graph.input.extend(g.input)
+            del inferred.graph.initializer[:]
+            inferred.graph.initializer.extend(g.initializer)
+        self.proto = inferred
         self.types = collect_types(self.proto)
         self.constants = known_values(self.proto, self.weights)
         self.used = {t for n in self.proto.graph.node for t in list(n.output) + [n.name]}
