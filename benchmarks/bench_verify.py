@@ -32,6 +32,7 @@ from _results import write_json  # noqa: E402
 from _timing import WALL, interleaved, median_time  # noqa: E402
 
 import engine  # noqa: E402
+from engine.lower.lowering import as_proto  # noqa: E402
 from engine.verify import structure  # noqa: E402
 from engine.verify.batching import BatchEvaluator  # noqa: E402
 from tests import verify_models as vm  # noqa: E402
@@ -186,8 +187,6 @@ def detection(seeds: int) -> dict:
     """The injected-bug catalogue (tests/test_verify_injected.py), each bug at `seeds` points x:
     how often each checker flags it. gradcheck checks the same float64 plan, whose autograd runs
     the wrong VJP; its fast mode draws its vectors from a fixed generator, so x is what varies."""
-    from onnx import numpy_helper
-
     from engine.verify import register_op_with_vjp
     from tests.test_verify_injected import BUGS, N, _model, _selection
 
@@ -205,7 +204,7 @@ def detection(seeds: int) -> dict:
                     counts[f"ours_{mode}"] += engine.check(model, "y", xs, feeds={"x": x}, mode=mode,
                                                            seed=seed).verdict == "fail"
                 leaves = [torch.tensor(x, requires_grad=True)] + [
-                    torch.tensor(numpy_helper.to_array(model.graph.initializers[n]), dtype=torch.float64,
+                    torch.tensor(model.graph.weights[n], dtype=torch.float64,
                                  requires_grad=True) for n in xs[1:]]
                 for fast in (True, False):
                     ok = torch.autograd.gradcheck(lambda *a, plan=plan: plan.run(list(a))[0], tuple(leaves), fast_mode=fast,
@@ -258,7 +257,7 @@ def false_alarms_light(stems, time_cap: float, own: bool = False) -> dict:
             picks = [([data], "fast")] + [(b, "sample") for b in bias] + [([last.input[1]], "fast")]
         for double in (False, True):
             f = feeds if not double else {k: v.astype(np.float64) for k, v in feeds.items()}
-            m = model if not double else engine.load(vm.to_float64(model.graph.model))
+            m = model if not double else engine.load(vm.to_float64(as_proto(model)))
             for xs, mode in picks:
                 y, zs = vm.light_selection(m, xs)
                 t = time.perf_counter()

@@ -39,7 +39,7 @@ _LAZY = {
     "gradmanager": ("Gradients", "GradManager", "Parameters"),
     "graphs": ("BackwardGraph", "Canvas", "GraphLayout", "GraphStats", "LayoutEdge", "LayoutNode", "TensorStats",
                "build_backward_graph", "gradient_with_stats", "layout_graph", "layout_near", "LocalLayout", "render",
-               "to_dot"),
+               "render_graph", "to_dot"),
     "loader": ("GraphIndex", "TensorInfo"),
     "model": ("Model",),
     "registry": ("OpImpl", "register", "supported_ops"),
@@ -58,6 +58,7 @@ __all__ = [
     "check", "CheckReport", "XCheck", "NodeCheck", "ClaimedCheck", "Finding", "register_op_with_vjp", "unregister_op",
     "nonfinite_origin",
     "BackwardGraph", "build_backward_graph", "gradient_with_stats", "GraphStats", "TensorStats", "to_dot", "render",
+    "render_graph",
     "layout_graph", "layout_near", "LocalLayout", "GraphLayout", "LayoutNode", "LayoutEdge", "Canvas",
     "OnnxGradBackend", "OnnxGradRep", "lower", "LoweringError", "DistributedError",
 ]

@@ -4,13 +4,19 @@ from __future__ import annotations
 import os
 from collections import deque
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import onnx
 from onnx import ModelProto, NodeProto, TensorProto
 
 from .errors import ModelLoadError
 
+if TYPE_CHECKING:
+    from .weights import Weights
+
 TRAINING_DOMAIN = "ai.onnx.preview.training"
+# Domains whose nodes the engine interprets itself, string attributes included.
+STANDARD_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", TRAINING_DOMAIN})
 
 
 @dataclass(frozen=True)
@@ -43,13 +49,21 @@ class GraphIndex:
     initializers: dict[str, TensorProto]
     outputs: list[str]
     types: dict[str, TensorInfo] = field(default_factory=dict)
-    # The model as the caller gave it (proto or bytes), before shape inference added value_info:
-    # what writing the model back starts from. None when it came from `path`, which is re-read.
-    source: ModelProto | bytes | None = None
+    # Initializer values (engine/weights.py): read on first use, zero-copy where the bytes allow.
+    # `initializers` holds the protos without the bytes of any tensor of a kilobyte or more.
+    weights: Weights | None = None
+    # The model as it was read, without the weights and before shape inference added value_info:
+    # what writing the model back starts from (with `weights`).
+    source: ModelProto | None = None
 
     @property
     def name(self) -> str:
         return self.model.graph.name or (os.path.basename(self.path) if self.path else "model")
+
+    def __repr__(self) -> str:
+        # The dataclass repr would print the proto, every weight's bytes included (minutes at 650 MB).
+        return (f"<GraphIndex {self.name!r}: {len(self.nodes)} nodes, {len(self.initializers)} initializers, "
+                f"inputs {self.inputs}, outputs {self.outputs}>")
 
     def opset(self, domain: str) -> int:
         return self.opsets.get(domain or "", self.opsets.get("ai.onnx", 1))
@@ -172,9 +186,12 @@ def _declared_types(model: ModelProto) -> dict[str, TensorInfo]:
     return out
 
 
-def _check(model: ModelProto, path: str | None) -> None:
-    """onnx's checker, except that onnxruntime's default-domain contrib ops (SimplifiedLayerNormalization,
-    LayerNormalization below opset 17, which its optimizer writes) are checked as custom-domain nodes."""
+def _check(model: ModelProto) -> None:
+    """onnx's checker on `model` (without its weights: `modelfile.checkable`), except that onnxruntime's
+    default-domain contrib ops (SimplifiedLayerNormalization, LayerNormalization below opset 17, which
+    its optimizer writes) are checked as custom-domain nodes."""
+    from .modelfile import first_line
+
     runtime_ops = _default_domain_contrib_nodes(model)
     hidden = "onnxgrad.onnxruntime"
     original = [node.domain for node in runtime_ops]
@@ -183,10 +200,9 @@ def _check(model: ModelProto, path: str | None) -> None:
             node.domain = hidden
         model.opset_import.add(domain=hidden, version=1)
     try:
-        onnx.checker.check_model(path if path and model.ByteSize() > 2**31 - 1 and not runtime_ops else model)
+        onnx.checker.check_model(model)
     except Exception as exc:
-        first = str(exc).strip().splitlines()[0]
-        raise ModelLoadError(f"ONNX checker rejected the model: {first}") from None
+        raise ModelLoadError(f"ONNX checker rejected the model: {first_line(exc)}") from None
     finally:
         if runtime_ops:
             for node, domain in zip(runtime_ops, original):
@@ -216,40 +232,29 @@ def _default_domain_contrib_nodes(model: ModelProto) -> list:
 
 
 def load(source: str | os.PathLike | ModelProto | bytes, *, check: bool = True) -> GraphIndex:
-    """Read a model (path, bytes or proto), check it, infer shapes where possible and index it."""
-    path = None
-    given = bytes(source) if isinstance(source, bytearray) else source
-    if isinstance(source, ModelProto):
-        model = source
-    elif isinstance(source, (bytes, bytearray)):
-        try:
-            model = onnx.load_from_string(bytes(source))
-        except Exception as exc:
-            raise ModelLoadError(f"cannot parse ONNX bytes: {exc}") from None
-    else:
-        path = os.fspath(source)
-        if not os.path.exists(path):
-            raise ModelLoadError(f"no such file: {path}")
-        if os.path.isdir(path):
-            raise ModelLoadError(f"{path} is a directory, not an .onnx file")
-        if os.path.getsize(path) == 0:
-            raise ModelLoadError(f"{path} is empty: not an ONNX model")
-        try:
-            model = onnx.load(path)
-        except Exception as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise ModelLoadError(f"cannot read {path} as ONNX: {first}") from None
-    if not model.HasField("graph") and model.ir_version == 0:  # protobuf parses b"" and some text "fine"
+    """Read a model (path, folder holding one .onnx, bytes or proto), check it, infer shapes where
+    possible and index it. The checker and shape inference see the model without its weights; the
+    weights stay where they are (`GraphIndex.weights`) until something reads them."""
+    from .modelfile import checkable, read
+
+    skeleton, weights, path = read(source)
+    if not skeleton.HasField("graph") and skeleton.ir_version == 0:  # protobuf parses b"" and some text "fine"
         raise ModelLoadError(f"{path or 'the model'} holds no graph and no ir_version: not an ONNX model")
+    bare = checkable(skeleton, weights.detached())
     if check:
-        _check(model, path)
-    try:
-        model = onnx.shape_inference.infer_shapes(model, strict_mode=False)
-    except Exception:  # best effort: shapes only inform messages and the explorer
+        _check(bare)
+    model = ModelProto()
+    model.CopyFrom(skeleton)
+    try:  # best effort: shapes only inform messages and the explorer
+        inferred = onnx.shape_inference.infer_shapes(bare, strict_mode=False)
+        model.graph.value_info.extend(inferred.graph.value_info)
+        del model.graph.output[:]
+        model.graph.output.extend(inferred.graph.output)
+    except Exception:  # noqa: BLE001
         pass
     graph = index(model, path)
-    if path is None:
-        graph.source = given
+    graph.weights = weights
+    graph.source = skeleton
     return graph
 
 

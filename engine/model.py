@@ -38,8 +38,8 @@ class Model:
             if node.domain == TRAINING_DOMAIN and node.op_type == "Gradient":
                 self._check_gradient_node(i)
         self._unsupported: tuple[int, dict[int, str]] | None = None
-        self._constants: dict[tuple, dict[str, torch.Tensor]] = {}
-        self._arrays: dict[tuple, dict[str, np.ndarray]] = {}
+        self._constants: dict[tuple, LazyValues] = {}
+        self._arrays: dict[tuple, LazyValues] = {}
         self._plans: Recent[tuple, Plan] = Recent(PLANS_KEPT)
         self._grads: Recent[tuple, PreparedGradient] = Recent(PLANS_KEPT)
         # Per-call overhead of `gradient`: validation and the cut-graph walk depend only on names.
@@ -165,24 +165,32 @@ class Model:
             self._plans[key] = plan
         return plan
 
-    def constants(self, device="cpu", dtype=None) -> dict[str, torch.Tensor]:
-        """Initializers as torch tensors on `device` (floats promoted to `dtype` when given); cached."""
+    def constants(self, device="cpu", dtype=None) -> Mapping[str, torch.Tensor]:
+        """Initializers as torch tensors on `device` (floats promoted to `dtype` when given), each
+        converted when first looked up and cached: on the CPU in the model's own types they share
+        memory with the weights as read (no copy), and what no plan reads is never read."""
         dev, fdt = parse_device(device), parse_float_dtype(dtype)
         key = (str(dev), fdt)
         if key not in self._constants:
-            base = os.path.dirname(self.graph.path) if self.graph.path else None
-            self._constants[key] = {
-                name: tensor_from_proto(t, dev, fdt, base) for name, t in self.graph.initializers.items()
-            }
+            self._constants[key] = LazyValues(self.graph.initializers, lambda name: self._constant(name, dev, fdt))
         return self._constants[key]
 
-    def _constant_arrays(self, device, dtype) -> dict[str, np.ndarray]:
+    def _constant(self, name: str, device: torch.device, float_dtype) -> torch.Tensor:
+        weights = self.graph.weights
+        if weights is None:
+            base = os.path.dirname(self.graph.path) if self.graph.path else None
+            return tensor_from_proto(self.graph.initializers[name], device, float_dtype, base)
+        proto = self.graph.initializers[name]
+        return array_to_tensor(weights.array(name), device, float_dtype, onnx_type=proto.data_type, copy=False)
+
+    def _constant_arrays(self, device, dtype) -> Mapping[str, np.ndarray]:
         """`constants(device, dtype)` as read-only numpy arrays, cached: `gradient` reports the
         values it used, and converting every initializer per call costs more than small models run."""
         key = (str(device), dtype)
         arrays = self._arrays.get(key)
         if arrays is None:
-            arrays = self._arrays[key] = {n: _read_only(to_numpy(t)) for n, t in self.constants(device, dtype).items()}
+            consts = self.constants(device, dtype)
+            arrays = self._arrays[key] = LazyValues(consts, lambda name: _read_only(to_numpy(consts[name])))
         return arrays
 
     # --- gradients -------------------------------------------------------------------------------
@@ -343,6 +351,10 @@ class Model:
             )
         if len(node.output) > len(xs):
             raise SelectionError(f"Gradient node {name!r} has {len(node.output)} outputs but xs names {len(xs)}")
+        missing = [m for m, t in zip(xs + zs, node.input) if not t]
+        if missing:
+            raise SelectionError(f"Gradient node {name!r} has no input for {missing[0]!r}: every member of xs and zs "
+                                 "needs one")
         try:
             validate(self.graph, y, xs, zs, strict=True)
         except SelectionError as exc:
@@ -356,6 +368,30 @@ class Model:
             return self.prepare_gradient(attrs["y"].decode(), xs, zs, device=device, dtype=float_dtype).node_step()
 
         return make
+
+
+class LazyValues(Mapping):
+    """A read-only mapping over `keys` whose values `make(key)` computes on first lookup and keeps."""
+
+    def __init__(self, keys, make):
+        self._keys, self._make, self._values = keys, make, {}
+
+    def __getitem__(self, key):
+        value = self._values.get(key)
+        if value is None:
+            if key not in self._keys:
+                raise KeyError(key)
+            value = self._values[key] = self._make(key)
+        return value
+
+    def __contains__(self, key) -> bool:
+        return key in self._keys
+
+    def __iter__(self):
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
 
 
 def _read_only(arr: np.ndarray) -> np.ndarray:

@@ -6,6 +6,7 @@ import gc
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
+from textual.widgets import Input
 
 import engine
 from engine.errors import OnnxGradError
@@ -17,14 +18,12 @@ from .graph_work import LayoutWork
 from .guard import guarded
 from .layout import wants_local
 from .marks import graph_marks
-from .screens.export import ExportScreen
 from .screens.feed import CLEAR, FeedScreen
 from .screens.help import HelpScreen
 from .screens.prompt import PromptScreen
 from .screens.step import StepScreen
-from .screens.verify import VerifyScreen
 from .selecting import Selecting
-from .state import CheckOptions, Session, available_devices, open_session
+from .state import Session, available_devices, open_session
 from .widgets.footer import FittingFooter
 from .widgets.graph_view import GraphView
 from .widgets.inspector import Inspector
@@ -33,8 +32,6 @@ from .widgets.results import Results
 from .widgets.selection_bar import SelectionBar
 from .widgets.status import StatusLine
 from .work import CANCELLABLE, Workers
-
-FULL_CHECK_ELEMENTS = 20_000  # beyond this many x elements the verify dialog proposes fast mode
 
 
 @guarded
@@ -47,7 +44,7 @@ class ExplorerApp(Selecting, Debugging, LayoutWork, Workers, PaletteApp, App):
     BINDINGS = [
         Binding("q", "quit", "Quit", id="app.quit"),
         Binding("question_mark", "help", "Help", key_display="?", id="app.help"),
-        Binding("slash", "search", "Find", key_display="/", id="app.search"),
+        Binding("slash", "search", "Find", key_display="/", id="app.search", priority=True),  # see NodeList
         Binding("y", "set_y", "Set y", id="selection.set_y", group=SELECT),
         Binding("x", "toggle_x", "Add/remove in xs", id="selection.toggle_x", group=SELECT),
         Binding("z", "toggle_z", "Add/remove in zs", id="selection.toggle_z", group=SELECT),
@@ -91,6 +88,8 @@ class ExplorerApp(Selecting, Debugging, LayoutWork, Workers, PaletteApp, App):
             return action == "quit" or action not in MAIN_ACTIONS
         if s is None:
             return action in ("quit", "help", "open_model", "command_palette") or None
+        if action == "search":  # a "/" typed into a text field is a character
+            return not isinstance(self.focused, Input)
         if action == "cancel":
             return any(w.group in CANCELLABLE and w.is_running for w in self.workers)
         if action == "next_tensor":  # on a lone tensor it steps onto the node reading it
@@ -229,7 +228,7 @@ class ExplorerApp(Selecting, Debugging, LayoutWork, Workers, PaletteApp, App):
         graph.set_marks(graph_marks(s, graph.canvas.layout if graph.canvas else None))
         self.query_one(Inspector).show(s, *self.cursor)
         results = self.query_one(Results)
-        results.show_gradient(s.gradient, s.gradient_origin)
+        results.show_gradient(s.gradient, s.gradient_origin, s.gradient_summary)
         results.show_check(s.check)
         self.refresh_footer()
 
@@ -292,53 +291,6 @@ class ExplorerApp(Selecting, Debugging, LayoutWork, Workers, PaletteApp, App):
         groups = [("explorer", list(self.BINDINGS)), ("graph", list(GraphView.BINDINGS)),
                   ("inspector", list(Inspector.BINDINGS)), ("step mode", list(StepScreen.BINDINGS))]
         self.push_screen(HelpScreen(groups))
-
-    # --- long work --------------------------------------------------------------------------------
-    def action_run(self) -> None:
-        try:
-            job = self.session.gradient_job()
-        except OnnxGradError as exc:
-            self.notify(str(exc), title="cannot run", severity="error")
-            return
-        self.run_gradient(job)
-
-    def action_verify(self) -> None:
-        if self.session.spec is None:
-            self.notify(self.session.selection_error or "select y and xs first", title="cannot verify",
-                        severity="error")
-            return
-
-        def done(options) -> None:
-            if options is None:
-                return
-            try:
-                job = self.session.check_job(options)
-            except OnnxGradError as exc:
-                self.notify(str(exc), title="cannot verify", severity="error")
-                return
-            self.run_check(job)
-
-        options = self.session.check_options
-        elements = self.session.x_elements()
-        if options == CheckOptions() and elements > FULL_CHECK_ELEMENTS:
-            options = CheckOptions(mode="fast")  # full mode would take minutes: offer the quick one
-        self.push_screen(VerifyScreen(options, elements), done)
-
-    def action_step(self) -> None:
-        s = self.session
-        if s.spec is None:
-            self.notify(s.selection_error or "select y and xs first", title="cannot step", severity="error")
-            return
-        try:
-            feeds = s.feed_values()
-        except OnnxGradError as exc:
-            self.notify(str(exc), title="cannot step", severity="error")
-            return
-        self.run_trace(s.model, s.spec, feeds, s.device, s.dtype, s.generation)
-
-    def action_export(self, what: str = "gradients") -> None:
-        stem = "".join(c if c.isalnum() or c in "-_" else "_" for c in self.session.label) or "model"
-        self.push_screen(ExportScreen(stem, what), lambda r: r and self.start_export(*r))
 
     def action_open_model(self) -> None:
         self.push_screen(PromptScreen("Open an ONNX model (path):", placeholder="model.onnx"),

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import gc
 
-from textual import work
 from textual.worker import get_current_worker
 
 from . import messages as m
-from .guard import guarded
+from .guard import guarded, in_background
 from .layout import layout_for, local_near, wants_local
 from .widgets.graph_view import prepare_canvas
 
@@ -52,7 +51,7 @@ class LayoutWork:
                 and key not in self.layouts:
             self.run_layout(model, key[1], key[0], key)
 
-    @work(thread=True, exclusive=True, group="layout", exit_on_error=False)
+    @in_background("layout")
     def run_layout(self, model, spec, view, key, around=None) -> None:
         worker = get_current_worker()
         if around is not None:

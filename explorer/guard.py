@@ -50,3 +50,15 @@ def guarded(cls):
         if (name.startswith("action_") or name.startswith("on_")) and inspect.isfunction(fn):
             setattr(cls, name, _wrap(fn))
     return cls
+
+
+def in_background(group: str):
+    """`@work` for a thread worker of `group`: one at a time, a failure posted, never raised.
+
+    The description is the group's name: by default Textual describes a worker by the repr of
+    its arguments, and the repr of a model's graph index prints every weight (143 s before the
+    navigator of GPT-2 124M was listed, on the UI thread).
+    """
+    from textual import work
+
+    return work(thread=True, exclusive=True, group=group, exit_on_error=False, description=group)

@@ -20,7 +20,7 @@ EPILOG = ("onnxgrad MODEL.onnx is short for onnxgrad explore MODEL.onnx; "
 
 def add_explore_parser(sub) -> None:
     p = sub.add_parser("explore", help="open the explorer, a terminal app, on MODEL (also: onnxgrad MODEL)")
-    p.add_argument("model", metavar="MODEL", help="path to an .onnx file")
+    p.add_argument("model", metavar="MODEL", help="path to an .onnx file, or a folder holding one")
     p.add_argument("--seed", type=int, default=0, help="seed for random values of unfed tensors (default 0)")
     p.add_argument("--dtype", choices=["float32", "float64"], default="float32",
                    help="compute dtype in the app (default float32)")
@@ -38,7 +38,7 @@ def explore(args) -> int:
         from engine.cli.common import parse_dim_arguments
 
         model = engine.load(args.model)  # a bad file: one line and exit 2 from engine.cli.main
-        label = os.path.basename(args.model)
+        label = os.path.basename(model.graph.path or args.model)  # a folder opens its one .onnx file
         dims = parse_dim_arguments(model, args)  # a bad --dim too
     from .app import make_app
 
@@ -48,7 +48,8 @@ def explore(args) -> int:
 
 
 def _is_model_path(arg: str, commands) -> bool:
-    return arg not in commands and not arg.startswith("-") and (arg.lower().endswith(".onnx") or os.path.isfile(arg))
+    return arg not in commands and not arg.startswith("-") and (arg.lower().endswith(".onnx") or os.path.isfile(arg)
+                                                                or os.path.isdir(arg))
 
 
 def main(argv: list[str] | None = None) -> int:

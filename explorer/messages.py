@@ -69,6 +69,7 @@ class GradientReady(Message):
     result: object  # engine.GradientResult
     stats: object | None
     origin: object | None = None  # engine Finding: where a NaN/Inf in the gradients comes from
+    summaries: dict | None = None  # x -> explorer.summaries.Summary of its gradient
 
 
 @dataclass
@@ -82,6 +83,14 @@ class ValuesReady(Message):
     generation: int  # the session's values_generation when the job was made
     values: dict
     everything: bool = False  # every value one pass can give (what is missing needs asking one by one)
+
+
+@dataclass
+class SummaryReady(Message):
+    kind: str  # "value" or "gradient"
+    name: str
+    array: object  # the array summarized: the summary holds while it is the one shown
+    summary: object  # explorer.summaries.Summary
 
 
 @dataclass

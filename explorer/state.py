@@ -18,6 +18,7 @@ from engine.feeds import default_spec
 
 from .feeding import FeedSource, materialize, source_from
 from .jobs import VALUES_BUDGET, CheckJob, CheckOptions, GradientJob, ValuesJob, intermediate_bytes
+from .summaries import SummaryCache, summarize
 
 VIEWS = ("forward", "backward", "combined")
 DTYPES = ("float32", "float64")
@@ -54,6 +55,7 @@ class Session:
     gradient_stats: object | None = None
     gradient_origin: object | None = None  # engine Finding: where the gradient's NaN/Inf comes from
     check: object | None = None  # engine CheckReport of the current generation
+    summaries: SummaryCache = field(default_factory=SummaryCache, repr=False)  # of values and gradients shown
     spec: engine.GradientSpec | None = None
     selection_error: str | None = None
     missing_inputs: tuple[str, ...] = ()  # graph inputs y needs that are in neither xs nor zs
@@ -281,14 +283,26 @@ class Session:
         self.values_one_by_one = self.values_one_by_one or everything
         return True
 
-    def accept_gradient(self, generation: int, result, stats, origin=None) -> bool:
+    def accept_gradient(self, generation: int, result, stats, origin=None, summaries=None) -> bool:
+        """`summaries`: of each x's gradient, made in the worker (the results table shows them)."""
         if generation != self.generation:
             return False
         self.gradient, self.gradient_stats, self.gradient_origin = result, stats, origin
+        for name, summary in (summaries or {}).items():
+            self.summaries.put("gradient", name, result.grads[name], summary)
         self.values.update(getattr(result, "values", {}) or {})
         if self.spec is not None:
             self.values[self.spec.y] = result.y
         return True
+
+    def gradient_summary(self, name: str):
+        """The summary of the gradient of x `name` (made by the gradient's worker; here if it is not)."""
+        grad = self.gradient.grads[name]
+        summary = self.summaries.get("gradient", name, grad)
+        if summary is None:
+            summary = summarize(grad)
+            self.summaries.put("gradient", name, grad, summary)
+        return summary
 
     def accept_check(self, generation: int, report) -> bool:
         if generation != self.generation:
@@ -306,8 +320,8 @@ class Session:
             "selection_error": self.selection_error,
         }
         if self.gradient is not None:
-            out["gradients"] = {n: array_stats(g) | {"disconnected": n in self.gradient.disconnected}
-                                for n, g in self.gradient.grads.items()}
+            out["gradients"] = {n: self.gradient_summary(n).as_dict() | {"disconnected": n in self.gradient.disconnected}
+                                for n in self.gradient.grads}
         if self.check is not None:
             data = self.check.to_json()
             out["check"] = json.loads(data) if isinstance(data, str) else data
@@ -341,7 +355,7 @@ def open_session(model_path: str | None = None, *, model: engine.Model | None = 
                 model = engine.load(model_path)
         except Exception as exc:  # a corrupt file can fail below our loader too: still one line
             return None, one_line(exc)
-    name = label or (os.path.basename(model_path) if model_path else model.name)
+    name = label or (os.path.basename(model.graph.path or model_path) if model_path else model.name)  # a folder: its model
     return Session(model, name, **settings), None
 
 
@@ -365,19 +379,3 @@ def active_nodes(graph, y: str, xs, zs) -> frozenset[int]:
             on.add(i)
             live.update(t for t in node.output if t)
     return frozenset(on)
-
-
-def array_stats(a) -> dict:
-    """shape, dtype, norm, min, max, mean and the non-finite count of an array (JSON-ready)."""
-    a = np.asarray(a)
-    out = {"shape": list(a.shape), "dtype": str(a.dtype)}
-    if a.size == 0 or a.dtype.kind not in "fiub":
-        return out
-    f = a.astype(np.float64)
-    finite = np.isfinite(f)
-    vals = f[finite]
-    out["nonfinite"] = int((~finite).sum())
-    if vals.size:
-        out.update(norm=float(np.linalg.norm(vals)), min=float(vals.min()), max=float(vals.max()),
-                   mean=float(vals.mean()), max_abs=float(np.abs(vals).max()))
-    return out

@@ -16,7 +16,7 @@ import torch
 import engine
 
 from .rules import rule_lines
-from .state import array_stats
+from .summaries import array_stats
 
 
 @dataclass(frozen=True)

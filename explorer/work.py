@@ -11,20 +11,22 @@ import threading
 import time
 
 import numpy as np
-from textual import work
 from textual.worker import Worker, WorkerState, get_current_worker
 
 import engine
 from engine.errors import OnnxGradError
 
 from . import messages as m
-from .guard import guarded, one_line
-from .jobs import CheckJob, GradientJob
-from .screens.export import mismatch
+from .guard import guarded, in_background, one_line
+from .jobs import CheckJob, CheckOptions, GradientJob
+from .screens.export import ExportScreen, mismatch
 from .screens.step import StepScreen
+from .screens.verify import VerifyScreen
+from .summaries import summarize
 
 LABELS = {"gradient": "computing gradients", "check": "verifying", "step": "tracing step mode",
-          "export": "exporting", "open": "opening model", "layout": "laying out", "values": "computing values"}
+          "export": "exporting", "open": "opening model", "layout": "laying out", "values": "computing values",
+          "summary": "summarizing"}
 # Not "step": step mode opens on its first frame, and closing it cancels the trace. Counting it
 # here recomposed the main footer (hidden behind step mode) three times on the way to opening.
 CANCELLABLE = ("gradient", "check", "export", "open")
@@ -32,6 +34,7 @@ TRACE_CHUNK_S = 0.1  # seconds between the chunks of frames step mode receives
 FIRST_PAINT_WAIT_S = 2.0  # the tracing thread pauses until step mode is drawn, at most this long
 SMALL_MODEL = 300  # nodes: up to this, values are computed as soon as the cursor lands
 VALUES_DEBOUNCE_S = 0.3
+FULL_CHECK_ELEMENTS = 20_000  # beyond this many x elements the verify dialog proposes fast mode
 
 
 @guarded
@@ -40,6 +43,7 @@ class Workers:
 
     _values_timer = None
     _values_for: int | None = None  # the values_generation a pass over every value is running for
+    _summarizing: tuple | None = None  # (kind, tensor, id of the array) the summary worker is on
 
     @property
     def status(self):
@@ -48,6 +52,53 @@ class Workers:
 
     def step_screen(self) -> StepScreen | None:
         return next((s for s in self.screen_stack if isinstance(s, StepScreen)), None)
+
+    # --- the keys that start long work ------------------------------------------------------------
+    def action_run(self) -> None:
+        try:
+            job = self.session.gradient_job()
+        except OnnxGradError as exc:
+            self.notify(str(exc), title="cannot run", severity="error")
+            return
+        self.run_gradient(job)
+
+    def action_verify(self) -> None:
+        if self.session.spec is None:
+            self.notify(self.session.selection_error or "select y and xs first", title="cannot verify",
+                        severity="error")
+            return
+
+        def done(options) -> None:
+            if options is None:
+                return
+            try:
+                job = self.session.check_job(options)
+            except OnnxGradError as exc:
+                self.notify(str(exc), title="cannot verify", severity="error")
+                return
+            self.run_check(job)
+
+        options = self.session.check_options
+        elements = self.session.x_elements()
+        if options == CheckOptions() and elements > FULL_CHECK_ELEMENTS:
+            options = CheckOptions(mode="fast")  # full mode would take minutes: offer the quick one
+        self.push_screen(VerifyScreen(options, elements), done)
+
+    def action_step(self) -> None:
+        s = self.session
+        if s.spec is None:
+            self.notify(s.selection_error or "select y and xs first", title="cannot step", severity="error")
+            return
+        try:
+            feeds = s.feed_values()
+        except OnnxGradError as exc:
+            self.notify(str(exc), title="cannot step", severity="error")
+            return
+        self.run_trace(s.model, s.spec, feeds, s.device, s.dtype, s.generation)
+
+    def action_export(self, what: str = "gradients") -> None:
+        stem = "".join(c if c.isalnum() or c in "-_" else "_" for c in self.session.label) or "model"
+        self.push_screen(ExportScreen(stem, what), lambda r: r and self.start_export(*r))
 
     # --- starting work -----------------------------------------------------------------------------
     def request_values(self, names) -> None:
@@ -78,21 +129,24 @@ class Workers:
         self._values_for = job.generation if not job.names else None
         self.run_values(job)
 
-    @work(thread=True, exclusive=True, group="values", exit_on_error=False)
+    @in_background("values")
     def run_values(self, job) -> None:
         values = job.run()
         if not get_current_worker().is_cancelled:
             self.post_message(m.ValuesReady(job.generation, values, everything=not job.names))
 
-    @work(thread=True, exclusive=True, group="gradient", exit_on_error=False)
+    @in_background("gradient")
     def run_gradient(self, job: GradientJob) -> None:
         self.post_message(m.WorkStarted("gradient", LABELS["gradient"]))
         result, stats = job.run()
-        origin = job.origin(result) if not get_current_worker().is_cancelled else None
-        if not get_current_worker().is_cancelled:
-            self.post_message(m.GradientReady(job.generation, result, stats, origin))
+        worker = get_current_worker()
+        origin = job.origin(result) if not worker.is_cancelled else None
+        # The results table shows each x's gradient summarized: here, not on the UI thread.
+        summaries = {n: summarize(g, lambda: worker.is_cancelled) for n, g in result.grads.items()}
+        if not worker.is_cancelled:
+            self.post_message(m.GradientReady(job.generation, result, stats, origin, summaries))
 
-    @work(thread=True, exclusive=True, group="check", exit_on_error=False)
+    @in_background("check")
     def run_check(self, job: CheckJob) -> None:
         worker = get_current_worker()
         self.post_message(m.WorkStarted("check", LABELS["check"]))
@@ -104,7 +158,7 @@ class Workers:
         if not worker.is_cancelled:
             self.post_message(m.CheckReady(job.generation, report))
 
-    @work(thread=True, exclusive=True, group="step", exit_on_error=False)
+    @in_background("step")
     def run_trace(self, model, spec, feeds, device, dtype, generation) -> None:
         """Frames in chunks as they are traced: step mode opens on the first, long before the last."""
         from .stepper import Tracer
@@ -158,7 +212,7 @@ class Workers:
                    "dot": lambda: (s.model, s.spec, s.view, s.gradient_stats)}
         self.run_export(what, path, payload["dot" if what == "svg" else what]())
 
-    @work(thread=True, exclusive=True, group="export", exit_on_error=False)
+    @in_background("export")
     def run_export(self, what: str, path: str, payload) -> None:
         self.post_message(m.WorkStarted("export", f"exporting {what}"))
         path = os.path.abspath(os.path.expanduser(path))
@@ -171,21 +225,44 @@ class Workers:
         elif what == "report":
             with open(path, "w") as fh:
                 json.dump(payload, fh, indent=2, default=str)
-        else:
+        else:  # dot text, or an svg drawn by Graphviz dot when small and from onnxgrad's own layout when big
             model, spec, view, stats = payload
-            dot = engine.to_dot(model, spec, view, stats)
-            if what == "dot":
-                with open(path, "w") as fh:
-                    fh.write(getattr(dot, "source", dot))
-            else:
-                engine.render(dot, path)
+            engine.render_graph(model, path, spec, view, stats)
         self.post_message(m.ExportDone(what, path))
 
-    @work(thread=True, exclusive=True, group="open", exit_on_error=False)
+    @in_background("open")
     def run_open(self, path: str) -> None:
         self.post_message(m.WorkStarted("open", f"opening {os.path.basename(path)}"))
         model = engine.load(os.path.expanduser(path))
-        self.post_message(m.ModelOpened(os.path.basename(path), model))
+        self.post_message(m.ModelOpened(os.path.basename(model.graph.path or path), model))
+
+    def on_inspector_summary_wanted(self, message) -> None:
+        key = (message.kind, message.name, id(message.array))
+        if self._summarizing == key and self._work_live("summary"):
+            return
+        self._summarizing = key
+        self.run_summary(message.kind, message.name, message.array)
+
+    @in_background("summary")
+    def run_summary(self, kind: str, name: str, array) -> None:
+        worker = get_current_worker()
+        summary = summarize(array, lambda: worker.is_cancelled)
+        if summary is not None and not worker.is_cancelled:
+            self.post_message(m.SummaryReady(kind, name, array, summary))
+
+    def on_summary_ready(self, message: m.SummaryReady) -> None:
+        self.session.summaries.put(message.kind, message.name, message.array, message.summary)
+        if self._summarizing is not None and self._summarizing[:2] == (message.kind, message.name):
+            self._summarizing = None
+        inspector = self.query_one("#inspector")
+        if inspector.tensor == message.name:
+            inspector.refresh_content()
+
+    def on_cursor_moved(self, message: m.CursorMoved) -> None:
+        """Only the tensor on screen is summarized: leaving it stops its summary."""
+        if self._summarizing is not None and self._summarizing[1] != message.tensor:
+            self._summarizing = None
+            self.workers.cancel_group(self, "summary")
 
     def action_cancel(self) -> None:
         running = [w for w in self.workers if w.group in CANCELLABLE and w.is_running]
@@ -244,7 +321,8 @@ class Workers:
         self.post_message(m.WorkFinished(kind, "done" if accepted else "stale"))
 
     def on_gradient_ready(self, message: m.GradientReady) -> None:
-        ok = self.session.accept_gradient(message.generation, message.result, message.stats, message.origin)
+        ok = self.session.accept_gradient(message.generation, message.result, message.stats, message.origin,
+                                          message.summaries)
         if ok:
             self.results_changed()
             self.query_one("#results").show_tab("gradients")

@@ -91,12 +91,51 @@ def test_external_data_is_written_inline(tmp_path):
     np.testing.assert_array_equal(numpy_helper.to_array(w1), gm.params["W1"].detach().numpy())
 
 
-def test_save_refuses_a_file_that_changed_since_loading(tmp_path):
+def test_external_data_is_written_when_asked_and_reads_back_as_trained(tmp_path):
+    w = np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32)  # 16 KB: over the 1 KB cut
+    g = helper.make_graph([helper.make_node("MatMul", ["X", "W"], ["H"]), helper.make_node("Add", ["H", "b"], ["Y"])],
+                          "g", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [2, 64])],
+                          [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [2, 64])],
+                          initializer=[numpy_helper.from_array(w, "W"), numpy_helper.from_array(np.ones(64, np.float32), "b")])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "m.onnx")
+    gm = GradManager(tmp_path / "m.onnx").attach("W,b")
+    with gm:
+        gm.backward(gm.run({"X": np.ones((2, 64), np.float32)})["Y"].pow(2).sum())
+    with torch.no_grad():
+        for p in gm.params.values():
+            p.sub_(0.01 * p.grad)
+    assert gm.save(tmp_path / "out.onnx", external_data=True) is True
+    inits = {t.name: t for t in onnx.load(tmp_path / "out.onnx", load_external_data=False).graph.initializer}
+    assert inits["W"].data_location == TensorProto.EXTERNAL and not inits["W"].raw_data
+    assert {e.key: e.value for e in inits["W"].external_data}["location"] == "out.onnx.data"
+    assert inits["b"].data_location == TensorProto.DEFAULT  # 256 bytes: under the cut, stays inline
+    reloaded = engine.load(tmp_path / "out.onnx")
+    for name, value in gm.params.items():
+        np.testing.assert_array_equal(reloaded.constants()[name].numpy(), value.detach().numpy())
+    assert not np.array_equal(reloaded.constants()["W"].numpy(), w)  # the trained values, not the loaded ones
+
+
+def test_save_writes_the_model_as_loaded_when_its_small_file_changed_since(tmp_path):
     path = tmp_path / "m.onnx"
     onnx.save(onnx.load(MLP), path)
-    gm = GradManager(path)
+    gm = GradManager(path)  # every initializer is under a kilobyte: all of it was read at load
     other = onnx.load(MLP)
     other.graph.initializer[2].dims[:] = [16, 8]
     onnx.save(other, path)
-    with pytest.raises(ModelLoadError, match="changed since it was loaded: initializer 'W1' differs"):
-        gm.save(tmp_path / "out.onnx")
+    gm.save(tmp_path / "out.onnx")
+    assert_only_initializers_changed(onnx.load(MLP), onnx.load(tmp_path / "out.onnx"), gm)
+
+
+def test_save_refuses_weights_not_read_yet_from_a_file_rewritten_since(tmp_path):
+    w = np.arange(64 * 64, dtype=np.float32).reshape(64, 64)
+    g = helper.make_graph([helper.make_node("MatMul", ["X", "W"], ["Y"])], "g",
+                          [helper.make_tensor_value_info("X", TensorProto.FLOAT, [2, 64])],
+                          [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [2, 64])],
+                          initializer=[numpy_helper.from_array(w, "W")])
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    model = engine.load(path)  # W (16 KB) stays in the file until something reads it
+    with open(path, "r+b") as fh:  # rewritten in place, as `onnx.save` over it would
+        fh.write(fh.read())
+    with pytest.raises(ModelLoadError, match="changed since it was loaded: load it again"):
+        GradManager(model).save(tmp_path / "out.onnx")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import threading
 from typing import TYPE_CHECKING
 
 from ..errors import FeedError
@@ -23,7 +24,7 @@ OPS_HELP = "a Python file that registers ops (forward + VJP) when imported; repe
 
 
 def add_model_argument(p: argparse.ArgumentParser, ops: bool = True) -> None:
-    p.add_argument("model", metavar="MODEL", help="path to an .onnx file")
+    p.add_argument("model", metavar="MODEL", help="path to an .onnx file, or a folder holding one")
     if ops:  # commands that run the model can run ops registered by a file
         add_ops_argument(p)
 
@@ -187,3 +188,48 @@ def describe(arr: np.ndarray) -> str:
 
 def err(msg: str) -> None:
     print(msg, file=sys.stderr)
+
+
+class Stages:
+    """`with Stages() as stage: stage("loading model.onnx") ...`: a spinner on stderr naming the stage
+    under way, shown once the command has run for `after` seconds (quick commands print nothing)
+    and only when stderr is a terminal. It goes away when the block ends."""
+
+    def __init__(self, after: float = 1.0):
+        self.after = after
+        self.text = ""
+        self._status = None
+        self._timer = None
+        self._lock = threading.Lock()
+
+    def __enter__(self):
+        if sys.stderr.isatty():
+            self._timer = threading.Timer(self.after, self._show)
+            self._timer.daemon = True
+            self._timer.start()
+        return self
+
+    def __call__(self, text: str) -> None:
+        with self._lock:
+            self.text = text
+            if self._status is not None:
+                self._status.update(text + "…")
+
+    def _show(self) -> None:
+        from rich.console import Console
+
+        with self._lock:
+            if self._timer is None:
+                return
+            self._status = Console(stderr=True).status(self.text + "…", spinner="dots")
+            self._status.start()
+
+    def __exit__(self, *exc):
+        with self._lock:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            if self._status is not None:
+                self._status.stop()
+                self._status = None
+        return False

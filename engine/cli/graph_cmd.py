@@ -6,6 +6,7 @@ import sys
 
 from ..errors import OnnxGradError, SelectionError
 from .common import (
+    Stages,
     add_feed_arguments,
     add_model_argument,
     add_selection_arguments,
@@ -37,8 +38,14 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from ..graphs.dot import render, view_to_dot
+    with Stages() as stage:
+        return _draw(args, stage)
+
+
+def _draw(args, stage) -> int:
+    from ..graphs.dot import view_to_dot
     from ..graphs.layout import layout_view
+    from ..graphs.svg import PLACED_FROM_NODES, render_view
     from ..graphs.terminal import render_text
     from ..graphs.view import build_view
 
@@ -50,18 +57,23 @@ def run(args) -> int:
     fmt = os.path.splitext(out)[1].lower() if out else ".dot"
     if fmt not in (".dot", ".gv", ".svg", ".png", ".txt"):
         raise OnnxGradError(f"cannot write {out}: the file name must end in .dot, .svg, .png or .txt")
+    stage(f"loading {os.path.basename(args.model)}")
     model = open_model(args)
     spec = selection_of(model, args) if args.y else None
     stats = None
     if args.stats:
         from ..graphs.stats import gradient_with_stats
 
+        stage("computing the gradient for --stats")
         feeds = collect_feeds(model, args, seed=args.seed, members=spec.inputs)
         _, stats = gradient_with_stats(model, spec.y, spec.xs, spec.zs, feeds=feeds, seed=args.seed,
                                        dims=parse_dim_arguments(model, args))
+    stage(f"building the {args.view} view")
     view = build_view(model, spec, args.view, stats, collapse_chains=args.collapse_chains,
                       needs_edges=fmt != ".txt")
+    placed = ""
     if fmt == ".txt":
+        stage(f"laying out {len(view.nodes):,} nodes")
         text = render_text(layout_view(view)) + "\n"
         if stats is not None:  # a box drawing has no edge labels: the stats follow as a table
             text += _stats_table(spec.y, stats)
@@ -70,9 +82,10 @@ def run(args) -> int:
     elif out is None:
         sys.stdout.write(view_to_dot(view))
         return 0
-    else:
-        render(view_to_dot(view), out)
-    print(f"wrote {args.view} view ({len(view.nodes)} nodes, {len(view.edges)} edges) to {out}")
+    elif render_view(view, out, progress=stage) == "layered":
+        why = f"{PLACED_FROM_NODES} nodes or more" if len(view.nodes) >= PLACED_FROM_NODES else "dot ran out of time"
+        placed = f", placed by onnxgrad's layered layout ({why}) and drawn by Graphviz neato"
+    print(f"wrote {args.view} view ({len(view.nodes)} nodes, {len(view.edges)} edges) to {out}{placed}")
     return 0
 
 

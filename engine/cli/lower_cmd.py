@@ -23,10 +23,9 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     import os
 
-    import onnx
-
     from ..errors import LoweringError
-    from ..lower import lower
+    from ..lower.lowering import lowered
+    from ..modelwrite import write
 
     if (args.y is None) != (args.xs is None):
         raise LoweringError("--y and --xs go together: name the tensor and what to differentiate it by")
@@ -35,11 +34,13 @@ def run(args) -> int:
     folder = os.path.dirname(os.path.abspath(args.output))
     if not os.path.isdir(folder):
         raise LoweringError(f"cannot write {args.output}: folder {folder} does not exist")
-    model = lower(args.model, args.y, args.xs, args.zs, dy=args.dy, names=args.names)
-    onnx.save(model, args.output)
+    model, weights = lowered(args.model, args.y, args.xs, args.zs, dy=args.dy, names=args.names)
+    external = write(model, weights, args.output)
     kinds = sorted({n.op_type for n in model.graph.node})
     outputs = ", ".join(o.name for o in model.graph.output)
     print(f"wrote {args.output}: {len(model.graph.node)} nodes, {len(kinds)} op types, opset "
           f"{next(o.version for o in model.opset_import if o.domain in ('', 'ai.onnx'))}")
     print(f"outputs: {outputs}")
+    if external:
+        print(f"weights: {args.output}.data (external data: the model is over protobuf's 2 GB)")
     return 0

@@ -293,16 +293,16 @@ class GradManager:
         """Forget accumulated gradients: all of them, or those of `names`."""
         self.params.zero_grad(None if names is None else parse_names(names))
 
-    def save(self, path: str | os.PathLike, all_ranks: bool = False) -> bool:
-        """Write the model with the parameters' current values; everything else as loaded.
-
-        In a torch.distributed process group only rank 0 writes, unless `all_ranks`; returns
+    def save(self, path: str | os.PathLike, external_data: bool | None = None, all_ranks: bool = False) -> bool:
+        """Write the model with the parameters' current values; everything else as loaded. The
+        weights go to PATH.data when the model is over protobuf's 2 GB, or when `external_data` is
+        True. In a torch.distributed process group only rank 0 writes, unless `all_ranks`; returns
         whether this process wrote the file."""
         from ..distributed.group import rank
 
         if not all_ranks and rank() != 0:
             return False
-        self.params.save(path)
+        self.params.save(path, external_data=external_data)
         return True
 
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 import os
 from typing import Iterator, Mapping
 
-import onnx
 import torch
 from onnx import ModelProto, TensorProto
 
 from ..dtypes import onnx_to_torch
-from ..errors import ModelLoadError, OnnxGradError
+from ..errors import ModelLoadError
 from ..model import Model
+from ..modelwrite import write
 
 
 class Parameters(Mapping[str, torch.Tensor]):
@@ -73,43 +73,34 @@ class Parameters(Mapping[str, torch.Tensor]):
                 self.extra_grads.pop(name, None)
 
     # --- writing back --------------------------------------------------------------------------
-    def save(self, path: str | os.PathLike) -> None:
-        """Write the model with every parameter's current value; all else is the model as loaded."""
-        proto = source_proto(self.model)
+    def save(self, path: str | os.PathLike, external_data: bool | None = None) -> bool:
+        """Write the model with every parameter's current value; all else is the model as loaded.
+        `external_data`: None writes the weights to PATH.data only when the model is over protobuf's
+        2 GB; True or False forces it. Returns whether external data was written."""
+        proto, data = source_model(self.model)
         by_name = {t.name: t for t in proto.graph.initializer}
         for name, value in self._tensors.items():
             init = by_name.get(name)
             if init is None or tuple(init.dims) != tuple(value.shape):
                 raise ModelLoadError(f"the model file changed since it was loaded: initializer {name!r} differs")
-            write_initializer(init, value)
-        try:
-            onnx.save(proto, os.fspath(path))
-        except (OSError, ValueError) as exc:
-            raise OnnxGradError(f"cannot write {os.fspath(path)}: {exc}") from None
+            data[name] = initializer_bytes(init, value)
+        return write(proto, data, os.fspath(path), external=external_data)
 
 
-def source_proto(model: Model) -> ModelProto:
-    """A fresh copy of the model as the user gave it (shape inference's additions left out)."""
+def source_model(model: Model) -> tuple[ModelProto, dict]:
+    """The model as loaded (shape inference's additions left out), without the bytes of its large
+    initializers, and where those bytes are, by name (a writer copies them from there)."""
     graph = model.graph
-    if isinstance(graph.source, ModelProto):
-        proto = ModelProto()
-        proto.CopyFrom(graph.source)
-        return proto
-    if isinstance(graph.source, bytes):
-        return onnx.load_from_string(graph.source)
-    if graph.path is not None:
-        try:
-            return onnx.load(graph.path)
-        except Exception as exc:
-            raise ModelLoadError(f"cannot re-read {graph.path}: {exc}") from None
-    raise ModelLoadError("this model was not loaded from a file, bytes or a proto; nothing to write back")
+    if graph.source is None or graph.weights is None:
+        raise ModelLoadError("this model was not loaded from a file, bytes or a proto; nothing to write back")
+    graph.weights.require_unchanged()  # what is not read yet must come from the files as they were
+    return graph.source, {name: graph.weights.stored(name) for name in graph.weights.detached()}
 
 
-def write_initializer(init: TensorProto, value: torch.Tensor) -> None:
-    """Replace the data of `init` by `value`, cast to the initializer's own element type."""
+def initializer_bytes(init: TensorProto, value: torch.Tensor) -> memoryview:
+    """`value` cast to the initializer's own element type, as ONNX raw_data bytes (little-endian, as
+    torch's CPU layout here)."""
     t = value.detach().to("cpu", onnx_to_torch(init.data_type)).contiguous()
     if t.dtype == torch.bfloat16:  # numpy has no bfloat16: write the raw 16-bit patterns
         t = t.view(torch.int16)
-    for field in ("float_data", "double_data", "int32_data", "int64_data", "external_data", "data_location"):
-        init.ClearField(field)
-    init.raw_data = t.numpy().tobytes()  # ONNX raw_data is little-endian, as torch's CPU layout here
+    return memoryview(t.numpy()).cast("B")

@@ -207,16 +207,21 @@ def isotonic_place(desired: list[float], widths: list[float], weights: list[floa
     for w in widths:
         offsets.append(acc)
         acc += w + sep
-    # Pool adjacent violators on targets shifted by the offsets: a non-decreasing fit.
-    blocks: list[list[float]] = []  # [mean, weight, count]
+    # Pool adjacent violators on targets shifted by the offsets: a non-decreasing fit. The blocks
+    # are three flat lists (mean, weight, count): a list per block cost a third of a big layout.
+    means: list[float] = []
+    totals: list[float] = []
+    counts: list[int] = []
     for d, o, wt in zip(desired, offsets, weights):
-        blocks.append([d - o, wt, 1])
-        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
-            m2, w2, c2 = blocks.pop()
-            m1, w1, c1 = blocks.pop()
-            blocks.append([(m1 * w1 + m2 * w2) / (w1 + w2), w1 + w2, c1 + c2])
+        mean, count = d - o, 1
+        while means and means[-1] > mean:
+            m1, w1 = means.pop(), totals.pop()
+            mean, wt, count = (m1 * w1 + mean * wt) / (w1 + wt), w1 + wt, count + counts.pop()
+        means.append(mean)
+        totals.append(wt)
+        counts.append(count)
     out = []
-    for mean, _, count in blocks:
+    for mean, count in zip(means, counts):
         out.extend([mean] * count)
     return [v + o for v, o in zip(out, offsets)]
 

@@ -35,6 +35,7 @@ DOT_TIMEOUT_S = 20.0
 # From this many drawn nodes "auto" skips Graphviz: the layered placement is five times faster on
 # densenet's 1,746 nodes and a third as wide, and dot runs past its timeout on 12,500.
 DOT_MAX_NODES = 400
+UNLAID_KINDS = ("needs", "gradient_input")  # edges drawn without a route of their own (see _layout_edges)
 
 
 @dataclass(frozen=True)
@@ -135,9 +136,10 @@ def node_width(label: str) -> int:
     return min(len(label), MAX_LABEL) + 4
 
 
-def layout_view(view: ViewGraph, engine: str = "auto") -> GraphLayout:
+def layout_view(view: ViewGraph, engine: str = "auto", widths: list[int] | None = None) -> GraphLayout:
+    """`widths`: each node's box width in cells (default: its label's, cut at MAX_LABEL)."""
     ids = [n.id for n in view.nodes]
-    widths = [node_width(n.label) for n in view.nodes]
+    widths = widths or [node_width(n.label) for n in view.nodes]
     pairs, labels, kinds = _layout_edges(view)
     index = {node_id: k for k, node_id in enumerate(ids)}
     edges = [(index[s], index[t]) for s, t in pairs]
@@ -167,7 +169,7 @@ def _layout_edges(view: ViewGraph):
     labels: dict[tuple[str, str], list[str]] = {}
     kinds: dict[tuple[str, str], tuple[str, str | None]] = {}
     for e in view.edges:
-        if (e.kind in ("needs", "gradient_input") or e.source not in known or e.target not in known
+        if (e.kind in UNLAID_KINDS or e.source not in known or e.target not in known
                 or e.source == e.target):
             continue
         pair = (e.source, e.target)

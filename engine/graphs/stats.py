@@ -39,16 +39,25 @@ class TensorStats:
 
     @classmethod
     def of(cls, value) -> "TensorStats":
+        """In the tensor's own dtype where that is exact (min, max, the counts); the norm from float64
+        pieces of a million elements. A float64 copy of every edge's gradient, twice over (and a
+        third for the finite ones) made GPT-2's stats run 7 times as long as its gradient."""
         t = value.detach() if isinstance(value, torch.Tensor) else torch.as_tensor(np.asarray(value))
         shape, dtype = tuple(t.shape), str(t.dtype).removeprefix("torch.")
-        t = t.to("cpu", torch.float64)
-        nan = int(torch.isnan(t).sum())
-        inf = int(torch.isinf(t).sum())
-        finite = t[torch.isfinite(t)]
+        t = t.to("cpu")
+        if not t.is_floating_point():
+            t = t.to(torch.float64)
+        finite = torch.isfinite(t)
+        if bool(finite.all()):
+            nan = inf = 0
+            finite = t.reshape(-1)
+        else:
+            nan, inf = int(torch.isnan(t).sum()), int(torch.isinf(t).sum())
+            finite = t[finite]
         if finite.numel() == 0:
             return cls(shape, dtype, 0.0, 0.0, 0.0, nan, inf)
-        return cls(shape, dtype, float(torch.linalg.vector_norm(finite)), float(finite.min()),
-                   float(finite.max()), nan, inf)
+        squares = sum(float(torch.linalg.vector_norm(piece.to(torch.float64))) ** 2 for piece in finite.split(1 << 20))
+        return cls(shape, dtype, squares ** 0.5, float(finite.min()), float(finite.max()), nan, inf)
 
     def describe(self) -> str:
         bad = "" if self.finite else f" nan={self.nan_count} inf={self.inf_count}"

@@ -6,6 +6,8 @@ constructions that work for any shape.
 """
 from __future__ import annotations
 
+from collections import ChainMap
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,11 +40,13 @@ def collect_types(model: onnx.ModelProto) -> dict[str, TypeInfo]:
     return out
 
 
-def collect_constants(model: onnx.ModelProto) -> dict[str, np.ndarray]:
-    """Values known without running the model: initializers that are not graph inputs, Constant nodes."""
+def collect_constants(model: onnx.ModelProto, initializers=None) -> dict[str, np.ndarray]:
+    """Values known without running the model: initializers that are not graph inputs (of
+    `initializers` when given: those whose bytes are in the proto), Constant nodes."""
     g = model.graph
     inputs = {i.name for i in g.input}
-    out = {t.name: numpy_helper.to_array(t) for t in g.initializer if t.name not in inputs}
+    held = g.initializer if initializers is None else initializers
+    out = {t.name: numpy_helper.to_array(t) for t in held if t.name not in inputs}
     for n in g.node:
         if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
             for a in n.attribute:
@@ -53,13 +57,62 @@ def collect_constants(model: onnx.ModelProto) -> dict[str, np.ndarray]:
     return out
 
 
+def known_values(model: onnx.ModelProto, weights=None) -> Mapping[str, np.ndarray]:
+    """`collect_constants` over the initializers held in the proto, and the values of those whose bytes
+    are outside it (`weights`, engine/weights.py), read only when a rule asks for one."""
+    g = model.graph
+    detached = weights.detached() if weights is not None else frozenset()
+    held = [t for t in g.initializer if t.name not in detached]
+    if not detached:
+        return collect_constants(model, held)
+    inputs = {i.name for i in g.input}
+    return ChainMap(collect_constants(model, held),
+                    _Values(weights, {t.name for t in g.initializer} - inputs, detached))
+
+
+class _Values(Mapping):
+    """Values of the initializers whose bytes are outside the proto, read when a rule asks."""
+
+    def __init__(self, weights, names: set[str], detached):
+        self.weights, self.names = weights, names & set(detached)
+
+    def __getitem__(self, name):
+        if name not in self.names:
+            raise KeyError(name)
+        return self.weights[name]
+
+    def __iter__(self):
+        return iter(self.names)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+
+# onnx's data propagation spells a 1-D tensor's values as one shape dimension each: a 1-D input of
+# 2**31 elements (the >2 GB int8 table in tests/test_large_models.py) made it allocate 24 GB
+DATA_PROP_MAX_LENGTH = 1 << 16
+
+
 def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
     """onnx shape inference, propagating Shape-derived values where it can (data_prop), which some
-    function ops' inference does not survive: then without."""
+    function ops' inference does not survive: then without. Not with a long 1-D tensor declared."""
+    if _declares_long_vector(model.graph):
+        return onnx.shape_inference.infer_shapes(model)
     try:
         return onnx.shape_inference.infer_shapes(model, data_prop=True)
     except Exception:  # noqa: BLE001 - the plain inference raises its own error if it must
         return onnx.shape_inference.infer_shapes(model)
+
+
+def _declares_long_vector(g: onnx.GraphProto) -> bool:
+    for t in g.initializer:
+        if len(t.dims) == 1 and t.dims[0] > DATA_PROP_MAX_LENGTH:
+            return True
+    for vi in list(g.input) + list(g.value_info) + list(g.output):
+        dims = vi.type.tensor_type.shape.dim
+        if len(dims) == 1 and dims[0].dim_value > DATA_PROP_MAX_LENGTH:
+            return True
+    return False
 
 
 def attr(node: NodeProto, name: str, default=None):

@@ -18,7 +18,8 @@ from onnx import ModelProto, NodeProto, TensorProto
 
 from ..contrib_schema import is_default_domain_contrib
 from ..errors import LoweringError
-from .context import Ctx, attr, collect_constants, collect_types
+from ..modelfile import checkable
+from .context import Ctx, attr, collect_types, known_values
 
 MS = "com.microsoft"
 MIN_OPSET = 13  # ReduceSum's axes input, Split's and Slice's input forms
@@ -266,8 +267,10 @@ def _contrib(node: NodeProto, opset: int) -> bool:
     return node.domain == MS or (node.domain in ("", "ai.onnx") and is_default_domain_contrib(node.op_type, opset))
 
 
-def expand_contrib(proto: ModelProto) -> ModelProto:
-    """`proto` with every onnxruntime contrib node replaced by its ai.onnx expansion (in place)."""
+def expand_contrib(proto: ModelProto, weights=None) -> ModelProto:
+    """`proto` with every onnxruntime contrib node replaced by its ai.onnx expansion (in place).
+    Initializers whose bytes are in `weights` (engine/weights.py) are read from there when an
+    expansion needs their values."""
     opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 1)
     graph = proto.graph
     if not any(_contrib(n, opset) for n in graph.node):
@@ -275,11 +278,11 @@ def expand_contrib(proto: ModelProto) -> ModelProto:
     if opset < MIN_OPSET:
         raise LoweringError(f"contrib ops are expanded at opset {MIN_OPSET} or later; the model is opset {opset}")
     try:
-        typed = onnx.shape_inference.infer_shapes(proto)
+        typed = onnx.shape_inference.infer_shapes(checkable(proto, weights.detached() if weights is not None else ()))
     except Exception:
         typed = proto
     used = {t for n in graph.node for t in list(n.output) + list(n.input) + [n.name]}
-    ctx = Ctx(collect_types(typed), collect_constants(proto), used | {i.name for i in graph.initializer}, "expanded",
+    ctx = Ctx(collect_types(typed), known_values(proto, weights), used | {i.name for i in graph.initializer}, "expanded",
               opset)
     nodes = []
     for node in graph.node:

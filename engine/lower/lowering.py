@@ -13,10 +13,12 @@ from typing import Sequence
 import onnx
 from onnx import ModelProto, helper, version_converter
 
-from ..errors import LoweringError, ModelLoadError
+from ..errors import LoweringError
 from ..loader import TRAINING_DOMAIN, _toposort
+from ..modelfile import checkable
+from ..modelwrite import materialize
 from ..selection import names as split_names
-from .context import Ctx, attr, collect_constants, collect_types, infer_shapes
+from .context import Ctx, attr, collect_types, infer_shapes, known_values
 from .contrib import expand_contrib
 from .core import backward, cut_slice
 
@@ -25,21 +27,32 @@ MIN_OPSET = 17
 
 
 def as_proto(model) -> ModelProto:
+    """A complete ModelProto of a path, bytes, proto or engine Model (weights included)."""
     if isinstance(model, ModelProto):
         out = ModelProto()
         out.CopyFrom(model)
         return out
-    if isinstance(model, bytes):
-        return onnx.load_from_string(model)
-    if isinstance(model, (str, os.PathLike)):
-        try:
-            return onnx.load(os.fspath(model))
-        except Exception as exc:
-            raise ModelLoadError(f"cannot read {os.fspath(model)}: {exc}".splitlines()[0]) from None
+    graph = _graph(model)
+    return materialize(graph.source, _detached_bytes(graph, graph.source))
+
+
+def _graph(model):
+    """The loaded graph of an engine Model, or of a path, bytes or proto loaded now (one-line errors)."""
+    from ..loader import load as read_graph
+
     graph = getattr(model, "graph", None)
-    if graph is not None and hasattr(graph, "model"):
-        return as_proto(graph.model)
+    if graph is not None and hasattr(graph, "weights"):
+        return graph
+    if isinstance(model, (str, os.PathLike, bytes, ModelProto)):
+        return read_graph(model)
     raise TypeError(f"expected a path, bytes, ModelProto or engine Model, got {type(model).__name__}")
+
+
+def _detached_bytes(graph, proto: ModelProto) -> dict:
+    """The bytes of the initializers `proto` still has whose bytes live outside the proto."""
+    names = {t.name for t in proto.graph.initializer}
+    weights = graph.weights
+    return {n: weights.stored(n) for n in weights.detached() if n in names}
 
 
 def opset_version(proto: ModelProto) -> int:
@@ -72,10 +85,14 @@ def _output_shapes(proto: ModelProto) -> dict:
 
 
 class Lowering:
-    """The model being rewritten, re-typed by shape inference after each step."""
+    """The model being rewritten, re-typed by shape inference after each step. Initializers whose
+    bytes live outside the proto (`weights`, engine/weights.py) stay there: shape inference runs on a
+    copy that declares them as inputs, and a rule reading their values reads them where they are."""
 
-    def __init__(self, proto: ModelProto):
+    def __init__(self, proto: ModelProto, weights=None):
         self.proto = proto
+        self.weights = weights
+        self.detached = weights.detached() if weights is not None else frozenset()
         self.refresh()
 
     def refresh(self) -> None:
@@ -85,9 +102,15 @@ class Lowering:
         del g.node[:]
         g.node.extend(nodes)
         del g.value_info[:]
-        self.proto = infer_shapes(self.proto)
+        inferred = infer_shapes(checkable(self.proto, self.detached))  # subgraphs typed too (Loop bodies)
+        if self.detached:  # back to the initializers the copy declared as inputs
+            del inferred.graph.input[:]
+            inferred.graph.input.extend(g.input)
+            del inferred.graph.initializer[:]
+            inferred.graph.initializer.extend(g.initializer)
+        self.proto = inferred
         self.types = collect_types(self.proto)
-        self.constants = collect_constants(self.proto)
+        self.constants = known_values(self.proto, self.weights)
         self.used = {t for n in self.proto.graph.node for t in list(n.output) + [n.name]}
         self.used |= {i.name for i in self.proto.graph.input} | {t.name for t in self.proto.graph.initializer}
 
@@ -150,9 +173,10 @@ class Lowering:
 
     # -- a selection -----------------------------------------------------------------------------
     def add_selection(self, y: str, xs, zs, dy: str | None, outputs: Sequence[str] | None) -> list[str]:
-        from ..model import load
+        from ..loader import index
+        from ..selection import validate
 
-        spec = load(self.proto, check=False).selection(y, xs, zs)
+        spec = validate(index(self.proto), y, xs, zs)
         outputs = list(outputs or [f"d{spec.y}_d{x}" for x in spec.xs])
         if len(outputs) != len(spec.xs):
             raise LoweringError(f"{len(outputs)} output names for {len(spec.xs)} members of xs")
@@ -223,13 +247,23 @@ def lower(model, y: str | None = None, xs=None, zs=None, *, dy: str | bool | Non
     selection become new graph outputs named `names` (default `d{y}_d{x}`), seeded with ones or,
     with `dy`, with a new graph input of y's shape (named `dy` if a string, else `d{y}`).
     """
-    from ..model import load
+    proto, data = lowered(model, y, xs, zs, dy=dy, names=names, check=check)
+    return materialize(proto, data)
 
-    proto = as_proto(model)
-    load(proto)  # one-line errors for bad models, unknown ops and invalid Gradient nodes
+
+def lowered(model, y: str | None = None, xs=None, zs=None, *, dy: str | bool | None = None,
+            names=None, check: bool = True) -> tuple[ModelProto, dict]:
+    """`lower` without putting the weights into the proto: (the lowered model with the large
+    initializers' bytes left out, those bytes by name), for `engine.modelfile.write` to stream."""
+    from ..model import Model
+
+    graph = _graph(model)
+    Model(graph)  # one-line errors for bad models, unknown ops and invalid Gradient nodes
+    proto = ModelProto()
+    proto.CopyFrom(graph.source)
     if not (y or xs) and not any(n.domain == TRAINING_DOMAIN and n.op_type == "Gradient" for n in proto.graph.node):
         raise LoweringError("the model has no Gradient node: name a selection with y and xs (--y, --xs)")
-    state = Lowering(upgraded(expand_contrib(proto)))
+    state = Lowering(upgraded(expand_contrib(proto, graph.weights)), graph.weights)
     while state.gradient_nodes():
         state.lower_gradient_node(state.innermost())
     if y or xs:
@@ -245,8 +279,8 @@ def lower(model, y: str | None = None, xs=None, zs=None, *, dy: str | bool | Non
         out.opset_import.extend(kept)
     if check:
         try:
-            onnx.checker.check_model(out, full_check=True)
+            onnx.checker.check_model(checkable(out, state.detached), full_check=True)
         except Exception as exc:  # noqa: BLE001 - onnx's checker or its shape inference, in one line
             text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise LoweringError(f"the lowered model fails onnx's full check: {text}") from None
-    return out
+    return out, _detached_bytes(graph, out)

@@ -13,10 +13,14 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from ..guard import guarded
-from .labels import fit_labels
+from .labels import fit_labels, middle_cut
 
 if TYPE_CHECKING:
     from .node_list import Entry
+
+# Up to this many names, labels for a new width are fitted as the list is drawn; more are fitted in
+# a worker (GPT-2's 4,797 names took 0.7 s, and a key pressed meanwhile waited for it).
+INLINE_LABELS = 2_000
 
 
 @guarded
@@ -44,6 +48,13 @@ class EntryList(ScrollView, can_focus=True):
     """
 
     @dataclass
+    class LabelsWanted(Message):
+        """The list is drawn at a width its labels were not fitted for (the NodeList fits them)."""
+
+        names: list[str]
+        width: int
+
+    @dataclass
     class Moved(Message):
         entry_list: "EntryList"
         index: int
@@ -58,6 +69,7 @@ class EntryList(ScrollView, can_focus=True):
         self.placeholder = ""  # shown while there are no entries
         self.collapsed: frozenset[str] = frozenset()
         self._labels: tuple[int, dict[str, str]] = (-1, {})
+        self._wanted = -1  # the width whose labels a worker is fitting
         self._styles: dict[str, object] = {}
 
     def notify_style_update(self) -> None:
@@ -78,10 +90,21 @@ class EntryList(ScrollView, can_focus=True):
         self._labels = labels
 
     def label(self, name: str, width: int) -> str:
-        """`name` cut to `width` cells, never into the label of another name (see labels.py)."""
+        """`name` cut to `width` cells, never into the label of another name (see labels.py); until
+        the labels of a long list are fitted to a new width, cut in the middle."""
         if self._labels[0] != width:
+            if len(self.names) > INLINE_LABELS:
+                if self._wanted != width:
+                    self._wanted = width
+                    self.post_message(self.LabelsWanted(self.names, width))
+                return middle_cut(name, width, (width - 1) // 2)
             self._labels = (width, fit_labels(self.names, width))
         return self._labels[1].get(name) or name[:width]
+
+    def set_labels(self, names: list[str], width: int, labels: dict[str, str]) -> None:
+        if names is self.names:
+            self._labels = (width, labels)
+            self.refresh()
 
     def set_entries(self, entries: list[Entry]) -> None:
         self.entries = entries

@@ -1,6 +1,8 @@
 """The inspector: what the cursor is on — node, tensor, values, gradient, a heatmap slice."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 from onnx import helper
 from rich.console import Group
@@ -8,6 +10,7 @@ from rich.text import Text
 from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
+from textual.message import Message
 from textual.widget import Widget
 from textual.widgets import Input
 
@@ -220,10 +223,14 @@ class Inspector(Widget, can_focus=True):
         if blocked:
             t.append(f"  no value: it needs {g.node_names[blocked[name]]}, an op onnxgrad cannot run\n", style="red")
         if value is not None and not isinstance(value, list):
-            t.append_text(stats_text(value, "value"))
-            t.append("\n")
-            t.append_text(histogram(value))
-            t.append("\n")
+            summary = self._summary("value", name, value)
+            if summary is None:
+                t.append(f"  value: summarizing {np.size(value):,} elements…\n", style="dim")
+            else:
+                t.append_text(stats_text(summary, "value"))
+                t.append("\n")
+                t.append_text(histogram(summary))
+                t.append("\n")
         elif value is None:
             t.append("  value: computing…\n", style="dim")
         flowing = getattr(s.gradient_stats, "tensors", {}).get(name) if s.gradient_stats else None
@@ -232,11 +239,32 @@ class Inspector(Widget, can_focus=True):
             t.append(f"{flowing.describe()}\n")
         if s.gradient is not None and name in s.gradient.grads:
             grad = s.gradient.grads[name]
-            t.append_text(stats_text(grad, f"d{s.gradient.spec.y}/d{name}"))
+            summary = self._summary("gradient", name, grad)
+            label = f"d{s.gradient.spec.y}/d{name}"
+            if summary is None:
+                t.append(f"{label}: summarizing {np.size(grad):,} elements…", style="dim")
+            else:
+                t.append_text(stats_text(summary, label))
             if name in s.gradient.disconnected:
                 t.append("\n  disconnected: y does not depend on it", style="yellow")
             t.append("\n")
         return t
+
+
+    def _summary(self, kind: str, name: str, array):
+        """The array's Summary, or None while a worker makes it (big arrays: see summaries.py)."""
+        summary = self.session.summaries.summary(kind, name, array)
+        if summary is None:
+            self.post_message(self.SummaryWanted(kind, name, array))
+        return summary
+
+    @dataclass
+    class SummaryWanted(Message):
+        """The inspector shows a tensor too big to summarize while drawing: the app starts a worker."""
+
+        kind: str  # "value" or "gradient"
+        name: str
+        array: object
 
 
 def _check_status(s, node_name: str) -> str | None:

@@ -12,6 +12,7 @@ from collections import Counter
 from typing import Iterable
 
 ELLIPSIS = "…"
+SEPARATORS = "/.:_"
 
 
 def middle_cut(name: str, width: int, tail: int) -> str:
@@ -37,24 +38,46 @@ def fit_labels(names: Iterable[str], width: int) -> dict[str, str]:
             return labels
         for n in clashing:
             _relabel(labels, used, n, middle_cut(n, width, tail))
-    clashing = [n for n in long if used[labels[n]] > 1]
-    if clashing and width >= 3:
-        ordered = sorted(clashing)
-        for k, n in enumerate(ordered):  # a window on where it differs from its neighbours
-            near = [m for m in ordered[max(0, k - 1):k + 2] if m != n]
-            if not near:
-                continue
-            at = max(len(os.path.commonprefix([n, m])) for m in near)
-            start = max(1, min(at - (width - 2) // 2, len(n) - (width - 1)))
-            window = name_window(n, start, width)
-            _relabel(labels, used, n, window)
-    for n in long:  # names equal in every cell the budget allows: number them
+    if width >= 3:
+        for group in _clash_groups(labels, used, long):  # a window on where it differs from its look-alikes
+            for k, n in enumerate(group):
+                near = [m for m in group[max(0, k - 1):k + 2] if m != n]
+                at = max(len(os.path.commonprefix([n, m])) for m in near)
+                _relabel(labels, used, n, difference_and_tail(n, at, width))
+    for group in _clash_groups(labels, used, long):  # names equal in every cell the budget allows: number them
         k = 1
-        while used[labels[n]] > 1:
-            k += 1
-            tag = f"~{k}"
-            _relabel(labels, used, n, middle_cut(n, width - len(tag), width) + tag)
+        for n in group[1:]:
+            while used[labels[n]] > 1:
+                k += 1
+                tag = f"~{k}"
+                _relabel(labels, used, n, middle_cut(n, width - len(tag), width) + tag)
     return labels
+
+
+def _clash_groups(labels: dict[str, str], used: Counter, names: list[str]) -> list[list[str]]:
+    """The names sharing a label, sorted, per shared label. Compared within its group, a name's window
+    lands where it differs from the names it is confused with (GPT-2 large's 36 layers differ in
+    the middle, its neighbours in sorted order at the end), and numbering a group is one pass."""
+    groups: dict[str, list[str]] = {}
+    for n in names:
+        if used[labels[n]] > 1:
+            groups.setdefault(labels[n], []).append(n)
+    return [sorted(g) for g in groups.values()]
+
+
+def difference_and_tail(name: str, at: int, width: int) -> str:
+    """ "…" + the name from just before position `at` through the next separator + "…" + its tail,
+    in `width` cells: the window tells the members of a look-alike group apart (`h.4/`, `h.17/`),
+    the tail the groups (`…c_proj/Constant_2`, `…attn/Constant_2`). A name too short for both
+    gets one window around `at`."""
+    start = max(1, at - 3)
+    stop = at + 1
+    while stop < len(name) and stop - start < (width - 2) // 2 and name[stop - 1] not in SEPARATORS:
+        stop += 1
+    tail = width - 2 - (stop - start)
+    if width < 7 or stop >= len(name) - tail:
+        return name_window(name, max(1, min(at - (width - 2) // 2, len(name) - (width - 1))), width)
+    return ELLIPSIS + name[start:stop] + ELLIPSIS + name[len(name) - tail:]
 
 
 def name_window(name: str, start: int, width: int) -> str:

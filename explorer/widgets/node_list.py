@@ -1,9 +1,8 @@
 """Every node and tensor in one list, with search (`/`, ranked in ../search.py) and jump-to on Enter."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
@@ -11,11 +10,13 @@ from textual.message import Message
 from textual.widgets import Input
 from textual.worker import get_current_worker
 
+from ..guard import in_background
 from ..search import SearchIndex
-from .entry_list import EntryList
+from .entry_list import INLINE_LABELS, EntryList
 from .labels import fit_labels
 
 UNSUPPORTED = "✗ unsupported"
+LABELS_RETRY_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -144,14 +145,49 @@ class NodeList(Vertical):
             self.set_listing(listing_for(graph, unsupported))
 
     def _list_later(self, graph, unsupported) -> None:
-        # The labels for the width the list has now: fitting 15,000 names is 0.15 s the UI keeps.
-        self._list_in_worker(graph, unsupported, self.query_one(EntryList).scrollable_content_region.width - 2)
+        # The labels for the width the list will have: fitting 15,000 names is 0.15 s the UI keeps.
+        view = self.query_one(EntryList)
+        region = view.scrollable_content_region
+        bar = 0 if view.show_vertical_scrollbar else view.styles.scrollbar_size_vertical
+        self._list_in_worker(graph, unsupported, region.width - 2, region.width - 2 - bar, region.height)
 
-    @work(thread=True, exclusive=True, group="navigator", exit_on_error=False)
-    def _list_in_worker(self, graph, unsupported, width: int) -> None:
-        listing = listing_for(graph, unsupported, width)
+    @in_background("navigator")
+    def _list_in_worker(self, graph, unsupported, width: int, with_scrollbar: int, height: int) -> None:
+        listing = listing_for(graph, unsupported)
+        width = with_scrollbar if len(rows_for(listing.groups, COLLAPSED)) > height else width
+        names = [e.name for e in listing.entries]
+        if len(names) <= INLINE_LABELS:  # more are listed first, cut in the middle, and fitted after
+            listing = replace(listing, labels=(width, fit_labels(names, width)))
         if not get_current_worker().is_cancelled:
             self.post_message(self.Listed(graph, listing))
+
+    def on_entry_list_labels_wanted(self, message: EntryList.LabelsWanted) -> None:
+        message.stop()
+        self._fit_labels(message.names, message.width)
+
+    def _fit_labels(self, names: list[str], width: int) -> None:
+        # The graph the user waits for goes first: fitting GPT-2 large's 13,917 labels is 2 s of the
+        # interpreter the whole layout would share. Names are cut in the middle meanwhile.
+        if any(w.group == "layout" and w.is_running for w in self.app.workers):
+            self.set_timer(LABELS_RETRY_S, lambda: self._fit_labels(names, width))
+        elif names is self.query_one(EntryList).names:
+            self._label_in_worker(names, width)
+
+    @in_background("labels")
+    def _label_in_worker(self, names: list[str], width: int) -> None:
+        labels = fit_labels(names, width)
+        if not get_current_worker().is_cancelled:
+            self.post_message(self.Labelled(names, width, labels))
+
+    @dataclass
+    class Labelled(Message):
+        names: list[str]  # the names fitted: labels of a list replaced since are dropped
+        width: int
+        labels: dict[str, str]
+
+    def on_node_list_labelled(self, message: Labelled) -> None:
+        message.stop()
+        self.query_one(EntryList).set_labels(message.names, message.width, message.labels)
 
     @dataclass
     class Listed(Message):
@@ -192,7 +228,9 @@ class NodeList(Vertical):
         self.query_one(EntryList).highlight(self._index[f"g:{group}"])
 
     def open_search(self) -> None:
-        self.query_one(Input).focus()
+        # Now, not after the keys already queued (Widget.focus waits its turn): typed right after
+        # "/", they go into the box, not to the app's keys (t would toggle the dtype).
+        self.screen.set_focus(self.query_one(Input))
 
     def action_close_search(self) -> None:
         self.close_search()

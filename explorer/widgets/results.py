@@ -12,7 +12,7 @@ from textual.message import Message
 from textual.widgets import DataTable, Static, TabbedContent, TabPane
 
 from ..guard import guarded
-from ..state import array_stats
+from ..summaries import summarize
 from ..verdicts import VerifyRow, verify_rows
 
 STATUS_STYLE = {"pass": "bold green", "fail": "bold red", "inconclusive": "bold yellow", "NaN/Inf": "bold red",
@@ -69,8 +69,9 @@ class Results(Vertical):
         self._rows: dict[str, VerifyRow] = {}
         self.show_gradient(None)
 
-    def show_gradient(self, result, origin=None) -> None:
-        """The gradients per x; a NaN/Inf count in red and, above the table, the node it comes from."""
+    def show_gradient(self, result, origin=None, summary_of=None) -> None:
+        """The gradients per x; a NaN/Inf count in red and, above the table, the node it comes from.
+        `summary_of(x)`: the Summary of x's gradient (the session's, made by the gradient's worker)."""
         table = self.query_one("#gradient-table", DataTable)
         note = self.query_one("#gradient-note", Static)
         table.clear()
@@ -80,7 +81,7 @@ class Results(Vertical):
         if result is None:
             return
         for name, g in result.grads.items():
-            s = array_stats(g)
+            s = (summary_of(name) if summary_of is not None else summarize(g)).as_dict()
             bad = s.get("nonfinite", 0)
             table.add_row(name, "×".join(map(str, s["shape"])) or "scalar", _num(s.get("norm")),
                           _num(s.get("max_abs")), _num(s.get("mean")),

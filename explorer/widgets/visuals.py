@@ -6,14 +6,19 @@ from rich.color import Color
 from rich.style import Style
 from rich.text import Text
 
-from ..state import array_stats
+from ..summaries import BINS, Summary, summarize
 
 BARS = " ▁▂▃▄▅▆▇█"
 HEAT_ROWS, HEAT_COLS = 16, 16
 
 
+def _summary(a) -> Summary:
+    return a if isinstance(a, Summary) else summarize(a)
+
+
 def stats_text(a, label: str = "") -> Text:
-    s = array_stats(a)
+    """`a`: an array, or its Summary (which is what the inspector passes: made once, by a worker if big)."""
+    s = _summary(a).as_dict()
     t = Text()
     if label:
         t.append(f"{label} ", style="bold")
@@ -25,20 +30,18 @@ def stats_text(a, label: str = "") -> Text:
     return t
 
 
-def histogram(a, bins: int = 24) -> Text:
-    """One row of bars over the finite values, with the range underneath."""
-    a = np.asarray(a, dtype=np.float64).reshape(-1)
-    a = a[np.isfinite(a)]
-    if a.size == 0:
+def histogram(a) -> Text:
+    """One row of bars over the finite values, with the range underneath (`a`: an array or its Summary)."""
+    s = _summary(a)
+    if not s.finite:
         return Text("(no finite values)", style="dim")
-    lo, hi = float(a.min()), float(a.max())
-    if lo == hi:
-        return Text(f"all {a.size} values = {lo:.4g}", style="dim")
-    counts, _ = np.histogram(a, bins=bins, range=(lo, hi))
-    top = counts.max()
-    bars = "".join(BARS[int(np.ceil(c / top * (len(BARS) - 1)))] for c in counts)
+    lo, hi = s.min, s.max
+    if not s.counts:
+        return Text(f"all {s.finite} values = {lo:.4g}", style="dim")
+    top = max(s.counts)
+    bars = "".join(BARS[int(np.ceil(c / top * (len(BARS) - 1)))] for c in s.counts)
     t = Text(bars, style="cyan")
-    gap = max(1, bins - len(f"{lo:.3g}") - len(f"{hi:.3g}"))
+    gap = max(1, BINS - len(f"{lo:.3g}") - len(f"{hi:.3g}"))
     t.append(f"\n{lo:.3g}{' ' * gap}{hi:.3g}", style="dim")
     return t
 
@@ -65,14 +68,14 @@ def heatmap(a, lead: tuple[int, ...] = (), focus: tuple[int, int] | None = None)
     a = np.asarray(a)
     if a.dtype.kind not in "fiub":
         return Text(f"(no heatmap for {a.dtype})", style="dim")
-    plane = a[lead] if lead else a
-    plane = np.atleast_2d(np.asarray(plane, dtype=np.float64))
+    plane = np.atleast_2d(a[lead] if lead else a)
     if plane.ndim > 2:
         plane = plane.reshape(plane.shape[0], -1)
     rows, cols = plane.shape
     r0 = _window(rows, HEAT_ROWS, focus[0] if focus else 0)
     c0 = _window(cols, HEAT_COLS, focus[1] if focus else 0)
-    view = plane[r0:r0 + HEAT_ROWS, c0:c0 + HEAT_COLS]
+    # Only the window is converted: the slice itself may be a 50,257×768 embedding.
+    view = np.asarray(plane[r0:r0 + HEAT_ROWS, c0:c0 + HEAT_COLS], dtype=np.float64)
     finite = view[np.isfinite(view)]
     scale = float(np.abs(finite).max()) if finite.size else 0.0
     t = Text()

@@ -15,8 +15,9 @@ from engine.graphs import Canvas
 from explorer.feeding import FeedSource, evaluate_expression, materialize, referenced_names, source_from
 from explorer.rules import GENERIC, RULES, rule_lines
 from explorer.search import fuzzy_score, search
-from explorer.state import Session, active_nodes, array_stats
+from explorer.state import Session, active_nodes
 from explorer.stepper import trace
+from explorer.summaries import array_stats
 from explorer.widgets.node_list import entries_for
 from explorer.widgets.visuals import heatmap, histogram, parse_slice
 

@@ -55,7 +55,7 @@ def shown(app) -> str:
 
 
 def stats_of(value) -> str:
-    from explorer.state import array_stats
+    from explorer.summaries import array_stats
 
     return f"norm {array_stats(value)['norm']:.4g}"
 
