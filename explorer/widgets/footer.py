@@ -2,6 +2,7 @@
 the help screen and the command palette) instead of the row being cut mid-word."""
 from __future__ import annotations
 
+from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import Footer
 from textual.widgets._footer import FooterKey, FooterLabel, KeyGroup
@@ -16,8 +17,43 @@ class FittingFooter(Footer):
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         self._units: list[tuple[int, int, list[Widget]]] = []  # (drop rank, width, widgets)
+        self._composed_keys: tuple | None = None  # the shown keys the mounted FooterKeys were made for
+        self._recompose_pending = False
+
+    @staticmethod
+    def _shown(screen: Screen) -> tuple[tuple, dict[tuple[str, str], bool]]:
+        """(the shown keys in order, with what a FooterKey displays; whether each is enabled)."""
+        shown = [(b, enabled, tooltip) for _, b, enabled, tooltip in screen.active_bindings.values() if b.show]
+        keys = tuple((b.key, b.action, b.description, b.group, tooltip) for b, _, tooltip in shown)
+        return keys, {(b.key, b.action): enabled for b, enabled, _ in shown}
+
+    def compose(self):
+        self._composed_keys = self._shown(self.screen)[0]
+        yield from super().compose()
+
+    def bindings_changed(self, screen: Screen) -> None:
+        # Textual's Footer remounts every key on each change, and the styles and whole-screen layout
+        # that follow cost ~50-100 ms of the main thread on GPT-2; `r` alone sent three changes (work
+        # started, the cancel key appeared, the selection's keys), each its own remount, so the first
+        # key pressed after it waited ~300 ms. Keys only enabled or disabled are updated in place,
+        # and changes that arrive while a remount is pending join it (compose reads the bindings then).
+        if not (screen.app.app_focus and self.is_attached and screen is self.screen):
+            super().bindings_changed(screen)
+            return
+        self._bindings_ready = True
+        keys, enabled = self._shown(screen)
+        if keys == self._composed_keys and not self._recompose_pending:
+            for key in self.query(FooterKey):
+                off = not enabled.get((key.key, key.action), not key._disabled)
+                if off != key._disabled:
+                    key._disabled = off
+                    key.set_class(off, "-disabled")
+        elif not self._recompose_pending:
+            self._recompose_pending = True
+            self.call_after_refresh(self.recompose)
 
     async def recompose(self) -> None:
+        self._recompose_pending = False
         await super().recompose()
         self.call_after_refresh(self._measure)
 

@@ -60,3 +60,35 @@ async def test_a_long_placeholder_wraps_in_a_narrow_graph():
         assert width < len(text)
         lines = [graph.render_line(y).text.strip() for y in range(graph.scrollable_content_region.height)]
         assert " ".join(t for t in lines if t) == text
+
+
+async def test_footer_remounts_once_for_a_burst_of_changes_and_not_for_none():
+    """Textual's Footer remounts every key per bindings change (~50-100 ms of the main thread on
+    GPT-2, and `r` sends three); FittingFooter joins a burst into one remount and skips unchanged keys."""
+    app = spec_app()
+    async with opened(app, size=(120, 40)) as pilot:
+        await pilot.press("c")  # no selection: "c Clear" leaves the footer
+        await settle(app, pilot)
+        await pilot.pause(0.2)
+        footer = app.screen.query_one("FittingFooter")
+        remounts = []
+        recompose = footer.recompose
+
+        async def counted():
+            remounts.append(1)
+            await recompose()
+
+        footer.recompose = counted
+        before = [k.action for k in footer.query(FooterKey)]
+        assert "clear_selection" not in before
+        for _ in range(3):
+            app.refresh_footer(force=True)  # the bindings are announced, the keys are the same
+        await pilot.pause(0.2)
+        assert remounts == [] and [k.action for k in footer.query(FooterKey)] == before
+        await pilot.press("y")  # a selection: "c Clear" joins the footer
+        for _ in range(3):
+            app.refresh_footer(force=True)
+        await settle(app, pilot)
+        await pilot.pause(0.2)
+        assert len(remounts) == 1, remounts
+        assert "clear_selection" in [k.action for k in footer.query(FooterKey)]
