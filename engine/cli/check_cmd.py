@@ -15,6 +15,7 @@ from .common import (
     parse_dim_arguments,
     parse_dy,
     selection_of,
+    write_json,
 )
 
 EXIT = {"pass": 0, "fail": 1, "inconclusive": 3, "cancelled": 3}
@@ -75,11 +76,8 @@ def run(args) -> int:
                        dims=parse_dim_arguments(model, args))
     text_out = sys.stderr if args.json == "-" else sys.stdout
     print(report.summary(), file=text_out)
-    if args.json == "-":
-        print(report.to_json())
-    elif args.json:
-        with open(args.json, "w") as fh:
-            fh.write(report.to_json() + "\n")
+    if args.json:
+        write_json(args.json, report.to_json())
     if args.junit:
         with open(args.junit, "w") as fh:
             fh.write(report.to_junit() + "\n")

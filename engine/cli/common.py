@@ -161,6 +161,15 @@ def parse_dy(model: Model, y: str, spec: str | None, seed: int) -> np.ndarray | 
     return parse_spec(model.graph, y, spec, default_seed=seed, label=label)
 
 
+def write_json(dest: str, text: str) -> None:
+    """`--json DEST`: the text on stdout for '-', else into the file."""
+    if dest == "-":
+        print(text)
+    else:
+        with open(dest, "w") as fh:
+            fh.write(text + "\n")
+
+
 def save_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):

@@ -117,12 +117,9 @@ def run(args) -> int:
     if args.json:
         import json
 
-        text = json.dumps(result.to_json(), indent=1)
-        if args.json == "-":
-            print(text)
-        else:
-            with open(args.json, "w") as fh:
-                fh.write(text + "\n")
+        from .common import write_json
+
+        write_json(args.json, json.dumps(result.to_json(), indent=1))
     if args.failures:
         with open(args.failures, "w") as fh:
             fh.write(failures_markdown(result.outcomes, gradients=result.gradients))

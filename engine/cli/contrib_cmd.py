@@ -71,12 +71,9 @@ def run_contrib(args, progress) -> int:
     if args.json:
         import json
 
-        text = json.dumps(run.to_json(), indent=1)
-        if args.json == "-":
-            print(text)
-        else:
-            with open(args.json, "w") as fh:
-                fh.write(text + "\n")
+        from .common import write_json
+
+        write_json(args.json, json.dumps(run.to_json(), indent=1))
     if args.failures:
         bad = [f"- {o.status}: `{o.name}`: {o.message}" for o in run.outcomes if o.status != "pass"]
         bad += [f"- gradient {g.status}: `{g.name}`: {g.reason}" for g in run.gradients if g.status != "pass"]

@@ -75,6 +75,18 @@ def causal_fill(q_len, total, past, dtype, device):
     return torch.where(j > past + i, torch.full((), torch.finfo(dtype).min, dtype=dtype, device=device), zero)
 
 
+def additive_bias(op, mask, unidirectional, attention_bias, batch, q_len, total, past, fill, dtype, device):
+    """What the kernels add to the scaled scores: the key mask, the causal fill, the attention bias
+    (each where given); None when there is none."""
+    add = None if mask is None else key_mask(op, mask, batch, q_len, total, past, fill, dtype, device)
+    if unidirectional:
+        c = causal_fill(q_len, total, past, dtype, device)
+        add = c if add is None else add + c
+    if attention_bias is not None:
+        add = attention_bias.to(dtype) if add is None else add + attention_bias.to(dtype)
+    return add
+
+
 def attend(q, k, v, scale, bias=None):
     """softmax(scale · q kᵀ + bias) v over (B, N, S, H) tensors; also the logits and probabilities."""
     scores = torch.matmul(q, k.transpose(-1, -2)) * scale
@@ -116,14 +128,8 @@ def attention(x, weights, bias=None, mask_index=None, past=None, attention_bias=
         pk, pv = past[0, :, :, :past_len].to(work), past[1, :, :, :past_len].to(work)
         k, v = torch.cat([pk, k], 2), torch.cat([pv, v], 2)
     total = k.shape[2]
-    add = None
-    if mask_index is not None:
-        add = key_mask(op, mask_index, batch, q_len, total, past_len, mask_filter_value, work, x.device)
-    if unidirectional:
-        c = causal_fill(q_len, total, past_len, work, x.device)
-        add = c if add is None else add + c
-    if attention_bias is not None:
-        add = attention_bias.to(work) if add is None else add + attention_bias.to(work)
+    add = additive_bias(op, mask_index, unidirectional, attention_bias, batch, q_len, total, past_len,
+                        mask_filter_value, work, x.device)
     out, _, _ = attend(q, k, v, scores_scale(scale, sizes[0] // num_heads), add)
     y = merge_heads(out).to(x.dtype)
     if n_outputs == 1:
@@ -186,14 +192,8 @@ def multi_head_attention(query, key=None, value=None, bias=None, key_padding_mas
         past_len = past_key.shape[2]
         k, v = torch.cat([past_key.to(work), k], 2), torch.cat([past_value.to(work), v], 2)
     batch, q_len, total = q.shape[0], q.shape[2], k.shape[2]
-    add = None
-    if key_padding_mask is not None:
-        add = key_mask(op, key_padding_mask, batch, q_len, total, past_len, mask_filter_value, work, q.device)
-    if unidirectional:
-        c = causal_fill(q_len, total, past_len, work, q.device)
-        add = c if add is None else add + c
-    if attention_bias is not None:
-        add = attention_bias.to(work) if add is None else add + attention_bias.to(work)
+    add = additive_bias(op, key_padding_mask, unidirectional, attention_bias, batch, q_len, total, past_len,
+                        mask_filter_value, work, q.device)
     out, logits, _ = attend(q, k, v, scores_scale(scale, q.shape[-1]), add)
     dtype = query.dtype
     y = merge_heads(out).to(dtype)
