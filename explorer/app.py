@@ -113,7 +113,7 @@ class ExplorerApp(Selecting, Debugging, LayoutWork, Workers, PaletteApp, App):
     _footer_state: tuple = ()
 
     def refresh_footer(self, force: bool = False) -> None:
-        """Recompose the footer only when a key appears or leaves: a recompose costs a frame.
+        """Announce the bindings only when a key appears, leaves or turns dim.
 
         `force` when work starts or ends: Textual also refreshes bindings by itself (a dialog
         closing), so the state cached here can be stale exactly then.
@@ -132,7 +132,7 @@ class ExplorerApp(Selecting, Debugging, LayoutWork, Workers, PaletteApp, App):
             yield Inspector(id="inspector")
         yield Results(id="results")
         yield StatusLine(id="status")
-        yield FittingFooter(compact=True)
+        yield FittingFooter()
 
     def on_mount(self) -> None:
         if self.load_error:
