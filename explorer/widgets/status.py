@@ -3,7 +3,7 @@
 One line of text in a widget of fixed size. It was a label beside Textual's ProgressBar, whose
 coming and going re-ran the whole screen's layout when work started and ended (what the first key
 after `r` waited for on big models) and which animated at 60 frames a second meanwhile; here
-the progress is drawn into the line, and an elapsed-time counter ticks twice a second.
+the progress is drawn into the line, with the time spent ticking twice a second.
 """
 from __future__ import annotations
 
@@ -38,45 +38,46 @@ class StatusLine(Horizontal):
     """
 
     _note: str | None = None
-    _ticking: str | None = None  # the label of work with no progress yet: its line shows the time spent
-    _started: float = 0.0  # when the running work started, for the ETA
+    _work: str | None = None  # the running work's label
+    _progress: tuple[str, int, int] | None = None  # its stage, done, total
+    _started: float = 0.0
 
     def compose(self) -> ComposeResult:
         yield Label("ready", id="status-text")
 
     def on_mount(self) -> None:
-        self._ticker = self.set_interval(0.5, self._tick, pause=True)
+        self._ticker = self.set_interval(0.5, self._draw, pause=True)
 
     def busy(self, label: str) -> None:
-        self._note = None
-        self._ticking, self._started = label, time.monotonic()
+        self._note, self._work, self._progress, self._started = None, label, None, time.monotonic()
         self._ticker.resume()
-        self._tick()
-
-    def _tick(self) -> None:
-        if self._ticking is not None:
-            spent = clock(time.monotonic() - self._started)
-            set_text(self.query_one(Label), f"{self._ticking}…  {spent}{CANCEL_HINT}")
+        self._draw()
 
     def progress(self, label: str, done: int, total: int, stage: str) -> None:
-        self._note = None
-        if self._ticking is None and not self._started:
-            self._started = time.monotonic()
-        self._ticking = None  # the line now moves with the progress itself
-        self._ticker.pause()
-        text = Text(f"{label}: {stage} {done}/{total}  ")
+        if self._work is None:
+            self.busy(label)
+        self._work, self._progress = label, (stage, done, total)
+        self._draw()
+
+    def _draw(self) -> None:
+        if self._work is None:
+            return
+        spent = time.monotonic() - self._started
+        if self._progress is None:
+            set_text(self.query_one(Label), f"{self._work}…  {clock(spent)}{CANCEL_HINT}")
+            return
+        stage, done, total = self._progress
         fraction = done / max(total, 1)
+        text = Text(f"{self._work}: {stage} {done}/{total}  ")
         text.append(progress_bar(fraction), style="bold")
-        text.append(f" {fraction:4.0%}")
+        text.append(f" {fraction:4.0%}  {clock(spent)}")
         if 0 < done < total:
-            spent = time.monotonic() - self._started
             text.append(f"  ETA {clock(spent * (total - done) / done)}", style="dim")
         text.append(CANCEL_HINT)
         set_text(self.query_one(Label), text)
 
     def idle(self, text: str = "ready") -> None:
-        self._note = None
-        self._ticking, self._started = None, 0.0
+        self._note, self._work, self._progress = None, None, None
         self._ticker.pause()
         set_text(self.query_one(Label), text)
 

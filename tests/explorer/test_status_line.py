@@ -34,7 +34,10 @@ async def test_work_progress_and_idle_are_one_line_without_a_layout():
         status._started = time.monotonic() - 8.0  # eight seconds in, half done: eight more to go
         status.progress("verifying", 5, 10, "elements")
         await pilot.pause()
-        assert text().startswith("verifying: elements 5/10  ━━━━━━━━━━ ") and " 50%  ETA 0:08" in text()
+        assert text().startswith("verifying: elements 5/10  ━━━━━━━━━━ ") and " 50%  0:08  ETA 0:08" in text()
+        status.progress("verifying", 0, 10, "elements")
+        await pilot.pause(0.6)  # nothing done yet: the time spent still moves, no ETA
+        assert "   0%  0:0" in text() and "ETA" not in text()
         status.progress("verifying", 10, 10, "elements")
         assert "100%" in text() and "ETA" not in text()
         status.idle()
