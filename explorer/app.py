@@ -6,6 +6,7 @@ import gc
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
+from textual.screen import Screen
 from textual.widgets import Input
 
 import engine
@@ -78,6 +79,14 @@ class ExplorerApp(Selecting, Debugging, LayoutWork, Workers, PaletteApp, App):
         self.cursor: tuple[int | None, str | None] = (None, None)
         self.layouts: dict[tuple, object] = {}
         self.collect_before_freeze = False  # set when a model replaces another (see open_session)
+
+    def get_default_screen(self) -> Screen:
+        # Textual focuses the first focusable widget when a screen shows: here the navigator's search
+        # box, after open_session focused the graph when the model loaded first, so y, x, z and r
+        # were typed into the search. Dialogs and step mode keep the default.
+        screen = super().get_default_screen()
+        screen.AUTO_FOCUS = "#graph"
+        return screen
 
     def check_action(self, action: str, parameters) -> bool | None:
         """Keys that mean nothing right now leave the footer (they still work from ctrl+p when they can)."""
