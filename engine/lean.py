@@ -8,15 +8,15 @@ the weight and the input's shape. Measured on timm resnet50 at 224x224 (docs/ben
 a one-byte mask, and Conv, when neither its weight nor its bias wants a gradient, keeps only its
 weight; a Conv whose output only a Relu reads is joined with it (rectified in place: one
 activation allocated, not two). The gradients are computed by the kernels torch's autograd calls
-(threshold_backward's rule as a masked fill; aten.convolution_backward with an input of the right
+(threshold_backward on a bool mask; aten.convolution_backward with an input of the right
 shape and no values, as torch.nn.grad.conv*d_input does): on the CPU they are the same bits
 (tests/test_lean.py); elsewhere the plain ops run.
 
 `Plan` swaps these in for the run that is differentiated once (`Plan.run`, the steps
 `run_steps`); a run whose gradient is differentiated again (`create_graph`, nested Gradient
 nodes) keeps the plain ops. Outside a gradient (no grad mode, inputs without grad) each is the
-plain op, the joined pair rectifying the convolution's fresh output in place. `ONNXGRAD_LEAN=0`
-(or `Plan(..., lean_autograd=False)`) turns the swap off.
+plain op, the joined pair rectifying the convolution's fresh output in place. Off unless
+`ONNXGRAD_LEAN=1` (or `Plan(..., lean_autograd=True)`): see `LEAN`.
 """
 from __future__ import annotations
 
@@ -27,20 +27,29 @@ import torch
 from .fusion import RAW_FN, RAW_IN, RAW_KW, RAW_OUT
 from .ops import activation, conv
 
-LEAN = os.environ.get("ONNXGRAD_LEAN", "1") != "0"
+# Opt-in: on resnet50 (one 224x224 image) it cuts the live peak by 20 MB, but glibc's heap keeps
+# the freed activations' pages either way (peak RSS 200-206 MB against 201-215), and the masks and
+# the shape-only input's materialisation cost ~12% of the gradient's CPU time (docs/benchmarks.md).
+LEAN = os.environ.get("ONNXGRAD_LEAN", "0") == "1"
+
+
+def _passed(y: torch.Tensor) -> torch.Tensor:
+    """Where Relu's output y lets the gradient through, as torch's threshold_backward(grad, y, 0)
+    decides (0 where y <= 0, so a NaN passes); threshold_backward reads the bool mask the same way,
+    in the same time (masked_fill and where take four times as long)."""
+    return torch.le(y, 0).logical_not_()
 
 
 class _ReluMasked(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x):
         y = torch.relu(x)
-        ctx.save_for_backward(y <= 0)  # threshold_backward(grad, y, 0): 0 where y <= 0 (so NaN passes)
+        ctx.save_for_backward(_passed(y))
         return y
 
     @staticmethod
     def backward(ctx, grad):
-        (blocked,) = ctx.saved_tensors
-        return grad.masked_fill(blocked, 0)
+        return torch.ops.aten.threshold_backward(grad, ctx.saved_tensors[0], 0)
 
 
 def relu(x, **attrs):
@@ -80,13 +89,13 @@ class _ConvReluByInput(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, w, b, geometry):
         y = conv.convolve(x, w, b, geometry).relu_()
-        ctx.save_for_backward(w, y <= 0)
+        ctx.save_for_backward(w, _passed(y))
         ctx.geometry, ctx.input_shape = geometry, x.shape
         return y
 
     @staticmethod
     def backward(ctx, grad):
-        return _input_grad(ctx, grad.masked_fill(ctx.saved_tensors[1], 0)), None, None, None
+        return _input_grad(ctx, torch.ops.aten.threshold_backward(grad, ctx.saved_tensors[1], 0)), None, None, None
 
 
 def _by_input_only(x, w, b) -> bool:

@@ -141,7 +141,7 @@ class Plan:
         self._template = [template.get(k) for k in range(len(slot))]
         # `steps`: one per node, for run_all, run_observed (step mode, recorders) and every reader of
         # the plan's nodes. `run_steps`: what run/interpret execute, with GELU and attention chains
-        # fused unless fusion is off, and Relu/Conv keeping less for autograd (engine/lean.py),
+        # fused unless fusion is off, and Relu/Conv keeping less for autograd (engine/lean.py, opt-in),
         # unless the caller keeps every value (keep_all).
         self.steps = self._with_frees(steps, keep_all)
         self.run_steps = self.steps
