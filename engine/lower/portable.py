@@ -98,6 +98,11 @@ def batch_first_recurrence(ctx: Ctx, node: NodeProto) -> None:
     _outputs(ctx, node, [ctx.op("Transpose", [t], perm=perm) if t else "" for t, perm in zip(outputs, back)])
 
 
+# op -> (the first version onnxruntime 1.32 has no kernel for, its expansion)
+NEWER = {"Swish": (24, swish), "SwiGLU": (28, body), "DequantizeLinear": (28, dequantize_linear),
+         "OptionalGetElement": (28, identity)}
+
+
 def expansion_for(ctx: Ctx, node: NodeProto) -> Expansion | None:
     """The expansion a node needs to run in onnxruntime, or None when it runs as it is."""
     op, domain = node.op_type, node.domain or ""
@@ -107,15 +112,10 @@ def expansion_for(ctx: Ctx, node: NodeProto) -> Expansion | None:
         return OPTIMIZERS[op]
     if domain not in ("", "ai.onnx"):
         return None
-    since = _since(ctx, node)
-    if op == "Swish" and since >= 24:
-        return swish
-    if op == "SwiGLU" and since >= 28:
-        return body
-    if op == "DequantizeLinear" and since >= 28:
-        return dequantize_linear
-    if op == "OptionalGetElement" and since >= 28 and node.input[0] in ctx.types:  # a tensor, not an optional
-        return identity
+    if op in NEWER and _since(ctx, node) >= NEWER[op][0]:
+        if op == "OptionalGetElement" and node.input[0] not in ctx.types:  # an optional: no other op unwraps it
+            return None
+        return NEWER[op][1]
     if op == "Pow" and len(node.input) == 2 and node.input[1] in ctx.types and ctx.elem(node.input[1]) not in POW_EXPONENTS:
         return pow_
     if op in ("GRU", "LSTM", "RNN") and attr(node, "layout", 0) == 1:
