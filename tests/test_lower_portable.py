@@ -63,7 +63,7 @@ def test_a_wrong_forward_expansion_is_caught(monkeypatch):
         ctx.emit("Add", [y, ctx.scalar(1.0, x)], [node.output[0]])
 
     case = case_named("test_swiglu")
-    monkeypatch.setattr(portable, "swish", offset_swish)
+    monkeypatch.setitem(portable.NEWER, "Swish", (24, offset_swish))
     outcome = lower_case(case)
     assert outcome.status == WRONG and "lowered model's" in outcome.reason, outcome.reason
 
