@@ -11,6 +11,7 @@ import types
 
 from . import (  # noqa: F401  (fill the registry)
     activation,
+    attention,
     control,
     conv,
     elementwise,

@@ -18,8 +18,8 @@ from onnx import ModelProto, NodeProto, TensorProto
 
 from ..contrib_schema import is_default_domain_contrib
 from ..errors import LoweringError
-from ..modelfile import checkable
-from .context import Ctx, attr, collect_types, known_values
+from .context import Ctx, attr
+from .rewrite import drop_unused_domains, expand_nodes, opset_of
 
 MS = "com.microsoft"
 MIN_OPSET = 13  # ReduceSum's axes input, Split's and Slice's input forms
@@ -271,38 +271,21 @@ def expand_contrib(proto: ModelProto, weights=None) -> ModelProto:
     """`proto` with every onnxruntime contrib node replaced by its ai.onnx expansion (in place).
     Initializers whose bytes are in `weights` (engine/weights.py) are read from there when an
     expansion needs their values."""
-    opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 1)
-    graph = proto.graph
-    if not any(_contrib(n, opset) for n in graph.node):
+    opset = opset_of(proto)
+    if not any(_contrib(n, opset) for n in proto.graph.node):
         return proto
     if opset < MIN_OPSET:
         raise LoweringError(f"contrib ops are expanded at opset {MIN_OPSET} or later; the model is opset {opset}")
-    try:
-        typed = onnx.shape_inference.infer_shapes(checkable(proto, weights.detached() if weights is not None else ()))
-    except Exception:
-        typed = proto
-    used = {t for n in graph.node for t in list(n.output) + list(n.input) + [n.name]}
-    ctx = Ctx(collect_types(typed), known_values(proto, weights), used | {i.name for i in graph.initializer}, "expanded",
-              opset)
-    nodes = []
-    for node in graph.node:
+
+    def expansion_for(ctx, node):
         if not _contrib(node, opset):
-            nodes.append(node)
-            continue
+            return None
         fn = EXPANSIONS.get(node.op_type)
-        ctx.node = node
         if fn is None:
             raise ctx.error(f"com.microsoft::{node.op_type} has no ai.onnx expansion (those with one: "
                             f"{', '.join(sorted(EXPANSIONS))})")
-        start = len(ctx.nodes)
-        fn(ctx, node)
-        added = ctx.nodes[start:]
-        ctx.infer(added, [t for t in node.input if t])
-        nodes.extend(added)
-    del graph.node[:]
-    graph.node.extend(nodes)
-    if not any(n.domain == MS for n in graph.node):
-        kept = [o for o in proto.opset_import if o.domain != MS]
-        del proto.opset_import[:]
-        proto.opset_import.extend(kept)
+        return fn
+
+    expand_nodes(proto, weights, expansion_for, "expanded")
+    drop_unused_domains(proto, {MS})
     return proto

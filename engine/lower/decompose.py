@@ -162,10 +162,13 @@ def inline_graph(ctx, graph: GraphProto, inputs: list[str], hint: str) -> list[s
     return [rename.get(o.name, o.name) for o in graph.output]
 
 
-def inline(ctx, node: NodeProto, body: FunctionProto) -> list[str]:
-    """Add the body's nodes reading the node's inputs; the recomputed outputs' names."""
+def inline(ctx, node: NodeProto, body: FunctionProto,
+           edit: Callable[[list[NodeProto]], list[NodeProto]] | None = None) -> list[str]:
+    """Add the body's nodes reading the node's inputs (rewritten by `edit`, which sees them with the
+    body's own tensor names); the recomputed outputs' names."""
     rename = {formal: actual for formal, actual in zip(body.input, list(node.input) + [""] * len(body.input))}
-    copy_nodes(ctx, _at_opset(ctx, node, body, _resolved(node, body)), rename, node.name or node.op_type)
+    nodes = _at_opset(ctx, node, body, _resolved(node, body))
+    copy_nodes(ctx, edit(nodes) if edit else nodes, rename, node.name or node.op_type)
     return [rename.get(t) for t in body.output]
 
 

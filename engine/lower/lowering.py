@@ -21,6 +21,7 @@ from ..selection import names as split_names
 from .context import Ctx, attr, collect_types, infer_shapes, known_values
 from .contrib import expand_contrib
 from .core import backward, cut_slice
+from .portable import make_portable
 
 # ReduceSum takes axes as an input from 13, ScatterElements adds duplicates from 16; LayerNormalization is 17.
 MIN_OPSET = 17
@@ -63,6 +64,11 @@ def upgraded(proto: ModelProto) -> ModelProto:
     version = opset_version(proto)
     if version >= MIN_OPSET:
         return proto
+    if not _uses_default_domain(proto.graph):  # nothing to convert: e.g. only ai.onnx.preview.training's optimizers
+        kept = [o for o in proto.opset_import if o.domain not in ("", "ai.onnx")]
+        del proto.opset_import[:]
+        proto.opset_import.extend(kept + [helper.make_opsetid("", MIN_OPSET)])
+        return proto
     try:
         converted = version_converter.convert_version(proto, MIN_OPSET)
     except Exception as exc:
@@ -73,6 +79,17 @@ def upgraded(proto: ModelProto) -> ModelProto:
             raise LoweringError(f"onnx's version converter (opset {version} to {MIN_OPSET}) changes output {name!r} "
                                 f"from shape {list(shape)} to {list(after[name])}")
     return converted
+
+
+def _uses_default_domain(graph) -> bool:
+    for node in graph.node:
+        if node.domain in ("", "ai.onnx"):
+            return True
+        for a in node.attribute:
+            graphs = [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)
+            if any(_uses_default_domain(g) for g in graphs):
+                return True
+    return False
 
 
 def _output_shapes(proto: ModelProto) -> dict:
@@ -239,6 +256,24 @@ def _explicit_defaults(graph, opset: int) -> None:
                 node.attribute.append(formal.default_value)
 
 
+def _keep_dropout_masks(graph) -> None:
+    """In place: a Dropout that may run in training mode and does not output its mask gets a mask output,
+    which its backward reads (the mask this very node draws: the gradient of the same forward pass)."""
+    used = {t for n in graph.node for t in list(n.input) + list(n.output)} | {i.name for i in graph.input}
+    for node in graph.node:
+        if node.op_type != "Dropout" or node.domain not in ("", "ai.onnx") or len(node.input) < 3 or not node.input[2]:
+            continue
+        if len(node.output) > 1 and node.output[1]:
+            continue
+        name, k = f"{node.output[0]}/dropout_mask", 1
+        while name in used:
+            k += 1
+            name = f"{node.output[0]}/dropout_mask_{k}"
+        used.add(name)
+        del node.output[1:]
+        node.output.append(name)
+
+
 def lower(model, y: str | None = None, xs=None, zs=None, *, dy: str | bool | None = None,
           names=None, check: bool = True) -> ModelProto:
     """A copy of `model` in which plain ai.onnx ops compute every gradient.
@@ -263,7 +298,10 @@ def lowered(model, y: str | None = None, xs=None, zs=None, *, dy: str | bool | N
     proto.CopyFrom(graph.source)
     if not (y or xs) and not any(n.domain == TRAINING_DOMAIN and n.op_type == "Gradient" for n in proto.graph.node):
         raise LoweringError("the model has no Gradient node: name a selection with y and xs (--y, --xs)")
+    _keep_dropout_masks(proto.graph)
     state = Lowering(upgraded(expand_contrib(proto, graph.weights)), graph.weights)
+    if make_portable(state.proto, graph.weights, state.types, state.constants):
+        state.refresh()
     while state.gradient_nodes():
         state.lower_gradient_node(state.innermost())
     if y or xs:
