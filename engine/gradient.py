@@ -10,10 +10,14 @@ from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 import torch
+from torch.overrides import has_torch_function
 
 from .errors import FeedError, SelectionError
 from .plan import Plan
 from .selection import GradientSpec
+
+# torch.autograd.grad's own engine call (see `vjp`); None if a torch release renames it.
+_run_backward = getattr(torch.autograd.graph, "_engine_run_backward", None)
 
 
 class GradientOutput(NamedTuple):
@@ -36,6 +40,19 @@ class GradientResult:
     # The values used for xs ∪ zs, read-only. A numpy feed of exactly the declared type was used in
     # place: its entry is a view of the caller's array, so writing to that array later shows here.
     values: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+def vjp(y: torch.Tensor, inputs: Sequence[torch.Tensor], seed: torch.Tensor | None,
+        create_graph: bool = False) -> tuple[torch.Tensor | None, ...]:
+    """`torch.autograd.grad(y, inputs, seed, allow_unused=True, create_graph=create_graph)` for a
+    seed already of y's shape, dtype and device. Given a seed tensor, `torch.autograd.grad` checks
+    its shape through torch.fx.experimental.symbolic_shapes, whose first import brings in sympy:
+    about 480 modules, 34 MB of RSS and a few tenths of a second, more than resnet50's whole
+    backward holds (docs/benchmarks.md, "Pretrained-size models"). The engine call below is what
+    `torch.autograd.grad` makes after that check, so the gradients are the same tensors."""
+    if seed is None or _run_backward is None or has_torch_function((y, *inputs)):
+        return torch.autograd.grad(y, inputs, seed, allow_unused=True, create_graph=create_graph)
+    return _run_backward((y,), (seed,), create_graph, create_graph, tuple(inputs), True, accumulate_grad=False)
 
 
 def complete_gradients(spec: GradientSpec, leaves: Sequence[torch.Tensor], wanted: Sequence[int],
@@ -94,8 +111,7 @@ class PreparedGradient:
             # A one-element y's seed of ones is autograd's own default (no tensor to build and check).
             seed = (None if y.numel() == 1 else torch.ones_like(y)) if dy is None else \
                 dy.to(device=y.device, dtype=y.dtype)
-            raw = torch.autograd.grad(y, [leaves[i] for i in wanted], seed, allow_unused=True,
-                                      create_graph=create_graph)
+            raw = vjp(y, [leaves[i] for i in wanted], seed, create_graph=create_graph)
         grads, disconnected = complete_gradients(spec, leaves, wanted, raw)
         return GradientOutput(y if create_graph else y.detach(), grads, disconnected)
 

@@ -14,7 +14,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from . import attributes, fusion
+from . import attributes, fusion, lean
 from .dtypes import type_clash
 from .errors import ExecutionError, FeedError, OnnxGradError, UnsupportedOpError
 from .loader import TRAINING_DOMAIN, GraphIndex, implicit_inputs, node_inputs
@@ -70,7 +70,7 @@ class Plan:
     def __init__(self, graph: GraphIndex, sources: Sequence[str], targets: Sequence[str], *,
                  device: torch.device, float_dtype: torch.dtype | None, constants: dict[str, torch.Tensor],
                  gradient_step: Callable | None = None, keep_all: bool = False, mode: str | None = None,
-                 fuse: bool | None = None):
+                 fuse: bool | None = None, lean_autograd: bool | None = None):
         mode = mode or DEFAULT_MODE
         if mode not in MODES:
             raise OnnxGradError(f"plan mode {mode!r} is not one of {', '.join(MODES)}")
@@ -141,14 +141,19 @@ class Plan:
         self._template = [template.get(k) for k in range(len(slot))]
         # `steps`: one per node, for run_all, run_observed (step mode, recorders) and every reader of
         # the plan's nodes. `run_steps`: what run/interpret execute, with GELU and attention chains
-        # fused unless the caller keeps every value (keep_all) or fusion is off.
+        # fused unless fusion is off, and Relu/Conv keeping less for autograd (engine/lean.py, opt-in),
+        # unless the caller keeps every value (keep_all).
         self.steps = self._with_frees(steps, keep_all)
         self.run_steps = self.steps
-        if (FUSE if fuse is None else fuse) and not keep_all:
+        if not keep_all:
+            run = steps
             protected = set(self.source_slots) | set(self.target_slots) | {slot[n] for n in graph.outputs if n in slot}
-            fused = fusion.fuse(steps, protected, template)
-            if fused is not steps:
-                self.run_steps = self._with_frees(fused, keep_all)
+            if FUSE if fuse is None else fuse:
+                run = fusion.fuse(run, protected, template)
+            if lean.LEAN if lean_autograd is None else lean_autograd:
+                run = lean.lean_steps(run, protected)
+            if run is not steps:
+                self.run_steps = self._with_frees(run, keep_all)
 
     def _with_frees(self, raw_steps, keep_all: bool) -> tuple[Step, ...]:
         last: dict[int, int] = {}

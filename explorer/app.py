@@ -6,6 +6,7 @@ import gc
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
+from textual.screen import Screen
 from textual.widgets import Input
 
 import engine
@@ -79,6 +80,14 @@ class ExplorerApp(Selecting, Debugging, LayoutWork, Workers, PaletteApp, App):
         self.layouts: dict[tuple, object] = {}
         self.collect_before_freeze = False  # set when a model replaces another (see open_session)
 
+    def get_default_screen(self) -> Screen:
+        # Textual focuses the first focusable widget when a screen shows: here the navigator's search
+        # box, after open_session focused the graph when the model loaded first, so y, x, z and r
+        # were typed into the search. Dialogs and step mode keep the default.
+        screen = super().get_default_screen()
+        screen.AUTO_FOCUS = "#graph"
+        return screen
+
     def check_action(self, action: str, parameters) -> bool | None:
         """Keys that mean nothing right now leave the footer (they still work from ctrl+p when they can)."""
         s = self.session
@@ -113,7 +122,7 @@ class ExplorerApp(Selecting, Debugging, LayoutWork, Workers, PaletteApp, App):
     _footer_state: tuple = ()
 
     def refresh_footer(self, force: bool = False) -> None:
-        """Recompose the footer only when a key appears or leaves: a recompose costs a frame.
+        """Announce the bindings only when a key appears, leaves or turns dim.
 
         `force` when work starts or ends: Textual also refreshes bindings by itself (a dialog
         closing), so the state cached here can be stale exactly then.
@@ -132,7 +141,7 @@ class ExplorerApp(Selecting, Debugging, LayoutWork, Workers, PaletteApp, App):
             yield Inspector(id="inspector")
         yield Results(id="results")
         yield StatusLine(id="status")
-        yield FittingFooter(compact=True)
+        yield FittingFooter()
 
     def on_mount(self) -> None:
         if self.load_error:

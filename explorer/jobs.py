@@ -1,6 +1,7 @@
 """The frozen jobs the session hands to worker threads: everything one run needs, copied when asked."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -101,5 +102,6 @@ def intermediate_bytes(graph) -> int:
         for t in node.output:
             info = graph.types.get(t) if t else None
             if info is not None and info.shape is not None:
-                total += 8 * int(np.prod([d if isinstance(d, int) and d > 0 else 1 for d in info.shape]))
+                # math.prod: np.prod's ~35 us a call made this ~80 ms of the main thread on GPT-2
+                total += 8 * math.prod(d if isinstance(d, int) and d > 0 else 1 for d in info.shape)
     return total

@@ -40,6 +40,18 @@ def _bias_shape(b, nd):
 @register("Conv", since=1)
 def conv(x, w, b=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, pads=None,
          strides=None):
+    x, geometry = conv_geometry(x, w, auto_pad, dilations, group, kernel_shape, pads, strides)
+    return convolve(x, w, b, geometry)
+
+
+def convolve(x, w, b, geometry: dict):
+    """F.conv1d/2d/3d by x's rank, with `conv_geometry`'s arguments."""
+    return _CONV[x.dim() - 2](x, w, b, **geometry)
+
+
+def conv_geometry(x, w, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, pads=None, strides=None):
+    """(x, padded where the pads are uneven; F.conv*d's stride, padding, dilation and groups) for
+    a Conv node's attributes, checked against x and w."""
     nd = x.dim() - 2
     if nd not in _CONV:
         raise UnsupportedOpError(f"Conv: {nd}-D convolution is not supported (1-D, 2-D and 3-D are)")
@@ -53,7 +65,7 @@ def conv(x, w, b=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel_sha
     else:
         x = F.pad(x, torch_pad_list(begin, end))
         padding = [0] * nd
-    return _CONV[nd](x, w, b, stride=strides, padding=padding, dilation=dilations, groups=group)
+    return x, {"stride": strides, "padding": padding, "dilation": dilations, "groups": group}
 
 
 @register("ConvTranspose", since=1)

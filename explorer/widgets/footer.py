@@ -1,92 +1,211 @@
-"""A footer that fits its row: on a narrow terminal the least needed keys leave it (they stay in
-the help screen and the command palette) instead of the row being cut mid-word."""
+"""The key footer: one line, one widget.
+
+Textual's Footer is a container of one widget per key, remounted on every bindings change, and
+every change re-ran the whole screen's layout: on GPT-2 the first key pressed after `r` waited
+~150-300 ms of the main thread for it (the cancel key appearing, the selection's keys changing).
+Here the keys are drawn as one line of text in a widget of fixed size, so a key appearing, leaving
+or turning dim is a repaint of one row. On a narrow terminal the least needed keys leave the row
+(they stay in the help screen and the command palette) instead of the row being cut mid-word.
+"""
 from __future__ import annotations
 
+from dataclasses import dataclass
+from itertools import groupby
+
+from rich.style import Style
+from rich.text import Text
+from textual import events
 from textual.screen import Screen
 from textual.widget import Widget
-from textual.widgets import Footer
-from textual.widgets._footer import FooterKey, FooterLabel, KeyGroup
 
 # Actions whose keys leave first, in this order; the selection keys, feed, run, verify, step,
 # export and quit stay to the last.
 DROP_ORDER = ("command_palette", "heat_source", "cycle_view", "toggle_dtype", "cycle_device", "next_tensor",
               "search", "help", "clear_selection", "export", "cancel")
+KEPT = len(DROP_ORDER)
+SEPARATOR = "▏"  # before the command palette's key, at the right edge
 
 
-class FittingFooter(Footer):
+@dataclass(frozen=True)
+class FooterKey:
+    """A key as the footer shows it: `display` and `description` drawn, `key` pressed on a click."""
+
+    key: str
+    action: str
+    display: str
+    description: str
+    enabled: bool
+    tooltip: str
+
+
+@dataclass(frozen=True)
+class FooterUnit:
+    """What leaves the row together: a key with its description, or a group's keys and its label."""
+
+    keys: tuple[FooterKey, ...]
+    label: str  # the group's description; "" for a lone key (its own description is drawn)
+    rank: int  # position in DROP_ORDER; KEPT for keys that never leave
+
+    @property
+    def width(self) -> int:
+        if self.label:
+            return sum(len(k.display) + 1 for k in self.keys) + len(self.label)
+        key = self.keys[0]
+        return len(key.display) + (1 + len(key.description) if key.description else 0)
+
+
+def footer_units(screen: Screen, palette_action: str = "command_palette") -> tuple[list[FooterUnit], FooterUnit | None]:
+    """The row's units in binding order, and the command palette's key (drawn at the right edge)."""
+    app = screen.app
+    by_action: dict[str, tuple] = {}
+    for _, binding, enabled, tooltip in screen.active_bindings.values():
+        if binding.show and binding.action not in by_action:  # several keys for one action: the first
+            by_action[binding.action] = (binding, enabled, tooltip)
+
+    def key(binding, enabled, tooltip, description) -> FooterKey:
+        return FooterKey(binding.key, binding.action, app.get_key_display(binding), description, enabled,
+                         tooltip or "")
+
+    def rank(actions) -> int:
+        return min((DROP_ORDER.index(a) for a in actions if a in DROP_ORDER), default=KEPT)
+
+    units, palette = [], None
+    for group, members in groupby(by_action.values(), lambda m: m[0].group):
+        members = list(members)
+        if group is not None and len(members) > 1:
+            keys = tuple(key(b, e, t or b.description, "") for b, e, t in members)
+            units.append(FooterUnit(keys, group.description, rank(k.action for k in keys)))
+            continue
+        for b, e, t in members:
+            units.append(FooterUnit((key(b, e, t, b.description),), "", rank([b.action])))
+    if app.ENABLE_COMMAND_PALETTE and app.COMMAND_PALETTE_BINDING in screen.active_bindings:
+        _, binding, enabled, _ = screen.active_bindings[app.COMMAND_PALETTE_BINDING]
+        palette = FooterUnit((key(binding, enabled, binding.tooltip or binding.description, binding.description),),
+                             "", rank([binding.action]))
+        units = [u for u in units if u.keys[0].action != binding.action]
+    return units, palette
+
+
+def fit(units: list[FooterUnit], palette: FooterUnit | None, width: int) -> tuple[list[FooterUnit], bool]:
+    """The units that fit `width` columns (one space between them), and whether the palette's key does."""
+    def cost(u: FooterUnit) -> int:  # its columns and what separates it from the rest
+        return u.width + 1 + (len(SEPARATOR) + 1 if u is palette else 0)
+
+    candidates = units + ([palette] if palette else [])
+    need = sum(cost(u) for u in candidates) - 1
+    dropped: set[int] = set()
+    for u in sorted(candidates, key=lambda u: u.rank):
+        if need <= width or u.rank == KEPT:
+            break
+        need -= cost(u)
+        dropped.add(id(u))
+    return [u for u in units if id(u) not in dropped], palette is not None and id(palette) not in dropped
+
+
+class FittingFooter(Widget, can_focus=False):
+    ALLOW_SELECT = False
+    COMPONENT_CLASSES = {"footer-key--key", "footer-key--description", "footer-key--item",
+                         "footer-key--hover", "footer--separator"}
+    DEFAULT_CSS = """
+    FittingFooter {
+        dock: bottom;
+        height: 1;
+        width: 1fr;
+        color: $footer-foreground;
+        background: $footer-background;
+        .footer-key--item { background: $footer-item-background; }
+        .footer-key--key { color: $footer-key-foreground; background: $footer-key-background; text-style: bold; }
+        .footer-key--description {
+            color: $footer-description-foreground;
+            background: $footer-description-background;
+        }
+        .footer-key--hover { color: $footer-key-foreground; background: $block-hover-background; }
+        .footer--separator { color: $foreground 20%; }
+    }
+    """
+
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
-        self._units: list[tuple[int, int, list[Widget]]] = []  # (drop rank, width, widgets)
-        self._composed_keys: tuple | None = None  # the shown keys the mounted FooterKeys were made for
-        self._recompose_pending = False
+        self._units: list[FooterUnit] = []
+        self._palette: FooterUnit | None = None
+        self._spans: list[tuple[int, int, FooterKey]] = []  # columns of each drawn key, for the mouse
+        self._hover: FooterKey | None = None
 
-    @staticmethod
-    def _shown(screen: Screen) -> tuple[tuple, dict[tuple[str, str], bool]]:
-        """(the shown keys in order, with what a FooterKey displays; whether each is enabled)."""
-        shown = [(b, enabled, tooltip) for _, b, enabled, tooltip in screen.active_bindings.values() if b.show]
-        keys = tuple((b.key, b.action, b.description, b.group, tooltip) for b, _, tooltip in shown)
-        return keys, {(b.key, b.action): enabled for b, enabled, _ in shown}
+    def on_mount(self) -> None:
+        self.screen.bindings_updated_signal.subscribe(self, self.bindings_changed)
 
-    def compose(self):
-        self._composed_keys = self._shown(self.screen)[0]
-        yield from super().compose()
+    def on_unmount(self) -> None:
+        self.screen.bindings_updated_signal.unsubscribe(self)
 
     def bindings_changed(self, screen: Screen) -> None:
-        # Textual's Footer remounts every key on each change, and the styles and whole-screen layout
-        # that follow cost ~50-100 ms of the main thread on GPT-2; `r` alone sent three changes (work
-        # started, the cancel key appeared, the selection's keys), each its own remount, so the first
-        # key pressed after it waited ~300 ms. Keys only enabled or disabled are updated in place,
-        # and changes that arrive while a remount is pending join it (compose reads the bindings then).
-        if not (screen.app.app_focus and self.is_attached and screen is self.screen):
-            super().bindings_changed(screen)
+        # Textual's Footer ignores changes while the terminal has no focus (the focused widget, and
+        # with it the bindings, is gone until it comes back), so the row does not flicker.
+        if not screen.app.app_focus or screen is not self.screen:
             return
-        self._bindings_ready = True
-        keys, enabled = self._shown(screen)
-        if keys == self._composed_keys and not self._recompose_pending:
-            for key in self.query(FooterKey):
-                off = not enabled.get((key.key, key.action), not key._disabled)
-                if off != key._disabled:
-                    key._disabled = off
-                    key.set_class(off, "-disabled")
-        elif not self._recompose_pending:
-            self._recompose_pending = True
-            self.call_after_refresh(self.recompose)
+        units, palette = footer_units(screen)
+        if (units, palette) != (self._units, self._palette):
+            self._units, self._palette = units, palette
+            self.refresh()
 
-    async def recompose(self) -> None:
-        self._recompose_pending = False
-        await super().recompose()
-        self.call_after_refresh(self._measure)
+    def shown(self) -> list[FooterKey]:
+        """The keys drawn on the row as it is now, left to right."""
+        return [key for _, _, key in self._spans]
 
-    def on_resize(self) -> None:
-        self._fit()
+    def render(self) -> Text:
+        units, with_palette = fit(self._units, self._palette, self.size.width)
+        style = self.get_component_rich_style
+        item, key_style, description = (style("footer-key--item"), style("footer-key--key"),
+                                         style("footer-key--description"))
+        hover, dim = style("footer-key--hover"), Style(dim=True)
+        line, spans = Text(no_wrap=True, overflow="crop"), []
 
-    def _measure(self) -> None:
-        """Widths of the keys as laid out (all shown after a recompose), grouped as they go together."""
-        units, children = [], list(self.children)
-        for k, w in enumerate(children):
-            if isinstance(w, FooterLabel):
-                continue  # measured with the group before it
-            widgets = [w]
-            if isinstance(w, KeyGroup) and k + 1 < len(children) and isinstance(children[k + 1], FooterLabel):
-                widgets.append(children[k + 1])
-            actions = [key.action for key in (w.query(FooterKey) if isinstance(w, KeyGroup) else [w])]
-            rank = min((DROP_ORDER.index(a) for a in actions if a in DROP_ORDER), default=len(DROP_ORDER))
-            width = sum(x.outer_size.width + x.styles.margin.left + x.styles.margin.right for x in widgets)
-            units.append((rank, width, widgets))
-        self._units = units
-        self._fit()
+        def draw(k: FooterKey, with_description: bool) -> None:
+            start = len(line)
+            base = item + (Style() if k.enabled else dim)
+            line.append(k.display, base + key_style + (hover if k is self._hover else Style()))
+            if with_description and k.description:
+                line.append(" " + k.description, base + description + (hover if k is self._hover else Style()))
+            spans.append((start, len(line), k))
 
-    def _fit(self) -> None:
-        if not self._units:
+        for n, unit in enumerate(units):
+            if n:
+                line.append(" ")
+            for i, k in enumerate(unit.keys):
+                if i:
+                    line.append(" ")
+                draw(k, not unit.label)
+            if unit.label:
+                line.append(" " + unit.label, description)
+        if with_palette:
+            tail = len(SEPARATOR) + self._palette.width + 1  # Textual's footer left its last column free
+            line.append(" " * max(1, self.size.width - len(line) - tail))
+            line.append(SEPARATOR, style("footer--separator"))
+            draw(self._palette.keys[0], True)
+            line.append(" ")
+        self._spans = spans
+        return line
+
+    def _key_at(self, x: int) -> FooterKey | None:
+        return next((k for start, end, k in self._spans if start <= x < end), None)
+
+    def on_mouse_move(self, event: events.MouseMove) -> None:
+        key = self._key_at(event.x)
+        if key is not self._hover:
+            self._hover = key
+            self.tooltip = key.tooltip or None if key else None
+            self.refresh()
+
+    def on_leave(self, event: events.Leave) -> None:
+        if self._hover is not None:
+            self._hover = None
+            self.tooltip = None
+            self.refresh()
+
+    def on_mouse_down(self, event: events.MouseDown) -> None:
+        key = self._key_at(event.x)
+        if key is None:
             return
-        room = self.size.width
-        need = sum(width for _, width, _ in self._units)
-        hidden = set()
-        for rank, width, widgets in sorted(self._units, key=lambda u: u[0]):
-            if need <= room or rank == len(DROP_ORDER):
-                break
-            need -= width
-            hidden.update(id(w) for w in widgets)
-        for _, _, widgets in self._units:
-            for w in widgets:
-                w.display = id(w) not in hidden
+        if key.enabled:
+            self.app.simulate_key(key.key)
+        else:
+            self.app.bell()

@@ -14,6 +14,7 @@ from textual.widgets import DataTable, Static, TabbedContent, TabPane
 from ..guard import guarded
 from ..summaries import summarize
 from ..verdicts import VerifyRow, verify_rows
+from .text import set_text
 
 STATUS_STYLE = {"pass": "bold green", "fail": "bold red", "inconclusive": "bold yellow", "NaN/Inf": "bold red",
                 "note": "bold"}
@@ -77,7 +78,7 @@ class Results(Vertical):
         table.clear()
         note.set_class(origin is not None, "-shown")
         if origin is not None:
-            note.update(Text.assemble((origin.message, "red"), ("   n: go to the node", "bold")))
+            set_text(note, Text.assemble((origin.message, "red"), ("   n: go to the node", "bold")))
         if result is None:
             return
         for name, g in result.grads.items():
@@ -88,14 +89,19 @@ class Results(Vertical):
                           Text(f"{bad} ✗", style="bold red") if bad else "0",
                           Text("yes", style="yellow") if name in result.disconnected else "", key=name)
 
+    _check_shown: tuple | None = None  # (the report on screen,): the session is redrawn after any change
+
     def show_check(self, report) -> None:
+        if self._check_shown is not None and self._check_shown[0] is report:
+            return
+        self._check_shown = (report,)
         table = self.query_one("#verify-table", DataTable)
         summary = self.query_one("#verify-summary", Static)
         table.clear()
         self._rows = {}
-        self.query_one("#verify-detail", Static).update("")
+        set_text(self.query_one("#verify-detail", Static), "")
         if report is None:
-            summary.update("No check yet: press v.")
+            set_text(summary, "No check yet: press v.")
             return
         verdict = str(getattr(report.verdict, "value", report.verdict))
         text = Text.assemble("verdict ", (verdict, STATUS_STYLE.get(verdict, "bold")))
@@ -109,7 +115,7 @@ class Results(Vertical):
         found = len(rows) - len(report.results) - len(getattr(report, "second_order", ()))
         text.append(f"   {found} findings and node results below, worst first; " if found else "   ", style="dim")
         text.append("enter: go there", style="dim")
-        summary.update(text)
+        set_text(summary, text)
         for row in rows:
             self._rows[row.key] = row
             table.add_row(row.label, _status(row.status), _num(row.abs_err), _num(row.rel_err), row.where,
@@ -119,9 +125,10 @@ class Results(Vertical):
 
     def show_check_note(self, text: str) -> None:
         """No verdict to show (a check running or cancelled): say so instead of leaving an old one up."""
+        self._check_shown = None
         self.query_one("#verify-table", DataTable).clear()
-        self.query_one("#verify-summary", Static).update(Text(text, style="bold yellow"))
-        self.query_one("#verify-detail", Static).update("")
+        set_text(self.query_one("#verify-summary", Static), Text(text, style="bold yellow"))
+        set_text(self.query_one("#verify-detail", Static), "")
         self._rows = {}
 
     def show_tab(self, which: str) -> None:
@@ -129,7 +136,7 @@ class Results(Vertical):
         self.query_one(TabbedContent).active = f"tab-{which}"
 
     def _show_detail(self, row: VerifyRow) -> None:
-        self.query_one("#verify-detail", Static).update(Text(row.detail or row.status))
+        set_text(self.query_one("#verify-detail", Static), Text(row.detail or row.status))
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         event.stop()

@@ -4,6 +4,8 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
+from .text import set_text
+
 
 class SelectionBar(Static):
     DEFAULT_CSS = """
@@ -42,4 +44,4 @@ class SelectionBar(Static):
                 t.append("\n" + d.note, style="yellow")
         else:
             t.append("Pick a tensor and press y to differentiate it, x / z to add inputs to xs / zs.", style="dim")
-        self.update(t)
+        set_text(self, t)

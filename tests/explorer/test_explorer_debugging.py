@@ -32,9 +32,7 @@ def _attention_app():
 
 
 def _keys(app) -> set[str]:
-    from textual.widgets._footer import FooterKey
-
-    return {k.key for k in app.query(FooterKey)}
+    return {k.key for k in app.screen_stack[0].query_one("FittingFooter").shown()}
 
 
 async def test_dims_dialog_sizes_the_made_up_values_and_the_header_shows_them(recorded):

@@ -139,10 +139,8 @@ async def test_verify_runs_the_check_and_fills_the_table(recorded):
         assert app.session.check is report and app.session.check_options.mode == "fast"
         assert app.query_one("#verify-table", DataTable).row_count == 2
         assert of_type(seen, m.WorkProgress), "the check reported progress"
-        from textual.widgets._footer import FooterKey
-
         await pilot.pause(0.2)
-        keys = [k.key for k in app.query(FooterKey)]
+        keys = [k.key for k in app.screen.query_one("FittingFooter").shown()]
         assert "v" in keys and "escape" not in keys  # nothing left to cancel: the key left the footer
 
 

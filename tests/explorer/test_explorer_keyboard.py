@@ -211,3 +211,26 @@ async def test_q_in_a_dialog_does_not_end_the_app_but_q_on_the_main_screen_does(
         await pilot.press("escape", "q")
         await settle(app, pilot)
         assert not app.is_running
+
+
+async def test_the_main_screen_shows_with_the_graph_focused_not_the_search_box():
+    """In a terminal the screen can show (and Textual focus the first focusable widget, the
+    navigator's search box) after the model opened and focused the graph: y, x, r were then typed
+    into the search. Shown again, the main screen focuses the graph; a dialog keeps its own focus."""
+    from textual import events
+
+    from explorer.widgets.graph_view import GraphView
+
+    app = spec_app()
+    async with opened(app) as pilot:
+        app.screen.set_focus(None)
+        app.screen.post_message(events.ScreenResume())
+        await pilot.pause(0.2)
+        assert isinstance(app.focused, GraphView)
+        await pilot.press("c")
+        assert app.session.y is None
+        await pilot.press("y")  # a key for the app, not a letter for the search box
+        assert app.session.y is not None and not app.query_one("#node-list Input").value
+        await pilot.press("f")
+        await pilot.pause(0.2)
+        assert isinstance(app.screen, FeedScreen) and not isinstance(app.focused, GraphView)
