@@ -143,6 +143,14 @@ def to_numpy(t) -> np.ndarray:
     return t.numpy()
 
 
+def read_only(arr: np.ndarray) -> np.ndarray:
+    """`arr`, or a read-only view of it: values handed out may share memory with cached constants."""
+    if isinstance(arr, np.ndarray) and arr.flags.writeable:
+        arr = arr.view()
+        arr.flags.writeable = False
+    return arr
+
+
 _CPU = torch.device("cpu")
 
 

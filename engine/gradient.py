@@ -37,7 +37,9 @@ class GradientResult:
     seed: str  # "dy" or "ones"
     device: str = "cpu"
     dtype: str = "native"
-    values: dict[str, np.ndarray] = field(default_factory=dict)  # the values used for xs ∪ zs
+    # The values used for xs ∪ zs, read-only. A numpy feed of exactly the declared type was used in
+    # place: its entry is a view of the caller's array, so writing to that array later shows here.
+    values: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 def vjp(y: torch.Tensor, inputs: Sequence[torch.Tensor], seed: torch.Tensor | None,

@@ -6,8 +6,9 @@ general path cost a noticeable share of the call, all of it the same from one ca
 with the same names. A `GradientCall` keeps what depends only on the names: the prepared
 gradient, where each input comes from (a feed, a cached constant, a seeded default), and for each
 feed what the model declares (its numpy dtype and shape), so that a numpy array of exactly that
-type is checked and copied with a few comparisons; any other value takes `Model.to_tensor`,
-which converts it or says in one line why not.
+type is checked with a few comparisons and used in place, not copied (the result's `values`
+show it through a read-only view); any other value takes `Model.to_tensor`, which converts it
+or says in one line why not.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import numpy as np
 import torch
 from onnx import helper
 
-from .dtypes import FLOAT_ONNX_TYPES, to_numpy
+from .dtypes import FLOAT_ONNX_TYPES, read_only, to_numpy
 from .gradient import GradientResult
 
 if TYPE_CHECKING:
@@ -60,17 +61,18 @@ class GradientCall:
                                                compile=compile)
         consts = model.constants(dev, fdt)
         arrays = model._constant_arrays(dev, fdt)
-        self.sources = []  # (name, FEED/CONSTANT/DEFAULT, a constant tensor or the feed's _Declared)
+        # (name, FEED/CONSTANT/DEFAULT, a constant tensor or the feed's _Declared, kept in `values`?)
+        self.sources = []
         for n in spec.inputs:
             if n in fed:
-                self.sources.append((n, FEED, self._declared(n)))
+                self.sources.append((n, FEED, self._declared(n), True))
             elif n in consts:
-                self.sources.append((n, CONSTANT, (consts[n], arrays[n])))
+                self.sources.append((n, CONSTANT, (consts[n], arrays[n]), True))
             else:
-                self.sources.append((n, DEFAULT, None))
-        self.sources += [(n, FEED, self._declared(n)) for n in extras]
-        self.n_inputs = len(spec.inputs)
-        self.unfed = [n for n, kind, _ in self.sources if kind == DEFAULT]
+                self.sources.append((n, DEFAULT, None, True))
+        self.sources += [(n, FEED, self._declared(n), False) for n in extras]
+        self.unfed = [n for n, kind, _, _ in self.sources if kind == DEFAULT]
+        self.device_label = str(dev)
         self.dtype_label = str(fdt).removeprefix("torch.") if fdt else "native"
 
     def _declared(self, name: str) -> _Declared | None:
@@ -85,40 +87,38 @@ class GradientCall:
     def _feed(self, name: str, value, declared: _Declared | None) -> tuple[torch.Tensor, np.ndarray]:
         """(the tensor, the values as used, read-only)."""
         if declared is not None and declared.fits(value):
-            array = np.array(value, copy=True, order="C")
-            t = torch.from_numpy(array)
-            if self.dev.type != "cpu" or (self.fdt is not None and self.fdt != t.dtype):
+            # Used where it lies, as the prepared call would take it: in a loop of calls a copy per call
+            # cost 1-3% of a millisecond model, far more than the copy alone (benchmarks.md). Only an
+            # array torch cannot wrap as it is (strided, or read-only: from_numpy warns) is copied.
+            flags = value.flags
+            t = torch.from_numpy(value if flags.c_contiguous and flags.writeable else np.array(value, order="C"))
+            if self.dev.type == "cpu" and (self.fdt is None or self.fdt == t.dtype):
+                used = t.numpy()  # a new array object on the same memory: its flag guards only the result's
+            else:
                 t = t.to(device=self.dev, dtype=self.fdt)
-                array = None
-        else:
-            t = self.model.to_tensor(name, value if isinstance(value, torch.Tensor) else np.asarray(value), self.dev,
-                                     self.fdt)
-            array = None
-        if array is None:
-            array = to_numpy(t)
-        if array.flags.writeable:
-            array = array.view()
-            array.flags.writeable = False
-        return t, array
+                used = to_numpy(t)
+            used.flags.writeable = False
+            return t, used
+        t = self.model.to_tensor(name, value if isinstance(value, torch.Tensor) else np.asarray(value), self.dev,
+                                 self.fdt)
+        return t, read_only(to_numpy(t))
 
     def __call__(self, feeds: Mapping[str, object], dy=None, seed: int = 0,
                  dims: Mapping[str, int] | None = None) -> GradientResult:
-        model, spec = self.model, self.spec
-        defaults = model.selection_values(spec, feeds, seed=seed, names=self.unfed, dims=dims) if self.unfed else None
+        spec = self.spec
+        defaults = self.model.selection_values(spec, feeds, seed=seed, names=self.unfed, dims=dims) \
+            if self.unfed else None
         tensors, values = [], {}
-        for k, (name, kind, info) in enumerate(self.sources):
+        for name, kind, info, kept in self.sources:
             if kind == FEED:
                 t, used = self._feed(name, feeds[name], info)
             elif kind == CONSTANT:
                 t, used = info
             else:
-                t = model.to_tensor(name, defaults[name], self.dev, self.fdt)
-                used = to_numpy(t)
-                if used.flags.writeable:
-                    used = used.view()
-                    used.flags.writeable = False
+                t = self.model.to_tensor(name, defaults[name], self.dev, self.fdt)
+                used = read_only(to_numpy(t))
             tensors.append(t)
-            if k < self.n_inputs:
+            if kept:
                 values[name] = used
         dy_t = None
         if dy is not None:
@@ -126,5 +126,6 @@ class GradientCall:
             dy_t = dy_t.to(self.dev)
         out = self.prepared(*tensors, dy=dy_t)
         return GradientResult(spec=spec, y=to_numpy(out.y), grads={n: to_numpy(g) for n, g in zip(spec.xs, out.grads)},
-                              disconnected=out.disconnected, seed="ones" if dy is None else "dy", device=str(self.dev),
-                              dtype=self.dtype_label, values=values)
+                              disconnected=out.disconnected, seed="ones" if dy is None else "dy",
+                              device=self.device_label, dtype=self.dtype_label, values=values)
+

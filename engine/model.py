@@ -11,7 +11,7 @@ from onnx import ModelProto, helper
 
 from . import loader
 from .attributes import array_to_tensor, tensor_from_proto
-from .dtypes import parse_device, parse_float_dtype, to_numpy
+from .dtypes import parse_device, parse_float_dtype, read_only, to_numpy
 from .errors import FeedError, OnnxGradError, SelectionError, UnsupportedOpError
 from .feeds import check_feed
 from .gradient import GradientResult, PreparedGradient
@@ -190,7 +190,7 @@ class Model:
         arrays = self._arrays.get(key)
         if arrays is None:
             consts = self.constants(device, dtype)
-            arrays = self._arrays[key] = LazyValues(consts, lambda name: _read_only(to_numpy(consts[name])))
+            arrays = self._arrays[key] = LazyValues(consts, lambda name: read_only(to_numpy(consts[name])))
         return arrays
 
     # --- gradients -------------------------------------------------------------------------------
@@ -392,14 +392,6 @@ class LazyValues(Mapping):
 
     def __len__(self) -> int:
         return len(self._keys)
-
-
-def _read_only(arr: np.ndarray) -> np.ndarray:
-    """Values may share memory with the model's cached constants: guard them against writes."""
-    if isinstance(arr, np.ndarray) and arr.flags.writeable:
-        arr = arr.view()
-        arr.flags.writeable = False
-    return arr
 
 
 def load(source: str | os.PathLike | ModelProto | bytes, *, check: bool = True, compile: bool = False) -> Model:

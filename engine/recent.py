@@ -14,9 +14,10 @@ class Recent(OrderedDict):
         self.limit = limit
 
     def get(self, key, default=None):
-        if key not in self:
+        try:  # one hash of the key, not three: Model.gradient looks up its GradientCall on every call
+            self.move_to_end(key)
+        except KeyError:
             return default
-        self.move_to_end(key)
         return self[key]
 
     def __setitem__(self, key, value) -> None:

@@ -46,6 +46,20 @@ def matmul_model(batch: int | str = 4):
     )
 
 
+TANH_W = np.linspace(-1.0, 1.0, 12, dtype=np.float32).reshape(3, 4)
+
+
+def tanh_matmul_model(batch: int | str = 2):
+    """loss = sum(tanh(X @ W)), X [batch, 3] float32 (batch may be symbolic), W = TANH_W."""
+    return _model(
+        [helper.make_node("MatMul", ["X", "W"], ["H"], name="mm"), helper.make_node("Tanh", ["H"], ["T"], name="tanh"),
+         helper.make_node("ReduceSum", ["T"], ["loss"], name="sum", keepdims=0)],
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [batch, 3])],
+        [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])],
+        {"W": TANH_W},
+    )
+
+
 def int_input_model():
     """loss = sum(Gather(E, idx) * X): idx is an int64 graph input, as a class target would be."""
     e = np.arange(15, dtype=np.float32).reshape(5, 3) / 10

@@ -84,3 +84,33 @@ def test_pow_constant_exponent_is_torch_eager_pow(e, shape):
     y = torch.tensor(e, requires_grad=True)
     (gy,) = torch.autograd.grad(pow_(x, y).sum(), y)
     assert torch.allclose(gy, (x.pow(e) * x.log()).sum())
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(1, 4), min_size=3, max_size=4), st.integers(1, 5), st.data())
+def test_matmul_of_a_permuted_activation_matches_numpy_with_its_gradients(shape, n, data):
+    """MatMul folds a non-contiguous N-D `a` into one mm (a copy) instead of torch's per-batch bmm."""
+    import numpy as np
+
+    perm = data.draw(st.permutations(range(len(shape) - 1))) + [len(shape) - 1]
+    g = torch.Generator().manual_seed(len(shape) * 10 + n)
+    base = torch.randn(*shape, dtype=torch.float64, generator=g)
+    a = base.permute(*perm).detach().requires_grad_()  # a leaf that keeps the permuted strides
+    b = torch.randn(shape[-1], n, dtype=torch.float64, generator=g, requires_grad=True)
+    y = nn.matmul(a, b)
+    torch.testing.assert_close(y, torch.from_numpy(np.matmul(a.detach().numpy(), b.detach().numpy())))
+    up = torch.randn(y.shape, dtype=torch.float64, generator=g)
+    ga, gb = torch.autograd.grad(y, (a, b), up)
+    torch.testing.assert_close(ga, torch.from_numpy(np.matmul(up.numpy(), b.detach().numpy().T)))
+    flat_a, flat_up = a.detach().reshape(-1, shape[-1]).numpy(), up.reshape(-1, n).numpy()
+    torch.testing.assert_close(gb, torch.from_numpy(flat_a.T @ flat_up))
+
+
+def test_matmul_of_a_transposed_activation_runs_one_mm_not_a_bmm():
+    """The exported batch_first attention's input projection: x (batch, seq, d) transposed to (seq, batch, d)."""
+    x = torch.randn(4, 32, 16, requires_grad=True)
+    w = torch.randn(16, 48)
+    with torch.autograd.profiler.profile() as prof:
+        torch.autograd.grad(nn.matmul(x.transpose(0, 1), w).sum(), x)
+    ops = [e.name for e in prof.function_events]
+    assert "aten::bmm" not in ops and ops.count("aten::mm") == 2  # forward, and the backward for x

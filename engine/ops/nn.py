@@ -12,6 +12,11 @@ from ..registry import register
 
 @register("MatMul", since=1)
 def matmul(a, b):
+    if b.dim() == 2 and a.dim() > 2 and not a.is_contiguous():
+        # torch folds a's batch dims into one mm only when a view does it; otherwise (a transposed
+        # activation: exported batch_first attention) it runs a bmm over b expanded per batch, forward
+        # and backward, which costs more than this copy (the ms encoder layer: ~80 us of a 2 ms call).
+        a = a.contiguous()
     return torch.matmul(a, b)
 
 
