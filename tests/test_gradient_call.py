@@ -39,7 +39,8 @@ def symbolic():
 
 def assert_matches_oracle(result, x):
     loss, grad = oracle(x)
-    np.testing.assert_allclose(result.y, loss, rtol=1e-5)
+    # float32 against float64: the loss is a sum of tanh terms that can cancel to near 0
+    np.testing.assert_allclose(result.y, loss, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(result.grads["X"], grad, rtol=1e-5, atol=1e-6)
 
 

@@ -114,8 +114,20 @@ def translated(what: str, timeout: float | None,
     except RuntimeError as exc:  # gloo, NCCL and the store all raise RuntimeError subclasses
         timeout = default_timeout() if timeout is None else timeout
         limit = f"{timeout:g} s" if timeout is not None else "the process group's timeout"
-        raise DistributedError(f"{what} after {time.monotonic() - start:.1f} s: {cause} {limit} "
-                               f"({backend_reason(exc)})") from None
+        message = f"{what} after {time.monotonic() - start:.1f} s: {cause} {limit} ({backend_reason(exc)})"
+        abandon()
+        raise DistributedError(message) from None
+
+
+def abandon() -> None:
+    """Destroy the default group after a collective failed: it cannot be used again, and its
+    transport threads, left to the interpreter's exit, made gloo call std::terminate there now
+    and then (the process ended with SIGABRT after printing its one-line error)."""
+    try:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    except (RuntimeError, ValueError):
+        pass
 
 
 def backend_reason(exc: BaseException) -> str:
