@@ -30,19 +30,26 @@ FLOATS = (torch.float32, torch.float64)
 RAW_FN, RAW_IN, RAW_OUT, RAW_KW = 3, 4, 5, 6  # fields of the raw step lists Plan builds
 
 
+def slot_readers(steps: list) -> dict[int, list[int]]:
+    """slot -> the steps of a raw step list reading it, in order (twice for a step reading it twice)."""
+    readers: dict[int, list[int]] = {}
+    for k, st in enumerate(steps):
+        for s in st[RAW_IN]:
+            if s is not None:
+                readers.setdefault(s, []).append(k)
+    return readers
+
+
 class _Index:
     """Who produces and who reads each slot of a raw step list, and which slots are constant."""
 
     def __init__(self, steps: list, protected: set[int], template: dict):
         self.steps, self.protected = steps, protected
         self.producer: dict[int, int] = {}
-        self.readers: dict[int, list[int]] = {}
+        self.readers = slot_readers(steps)
         self.values = dict(template)  # slot -> constant tensor (initializers, Constant nodes)
         self.static = set(template)  # slots fixed once the input shapes are (constants, shape arithmetic)
         for k, st in enumerate(steps):
-            for s in st[RAW_IN]:
-                if s is not None:
-                    self.readers.setdefault(s, []).append(k)
             outs = [s for s in st[RAW_OUT] if s is not None]
             for s in outs:
                 self.producer[s] = k

@@ -24,7 +24,7 @@ import os
 
 import torch
 
-from .fusion import RAW_FN, RAW_IN, RAW_KW, RAW_OUT
+from .fusion import RAW_FN, RAW_IN, RAW_KW, RAW_OUT, slot_readers
 from .ops import activation, conv
 
 # Opt-in: on resnet50 (one 224x224 image) it cuts the live peak by 20 MB, but glibc's heap keeps
@@ -131,10 +131,7 @@ def lean_steps(steps: list, protected: set[int]) -> list:
     is neither."""
     if not any(st[RAW_FN] in SWAPS for st in steps):
         return steps
-    readers: dict[int, list[int]] = {}
-    for k, st in enumerate(steps):
-        for s in set(st[RAW_IN]) - {None}:
-            readers.setdefault(s, []).append(k)
+    readers = slot_readers(steps)  # a Relu reads one slot: a Conv output read twice is never joined
     joined: dict[int, int] = {}  # Conv step -> the Relu step joined to it
     for k, st in enumerate(steps):
         out = st[RAW_OUT]

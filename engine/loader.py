@@ -111,12 +111,21 @@ def _display_names(nodes: list[NodeProto]) -> list[str]:
     return names
 
 
+def subgraphs(node: NodeProto) -> list[onnx.GraphProto]:
+    """The node's graph attributes (If's branches, Loop's and Scan's bodies), in attribute order."""
+    out = []
+    for a in node.attribute:
+        if a.type == onnx.AttributeProto.GRAPH:
+            out.append(a.g)
+        elif a.type == onnx.AttributeProto.GRAPHS:
+            out.extend(a.graphs)
+    return out
+
+
 def implicit_inputs(node: NodeProto) -> tuple[str, ...]:
     """Names the node's subgraphs (If, Loop, Scan bodies) read from the enclosing graph, first use first."""
-    graphs = [a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH]
-    graphs += [g for a in node.attribute if a.type == onnx.AttributeProto.GRAPHS for g in a.graphs]
     seen: dict[str, None] = {}
-    for g in graphs:
+    for g in subgraphs(node):
         for name in graph_free_names(g):
             seen[name] = None
     return tuple(seen)

@@ -13,7 +13,7 @@ from typing import Callable, Sequence
 import onnx
 from onnx import AttributeProto, FunctionProto, GraphProto, NodeProto, helper, numpy_helper
 
-from ..loader import node_inputs
+from ..loader import node_inputs, subgraphs
 from .core import propagate
 
 
@@ -130,9 +130,8 @@ def rename_refs(graph: GraphProto, rename: dict[str, str]) -> None:
     mapping = {k: v for k, v in rename.items() if k not in local}
     for n in graph.node:
         n.input[:] = [mapping.get(t, t) for t in n.input]
-        for a in n.attribute:
-            for g in ([a.g] if a.type == AttributeProto.GRAPH else list(a.graphs) if a.type == AttributeProto.GRAPHS else []):
-                rename_refs(g, mapping)
+        for g in subgraphs(n):
+            rename_refs(g, mapping)
 
 
 def copy_nodes(ctx, nodes, rename: dict[str, str], hint: str) -> None:

@@ -14,7 +14,7 @@ import onnx
 from onnx import ModelProto, helper, version_converter
 
 from ..errors import LoweringError
-from ..loader import TRAINING_DOMAIN, _toposort
+from ..loader import TRAINING_DOMAIN, _toposort, subgraphs
 from ..modelfile import checkable
 from ..modelwrite import materialize
 from ..selection import names as split_names
@@ -85,10 +85,8 @@ def _uses_default_domain(graph) -> bool:
     for node in graph.node:
         if node.domain in ("", "ai.onnx"):
             return True
-        for a in node.attribute:
-            graphs = [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)
-            if any(_uses_default_domain(g) for g in graphs):
-                return True
+        if any(_uses_default_domain(g) for g in subgraphs(node)):
+            return True
     return False
 
 

@@ -54,7 +54,7 @@ class FooterUnit:
         return len(key.display) + (1 + len(key.description) if key.description else 0)
 
 
-def footer_units(screen: Screen, palette_action: str = "command_palette") -> tuple[list[FooterUnit], FooterUnit | None]:
+def footer_units(screen: Screen) -> tuple[list[FooterUnit], FooterUnit | None]:
     """The row's units in binding order, and the command palette's key (drawn at the right edge)."""
     app = screen.app
     by_action: dict[str, tuple] = {}
@@ -162,9 +162,10 @@ class FittingFooter(Widget, can_focus=False):
         def draw(k: FooterKey, with_description: bool) -> None:
             start = len(line)
             base = item + (Style() if k.enabled else dim)
-            line.append(k.display, base + key_style + (hover if k is self._hover else Style()))
+            over = hover if k is self._hover else Style()
+            line.append(k.display, base + key_style + over)
             if with_description and k.description:
-                line.append(" " + k.description, base + description + (hover if k is self._hover else Style()))
+                line.append(" " + k.description, base + description + over)
             spans.append((start, len(line), k))
 
         for n, unit in enumerate(units):
@@ -192,7 +193,7 @@ class FittingFooter(Widget, can_focus=False):
         key = self._key_at(event.x)
         if key is not self._hover:
             self._hover = key
-            self.tooltip = key.tooltip or None if key else None
+            self.tooltip = (key.tooltip or None) if key else None
             self.refresh()
 
     def on_leave(self, event: events.Leave) -> None:
