@@ -5,6 +5,7 @@ backend, bounds every wait, and turns the backends' multi-line failures into a D
 """
 from __future__ import annotations
 
+import atexit
 import datetime
 import os
 import re
@@ -67,6 +68,7 @@ def init(device: str | torch.device = "cpu", *, timeout: float = DEFAULT_TIMEOUT
     who = f"rank {os.environ.get('RANK', '?')} of {os.environ.get('WORLD_SIZE', '?')}"
     with translated(f"{who}: the process group did not form", timeout, "not every rank joined within"):
         dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout), **kwargs)
+    atexit.register(abandon)  # whatever ends the process: see abandon
     _timeout["seconds"] = timeout
     return device
 
@@ -120,9 +122,10 @@ def translated(what: str, timeout: float | None,
 
 
 def abandon() -> None:
-    """Destroy the default group after a collective failed: it cannot be used again, and its
-    transport threads, left to the interpreter's exit, made gloo call std::terminate there now
-    and then (the process ended with SIGABRT after printing its one-line error)."""
+    """Destroy the default group, after a collective failed (it cannot be used again) and at exit.
+    Its transport threads, left to the interpreter's finalization, made gloo call std::terminate
+    there now and then: a rank that had printed its one-line error (a dead peer, ranks that
+    disagree) ended with SIGABRT instead of its exit code."""
     try:
         if dist.is_initialized():
             dist.destroy_process_group()
