@@ -18,13 +18,13 @@ from engine.graphs import Canvas
 
 from ..guard import guarded
 from ..marks import box_tensor
-from .sizing import set_virtual_size
+from .sizing import FixedBox
 
 MARKS = ("current", "fail", "inconclusive", "pass", "unsupported", "y", "x", "z", "slice", "dim")
 
 
 @guarded
-class GraphView(ScrollView, can_focus=True):
+class GraphView(FixedBox, ScrollView, can_focus=True):
     """Arrows move between boxes (the view follows); shift+arrows pan; a click picks a box."""
 
     BINDINGS = [
@@ -85,7 +85,7 @@ class GraphView(ScrollView, can_focus=True):
         self.canvas = (canvas if canvas is not None and canvas.layout is layout else Canvas(layout)) \
             if layout is not None else None
         self.placeholder = placeholder
-        set_virtual_size(self, Size(layout.width + 1, layout.height + 1) if layout is not None else Size(0, 0))
+        self.virtual_size = Size(layout.width + 1, layout.height + 1) if layout is not None else Size(0, 0)
         if self.selected is not None and (self.canvas is None or self.selected not in self.canvas.nodes):
             self.selected = None
         self.chosen = None

@@ -1,27 +1,31 @@
-"""A scrolling widget's virtual size changed without laying out the whole screen.
+"""Scrolling widgets whose virtual size changes without laying out the whole screen.
 
 Setting `virtual_size` makes Textual lay out every widget on the screen, then repaint them and
-every scrollbar: on GPT-2 25-50 ms of the main thread for the navigator's listing arriving or
-the whole graph replacing the cursor's neighbourhood, which a key pressed then waited for. Our
-scrolling widgets get their box from CSS, never from their content, so a new virtual size only
-moves their scrollbars: the screen is laid out again only when a scrollbar appears or goes.
+every scrollbar: on GPT-2 25-50 ms of the main thread for the navigator's listing arriving, the
+whole graph replacing the cursor's neighbourhood or the gradients' table filling, which a key
+pressed then waited for. These widgets get their box from CSS, never from their content, so a
+new virtual size only moves their scrollbars: the screen is laid out again only when a scrollbar
+appears or goes (through Textual's own `show_*_scrollbar` reactives).
 """
 from __future__ import annotations
 
 from textual.geometry import Size
-from textual.scroll_view import ScrollView
-from textual.widget import Widget
+from textual.reactive import Reactive
+from textual.widgets import DataTable
 
 
-def set_virtual_size(view: ScrollView, size: Size) -> None:
-    """`view.virtual_size = size`, with a layout only if it shows or hides a scrollbar."""
-    if size == view.virtual_size:
-        return
-    if not view.container_size:  # not laid out yet: its first layout reads the size
-        view.virtual_size = size
-        return
-    view.set_reactive(Widget.virtual_size, size)
-    # What Textual's layout would do for this widget: decide the scrollbars (a change there is a
-    # layout, through their reactives), size them, clamp the scroll offsets.
-    view._scroll_update(size)
-    view.refresh()
+class FixedBox:
+    """Mixed in before a ScrollView whose size CSS fixes (a height and width that are not auto)."""
+
+    virtual_size = Reactive(Size(0, 0), layout=False)
+
+    def watch_virtual_size(self, size: Size) -> None:
+        if self.container_size:  # laid out already (else its first layout reads the size)
+            # What Textual's layout would do for this widget: decide the scrollbars, size them,
+            # clamp the scroll offsets.
+            self._scroll_update(size)
+        self.refresh()
+
+
+class FixedBoxTable(FixedBox, DataTable):
+    """A DataTable of fixed size (the results' tables): rows arriving repaint the table alone."""

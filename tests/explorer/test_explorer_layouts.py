@@ -2,8 +2,8 @@
 
 Each whole-screen layout made Textual re-lay out and repaint every widget and scrollbar: 25-75 ms
 of the UI thread on GPT-2, which a key pressed then waited for. The navigator's listing arriving
-and the whole graph layout replacing the cursor's neighbourhood only change the virtual size of a
-pane whose box CSS fixes (explorer/widgets/sizing.py).
+, the whole graph layout replacing the cursor's neighbourhood and the gradients filling their table
+only change the virtual size of a pane whose box CSS fixes (explorer/widgets/sizing.py).
 """
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from explorer.app import UI_SWITCH_INTERVAL_S, make_app
 from explorer.graph_work import LayoutWork
 from explorer.layout import LOCAL_FROM_NODES
 from explorer.widgets.node_list import Entry, NodeList
+from explorer.widgets.results import Results
 from tests.big_models import residual_chain
 
 from .conftest import SIZE, opened, settle, spec_app
@@ -92,3 +93,25 @@ async def test_the_interpreter_switches_threads_every_millisecond_while_the_app_
     async with opened(app):
         assert sys.getswitchinterval() == UI_SWITCH_INTERVAL_S
     assert sys.getswitchinterval() == before
+
+
+async def test_the_gradients_arriving_fill_their_table_without_a_screen_layout(monkeypatch):
+    events: list[str] = []
+    record(monkeypatch, events)
+    wrap_results = Results.show_gradient
+
+    def show_gradient(self, result, *args, **kwargs):
+        events.append("gradients" if result is not None else "no gradients")
+        return wrap_results(self, result, *args, **kwargs)
+    monkeypatch.setattr(Results, "show_gradient", show_gradient)
+    app = spec_app()
+    async with opened(app) as pilot:
+        table = app.query_one("#gradient-table")
+        assert table.row_count == 0
+        await pilot.press("r")
+        await settle(app, pilot)
+        await pilot.pause(0.2)
+        assert table.row_count == len(app.session.xs) > 0
+        assert "layout" not in events[events.index("gradients"):], events
+        shown = [table.render_line(y).text for y in range(table.size.height)]
+        assert all(any(x in line for line in shown) for x in app.session.xs), shown
