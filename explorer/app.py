@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import gc
-import sys
 
 from textual.app import App, ComposeResult
 from textual.binding import Binding
@@ -34,8 +33,6 @@ from .widgets.results import Results
 from .widgets.selection_bar import SelectionBar
 from .widgets.status import StatusLine
 from .work import CANCELLABLE, Workers
-
-UI_SWITCH_INTERVAL_S = 0.001
 
 
 @guarded
@@ -147,20 +144,12 @@ class ExplorerApp(Selecting, Debugging, LayoutWork, Workers, PaletteApp, App):
         yield FittingFooter()
 
     def on_mount(self) -> None:
-        # A worker running Python keeps the GIL for up to the switch interval each time the UI
-        # thread asks for it back (after every wait for events): 5 ms by default, several times
-        # per frame. 1 ms while the app runs; the interval before is restored on exit.
-        self._switch_interval = sys.getswitchinterval()
-        sys.setswitchinterval(UI_SWITCH_INTERVAL_S)
         if self.load_error:
             self.notify(self.load_error, title="cannot open the model", severity="error", timeout=30)
         if self.session is None:
             self.query_one(GraphView).set_layout(None, "no model: ctrl+p → Open model…")
             return
         self.open_session(self.session)
-
-    def on_unmount(self) -> None:
-        sys.setswitchinterval(self._switch_interval)
 
     def open_session(self, session: Session) -> None:
         replacing = self.session is not None and self.session is not session

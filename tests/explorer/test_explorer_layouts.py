@@ -7,13 +7,11 @@ only change the virtual size of a pane whose box CSS fixes (explorer/widgets/siz
 """
 from __future__ import annotations
 
-import sys
-
 from textual.geometry import Size
 from textual.screen import Screen
 
 import engine
-from explorer.app import UI_SWITCH_INTERVAL_S, make_app
+from explorer.app import make_app
 from explorer.graph_work import LayoutWork
 from explorer.layout import LOCAL_FROM_NODES
 from explorer.widgets.node_list import Entry, NodeList
@@ -82,17 +80,6 @@ async def test_a_scrollbar_coming_or_going_still_lays_out_the_list():
         await pilot.pause(0.1)
         assert not entry_list.show_vertical_scrollbar and entry_list.virtual_size == Size(1, len(few))
         assert entry_list.scrollable_content_region.width == entry_list.size.width
-
-
-async def test_the_interpreter_switches_threads_every_millisecond_while_the_app_runs():
-    """A worker running Python holds the GIL up to the switch interval each time the UI thread asks
-    for it back; the app shortens it while it runs and gives the previous one back on exit."""
-    before = sys.getswitchinterval()
-    assert before != UI_SWITCH_INTERVAL_S
-    app = spec_app()
-    async with opened(app):
-        assert sys.getswitchinterval() == UI_SWITCH_INTERVAL_S
-    assert sys.getswitchinterval() == before
 
 
 async def test_the_gradients_arriving_fill_their_table_without_a_screen_layout(monkeypatch):
