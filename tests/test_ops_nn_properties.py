@@ -15,6 +15,14 @@ def fn(op, opset=22):
     return require("", op, opset, op).fn
 
 
+def assert_same_values_and_grads(y, want, inputs):
+    """y == want, and so are their vector-Jacobian products with one random seed."""
+    torch.testing.assert_close(y, want)
+    g = torch.randn_like(y)
+    for got, exp in zip(torch.autograd.grad(y, inputs, g), torch.autograd.grad(want, inputs, g)):
+        torch.testing.assert_close(got, exp)
+
+
 dims = st.integers(1, 4)
 
 
@@ -44,11 +52,7 @@ def test_layer_norm_matches_torch(shape, data):
     s = torch.randn(*norm_shape, dtype=torch.float64, requires_grad=True)
     b = torch.randn(*norm_shape, dtype=torch.float64, requires_grad=True)
     y = fn("LayerNormalization")(x, s, b, axis=axis, epsilon=1e-3)
-    want = F.layer_norm(x, norm_shape, s, b, eps=1e-3)
-    torch.testing.assert_close(y, want)
-    g = torch.randn_like(y)
-    for got, exp in zip(torch.autograd.grad(y, (x, s, b), g), torch.autograd.grad(want, (x, s, b), g)):
-        torch.testing.assert_close(got, exp)
+    assert_same_values_and_grads(y, F.layer_norm(x, norm_shape, s, b, eps=1e-3), (x, s, b))
 
 
 @settings(max_examples=25, deadline=None)
@@ -61,10 +65,7 @@ def test_conv2d_matches_torch(cin_per_group, group, h, w, k, stride, dil, pad):
     bias = torch.randn(2 * group, dtype=torch.float64, requires_grad=True)
     y = fn("Conv")(x, wt, bias, strides=[stride] * 2, dilations=[dil] * 2, pads=[pad] * 4, group=group)
     want = F.conv2d(x, wt, bias, stride=stride, padding=pad, dilation=dil, groups=group)
-    torch.testing.assert_close(y, want)
-    g = torch.randn_like(y)
-    for got, exp in zip(torch.autograd.grad(y, (x, wt, bias), g), torch.autograd.grad(want, (x, wt, bias), g)):
-        torch.testing.assert_close(got, exp)
+    assert_same_values_and_grads(y, want, (x, wt, bias))
 
 
 @settings(max_examples=25, deadline=None)
