@@ -18,12 +18,13 @@ from engine.graphs import Canvas
 
 from ..guard import guarded
 from ..marks import box_tensor
+from .sizing import FixedBox
 
 MARKS = ("current", "fail", "inconclusive", "pass", "unsupported", "y", "x", "z", "slice", "dim")
 
 
 @guarded
-class GraphView(ScrollView, can_focus=True):
+class GraphView(FixedBox, ScrollView, can_focus=True):
     """Arrows move between boxes (the view follows); shift+arrows pan; a click picks a box."""
 
     BINDINGS = [
