@@ -63,6 +63,9 @@ async def test_a_weight_reached_from_elsewhere_opens_its_group():
         listing = app.query_one("#node-options")
         assert app.cursor == (None, "block7.conv.weight")
         assert listing.entries[listing.highlighted].tensor == "block7.conv.weight"
+        graph = app.query_one("#graph")  # no box for a weight here (81 nodes): its reader's is selected
+        reader = app.session.graph.node_names.index("block7/conv")
+        assert not graph.ids_for(tensor="block7.conv.weight") and graph.selected in graph.ids_for(node_index=reader)
 
 
 
@@ -84,6 +87,9 @@ async def test_enter_on_a_search_hit_shows_it_selected_in_the_whole_list(query):
         await settle(app, pilot)
         listing = app.query_one("#node-options")
         assert app.cursor == cursor and app.focused is app.query_one("#graph")
+        # the graph selects the node's box, the tensor's producer, the weight's reader (no box of its own)
+        near = node if node is not None else graph.producer.get(query, graph.consumers.get(query, [None])[0])
+        assert app.query_one("#graph").selected in app.query_one("#graph").ids_for(node_index=near)
         assert app.query_one("#inspector").tensor == cursor[1]
         assert app.query_one("#node-search").value == "" and any(e.key == "g:inputs" for e in listing.entries)
         assert listing.entries[listing.highlighted].key == (f"n:{node}" if node is not None else f"t:{query}")
