@@ -128,12 +128,17 @@ class EntryList(FixedBox, ScrollView, can_focus=True):
         return self.chosen if self.chosen is not None else self.highlighted
 
     def highlight(self, index: int | None) -> None:
+        before, offset = self.highlighted, self.scroll_offset
         self.highlighted, self.chosen = index, None
         if index is not None:
             self.scroll_to_region(Region(0, index, 1, 1), animate=False, immediate=True)
             # Right after set_entries the new virtual size is not laid out yet: scroll again after it.
             self.call_after_refresh(self._scroll_to_highlight)
-        self.refresh()
+        if self.scroll_offset != offset:
+            self.refresh()
+            return
+        for row in {before, index} - {None}:  # unscrolled, only these two rows change
+            self.refresh_line(row)
 
     def _scroll_to_highlight(self) -> None:
         if self.highlighted is not None:
