@@ -146,3 +146,27 @@ async def test_an_arrow_key_repaints_the_rows_that_change_and_the_screen_is_what
             await pilot.pause(0.05)
             assert app.export_screenshot() == shown, f"{key}: the partial repaint left stale rows"
         assert partial >= 3  # the case under test happened
+
+
+async def test_the_navigator_brings_a_cursor_moved_out_of_its_view_to_the_middle():
+    """Following the graph's cursor, a row out of view is centred, so the next moves scroll (and
+    repaint) nothing; the list's own keys still scroll it a row at a time."""
+    app = make_app(model=engine.load(residual_chain(BLOCKS)), label="chain")
+    app.raise_errors = True
+    async with app.run_test(size=SIZE) as pilot:
+        entry_list = app.query_one("#node-options")
+        await until(pilot, lambda: bool(entry_list.entries))
+        await settle(app, pilot)
+        height = entry_list.scrollable_content_region.height
+        far = next(k for k in range(len(entry_list.entries) // 2, len(entry_list.entries))
+                   if entry_list.entries[k].node_index is not None)
+        node = entry_list.entries[far].node_index
+        assert height < far
+        app.move_cursor(node, None, origin="graph")
+        await settle(app, pilot)
+        row = entry_list.highlighted - int(entry_list.scroll_y)
+        assert abs(row - height // 2) <= 1, (row, height)
+        entry_list.focus()
+        await pilot.press(*["down"] * (height - row))  # past the bottom edge by the list's own keys
+        await settle(app, pilot)
+        assert entry_list.current - int(entry_list.scroll_y) == height - 1
