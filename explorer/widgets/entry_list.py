@@ -127,13 +127,21 @@ class EntryList(FixedBox, ScrollView, can_focus=True):
         """The entry the keys are on: the one moved to, even before it is drawn highlighted."""
         return self.chosen if self.chosen is not None else self.highlighted
 
-    def highlight(self, index: int | None) -> None:
+    def highlight(self, index: int | None, center: bool = False) -> None:
+        """`center`: a row out of view comes to the middle, not the edge (following a cursor moved
+        elsewhere, the next moves then scroll nothing: a scroll repaints the list and its scrollbar)."""
+        before, offset = self.highlighted, self.scroll_offset
         self.highlighted, self.chosen = index, None
         if index is not None:
-            self.scroll_to_region(Region(0, index, 1, 1), animate=False, immediate=True)
+            out_of_view = not self.scroll_y <= index < self.scroll_y + self.scrollable_content_region.height
+            self.scroll_to_region(Region(0, index, 1, 1), animate=False, immediate=True, center=center and out_of_view)
             # Right after set_entries the new virtual size is not laid out yet: scroll again after it.
             self.call_after_refresh(self._scroll_to_highlight)
-        self.refresh()
+        if self.scroll_offset != offset:
+            self.refresh()
+            return
+        for row in {before, index} - {None}:  # unscrolled, only these two rows change
+            self.refresh_line(row)
 
     def _scroll_to_highlight(self) -> None:
         if self.highlighted is not None:

@@ -305,6 +305,6 @@ class NodeList(Vertical):
                 self._show(self._rows())
                 index = self._index.get(key)
         if index is not None:
-            self.query_one(EntryList).highlight(index)
+            self.query_one(EntryList).highlight(index, center=True)
 
 

@@ -102,3 +102,71 @@ async def test_the_gradients_arriving_fill_their_table_without_a_screen_layout(m
         assert "layout" not in events[events.index("gradients"):], events
         shown = [table.render_line(y).text for y in range(table.size.height)]
         assert all(any(x in line for line in shown) for x in app.session.xs), shown
+
+
+async def test_an_arrow_key_repaints_the_rows_that_change_and_the_screen_is_what_a_full_repaint_draws(monkeypatch):
+    """Unscrolled, a cursor move repaints the two boxes' rows in the graph and the two entries in
+    the navigator (each pane re-rendered whole was a third of a key's frame on GPT-2); the picture
+    must be exactly what repainting everything gives."""
+    from explorer.widgets.entry_list import EntryList
+    from explorer.widgets.graph_view import GraphView
+
+    painted: dict[str, list[int]] = {"GraphView": [], "EntryList": []}
+    for cls in (GraphView, EntryList):
+        original = cls.render_line
+
+        def render_line(self, y, _original=original, _name=cls.__name__):
+            painted[_name].append(y)
+            return _original(self, y)
+        monkeypatch.setattr(cls, "render_line", render_line)
+    app = make_app(model=engine.load(residual_chain(BLOCKS)), label="chain")
+    app.raise_errors = True
+    async with app.run_test(size=SIZE) as pilot:
+        graph, entry_list = app.query_one("#graph"), app.query_one("#node-options")
+        await until(pilot, lambda: graph.canvas is not None and graph.canvas.layout is app.layouts.get(app._layout_key()))
+        graph.focus()
+        await settle(app, pilot)
+        await pilot.pause(0.05)
+        partial = 0
+        for key in ["down"] * 6 + ["up"] * 3:
+            offsets = graph.scroll_offset, entry_list.scroll_offset
+            for rows in painted.values():
+                rows.clear()
+            await pilot.press(key)
+            await settle(app, pilot)
+            await pilot.pause(0.05)
+            shown = app.export_screenshot()
+            if offsets == (graph.scroll_offset, entry_list.scroll_offset):
+                partial += 1
+                box_rows = max(n.height for n in graph.canvas.nodes.values())
+                assert 0 < len(painted["GraphView"]) <= 2 * box_rows, painted
+                assert 0 < len(painted["EntryList"]) <= 2, painted
+            for widget in app.screen.query("*"):
+                widget.refresh()
+            await pilot.pause(0.05)
+            assert app.export_screenshot() == shown, f"{key}: the partial repaint left stale rows"
+        assert partial >= 3  # the case under test happened
+
+
+async def test_the_navigator_brings_a_cursor_moved_out_of_its_view_to_the_middle():
+    """Following the graph's cursor, a row out of view is centred, so the next moves scroll (and
+    repaint) nothing; the list's own keys still scroll it a row at a time."""
+    app = make_app(model=engine.load(residual_chain(BLOCKS)), label="chain")
+    app.raise_errors = True
+    async with app.run_test(size=SIZE) as pilot:
+        entry_list = app.query_one("#node-options")
+        await until(pilot, lambda: bool(entry_list.entries))
+        await settle(app, pilot)
+        height = entry_list.scrollable_content_region.height
+        far = next(k for k in range(len(entry_list.entries) // 2, len(entry_list.entries))
+                   if entry_list.entries[k].node_index is not None)
+        node = entry_list.entries[far].node_index
+        assert height < far
+        app.move_cursor(node, None, origin="graph")
+        await settle(app, pilot)
+        row = entry_list.highlighted - int(entry_list.scroll_y)
+        assert abs(row - height // 2) <= 1, (row, height)
+        entry_list.focus()
+        await pilot.press(*["down"] * (height - row))  # past the bottom edge by the list's own keys
+        await settle(app, pilot)
+        assert entry_list.current - int(entry_list.scroll_y) == height - 1
