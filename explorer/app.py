@@ -207,7 +207,7 @@ class ExplorerApp(Selecting, Debugging, LayoutWork, Workers, PaletteApp, App):
         self.follow_local(event.node_index, event.tensor)
 
     def on_node_list_picked(self, event: NodeList.Picked) -> None:
-        self.query_one(NodeList).show_entry(event.index)
+        self.query_one(NodeList).show_entry(event)
         self.move_cursor(event.node_index, event.tensor, origin="list")
         if event.jump:
             self.query_one(GraphView).focus()

@@ -91,10 +91,11 @@ class LayoutWork:
         self.status.note(note)
 
     def boxes_for(self, node_index: int | None, tensor: str | None) -> list[str]:
-        """The boxes showing the node, else the tensor, else the node producing the tensor."""
+        """The boxes showing the node, else the tensor, else the node producing the tensor, else (for a
+        weight: a big model draws none) the first node reading it."""
         graph = self.query_one("#graph")
-        producer = self.session.graph.producer.get(tensor) if tensor else None
-        return graph.ids_for(node_index=node_index) or graph.ids_for(tensor=tensor) or graph.ids_for(node_index=producer)
+        near = _node_near(self.session.graph, tensor)
+        return graph.ids_for(node_index=node_index) or graph.ids_for(tensor=tensor) or graph.ids_for(node_index=near)
 
     def _layout_key(self) -> tuple:
         s = self.session
@@ -131,3 +132,10 @@ class LayoutWork:
         graph.set_layout(layout, canvas=canvas)
         graph.set_marks(graph_marks(self.session, layout))
         self._show_in_graph(*self.cursor)
+
+
+def _node_near(graph, tensor: str | None) -> int | None:
+    """The node producing `tensor`, else, for a weight, the first node reading it."""
+    if tensor in graph.initializers:
+        return next(iter(graph.consumers.get(tensor, ())), None)
+    return graph.producer.get(tensor) if tensor else None

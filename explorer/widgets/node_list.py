@@ -88,6 +88,11 @@ def rows_for(groups: dict[str, list[Entry]], collapsed) -> list[Entry]:
     return rows
 
 
+def entry_key(node_index: int | None, tensor: str | None) -> str:
+    """The key of the row of a node or, when `node_index` is None, of a tensor (Entry.key)."""
+    return f"t:{tensor}" if tensor is not None and node_index is None else f"n:{node_index}"
+
+
 def _shape(graph, t: str) -> str:
     info = graph.types.get(t)
     if info is None or info.shape is None:
@@ -111,7 +116,7 @@ class NodeList(Vertical):
     @dataclass
     class Picked(Message):
         """An entry was moved to (jump=False) or chosen with Enter (jump=True). The handler draws
-        it highlighted with `show_entry(index)`, in the frame where the other panes follow."""
+        it highlighted with `show_entry(picked)`, in the frame where the other panes follow."""
 
         node_index: int | None
         tensor: str | None
@@ -278,15 +283,20 @@ class NodeList(Vertical):
             self._last = (e.node_index, e.tensor)
             self.post_message(self.Picked(e.node_index, e.tensor, jump=jump, index=index))
 
-    def show_entry(self, index: int) -> None:
-        """Draw entry `index` highlighted (the one a Picked message announced)."""
-        if 0 <= index < len(self.shown):
+    def show_entry(self, picked: Picked) -> None:
+        """Draw the entry `picked` announced highlighted: at its row if the list still shows it there,
+        else where it is now (Enter on a search hit closes the search before the handler runs: the
+        hit's row number is one of the whole list by then, and a weight's group may be closed)."""
+        index = picked.index
+        if 0 <= index < len(self.shown) and self.shown[index].key == entry_key(picked.node_index, picked.tensor):
             self.query_one(EntryList).highlight(index)
+        else:
+            self.highlight(picked.node_index, picked.tensor)
 
     def highlight(self, node_index: int | None, tensor: str | None) -> None:
         """Follow a cursor moved elsewhere, without announcing it back."""
         self._last = (node_index, tensor)
-        key = f"t:{tensor}" if tensor is not None and node_index is None else f"n:{node_index}"
+        key = entry_key(node_index, tensor)
         index = self._index.get(key)
         if index is None and not self.query_one(Input).value:  # in a closed group: open it
             group = next((g for g in self.collapsed if any(e.key == key for e in self.groups.get(g, ()))), None)

@@ -3,6 +3,7 @@ asked for, and labels cut so that distinct names never look the same."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
@@ -62,6 +63,39 @@ async def test_a_weight_reached_from_elsewhere_opens_its_group():
         listing = app.query_one("#node-options")
         assert app.cursor == (None, "block7.conv.weight")
         assert listing.entries[listing.highlighted].tensor == "block7.conv.weight"
+        graph = app.query_one("#graph")  # no box for a weight here (81 nodes): its reader's is selected
+        reader = app.session.graph.node_names.index("block7/conv")
+        assert not graph.ids_for(tensor="block7.conv.weight") and graph.selected in graph.ids_for(node_index=reader)
+
+
+
+@pytest.mark.parametrize("query", [
+    "block17.conv.weight",  # a weight, in the Weights group, closed
+    "block18/mix",  # a node far below the first screen
+    "block19.relu",  # a tensor a node produces
+])
+async def test_enter_on_a_search_hit_shows_it_selected_in_the_whole_list(query):
+    """Enter closes the search: the list shows every row again, scrolled to the hit, highlighted
+    (it used to highlight the row at the hit's place among the hits: the top heading)."""
+    app = app_on(residual_chain(20), "chain")
+    async with app.run_test(size=SIZE) as pilot:
+        await started(app, pilot)
+        graph = app.session.graph
+        node = graph.node_names.index(query) if query in graph.node_names else None
+        cursor = (node, graph.nodes[node].output[0]) if node is not None else (None, query)
+        await pilot.press("slash", *query, "enter")
+        await settle(app, pilot)
+        listing = app.query_one("#node-options")
+        assert app.cursor == cursor and app.focused is app.query_one("#graph")
+        # the graph selects the node's box, the tensor's producer, the weight's reader (no box of its own)
+        near = node if node is not None else graph.producer.get(query, graph.consumers.get(query, [None])[0])
+        assert app.query_one("#graph").selected in app.query_one("#graph").ids_for(node_index=near)
+        assert app.query_one("#inspector").tensor == cursor[1]
+        assert app.query_one("#node-search").value == "" and any(e.key == "g:inputs" for e in listing.entries)
+        assert listing.entries[listing.highlighted].key == (f"n:{node}" if node is not None else f"t:{query}")
+        row = listing.highlighted - int(listing.scroll_y)
+        rows = visible_rows(listing)
+        assert 0 <= row < len(rows) and rows[row].lstrip("◆ ").startswith(query)
 
 
 def batchnorm_names_model():
