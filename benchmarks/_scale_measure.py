@@ -92,6 +92,51 @@ def memory(case, args) -> dict:
     return {"rss_added_bytes": peak_rss() - base, "model_bytes": case.bytes()}
 
 
+@measure
+def eager_memory(case, args) -> dict:
+    """The peer of `memory`: peak RSS added above `import torch` and the model's library (timm or
+    transformers) by building the exported module (its weights in memory once) and one torch eager
+    gradient of the same deep weight, only it requiring grad. What torch itself needs for the
+    computation the engine is measured on."""
+    import torch
+
+    torch.set_num_threads(args.threads)
+    scale.import_library(case)
+    base = rss()
+    module = scale.module(case)
+    for p in module.parameters():
+        p.requires_grad_(False)
+    built = rss()
+    reset = _reset_peak()
+    weight = scale.deep_parameter(case, module).requires_grad_()
+    out = module(*[torch.from_numpy(v) for v in scale.example(case).values()])
+    out.backward(torch.ones_like(out))
+    assert weight.grad is not None
+    row = {"eager_rss_added_bytes": peak_rss() - base, "model_bytes": case.bytes()}
+    if reset:  # the gradient's own peak above the built module, plus the weights once: no construction leftovers
+        weights = sum(t.numel() * t.element_size() for t in (*module.parameters(), *module.buffers()))
+        row["eager_floor_bytes"] = _peak_since_reset() - built + weights
+    return row
+
+
+def _reset_peak() -> bool:
+    """Restart the kernel's peak-RSS count from now (Linux's clear_refs); False where not possible."""
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _peak_since_reset() -> int:
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
+
+
 def _engine_gradient(case, args):
     """Model.gradient of the output (dy = ones) by the deep weight, zs = the inputs, as a call, after a
     first call (which builds the plan); and that first call's seconds."""

@@ -91,20 +91,25 @@ def case(name: str) -> ScaleCase:
         raise SystemExit(f"unknown model {name!r}; choose from {', '.join(BY_NAME)}") from None
 
 
+def import_library(case: ScaleCase):
+    """timm or transformers, whichever builds `case` (so a measurement can take its baseline after it)."""
+    real_models.stub_torchvision()  # transformers imports torchvision too
+    import importlib
+
+    return importlib.import_module("timm" if case.name == "resnet50" else "transformers")
+
+
 def module(case: ScaleCase, seed: int = 0):
     """The torch module (eval mode, every parameter perturbed) whose forward takes `case.inputs` in order."""
     import torch
     from torch import nn
 
     torch.manual_seed(seed)
-    real_models.stub_torchvision()  # transformers imports torchvision too
+    library = import_library(case)
     if case.name == "resnet50":
-        import timm
-
-        inner = timm.create_model("resnet50", pretrained=False)
+        inner = library.create_model("resnet50", pretrained=False)
     else:
-        import transformers as tf
-
+        tf = library
         if case.name == "bert_base":
             inner = tf.BertModel(tf.BertConfig(attn_implementation="eager"))
         else:

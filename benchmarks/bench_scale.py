@@ -5,7 +5,9 @@ GPT-2 large with one external data file; random perturbed weights, exported once
 measured each in a fresh process (benchmarks/_scale_measure.py), the two sides of a ratio alternating:
 
   load      engine.load ÷ onnxruntime InferenceSession creation (CPU provider)
-  memory    peak RSS added above `import engine, torch` by load + one gradient ÷ the model's bytes
+  memory    peak RSS added above `import engine, torch` by load + one gradient ÷ the model's bytes; its
+            peer (--no-eager-memory to skip): torch eager building the module and taking the same
+            gradient, peak RSS added above `import torch` and timm/transformers ÷ the same bytes
   gradient  Model.gradient of the output by a weight in the first block (zs = the inputs, 32 tokens,
             dy = ones) ÷ torch eager forward+backward of the same weight, same thread count (wall
             time, or with --clock cpu the process CPU time, steadier on a shared machine); both in
@@ -87,6 +89,13 @@ def bench(model: str, args) -> dict:
         added = statistics.median(r["rss_added_bytes"] for r in runs)
         row["memory"] = {"rss_added_bytes": added, "ratio": added / row["model_bytes"]}
         print(f"  {model} memory: {added / 1e9:.2f} GB added, {row['memory']['ratio']:.2f}x the model", file=sys.stderr)
+        if args.eager_memory:
+            peer = [take("eager_memory", model, args) for _ in range(max(1, args.memory_runs))]
+            for key in ("eager_rss_added_bytes", "eager_floor_bytes"):
+                if all(key in r for r in peer):
+                    row["memory"][key] = statistics.median(r[key] for r in peer)
+            row["memory"]["eager_ratio"] = row["memory"]["eager_rss_added_bytes"] / row["model_bytes"]
+            print(f"  {model} torch eager memory: {row['memory']['eager_ratio']:.2f}x the model", file=sys.stderr)
     if "gradient" in wanted:
         cpu = "_cpu" if args.clock == "cpu" else ""
         if 2 * row["model_bytes"] <= args.pair_gb * 1e9:  # both sides in one process, calls alternating
@@ -117,15 +126,16 @@ def _key(figures: dict, side: str) -> str:
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| model | bytes | load | ORT session | load ÷ ORT | RSS added | ÷ bytes | gradient | eager | ÷ eager "
-             "| graph drawn | ready |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| model | bytes | load | ORT session | load ÷ ORT | RSS added | ÷ bytes | torch eager's ÷ bytes | gradient "
+             "| eager | ÷ eager | graph drawn | ready |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         ld, mem, gr, ex = r.get("load", {}), r.get("memory", {}), r.get("gradient", {}), r.get("explorer", {})
         cells = [r["model"], f"{r['model_bytes'] / 1e9:.2f} GB",
                  f"{ld['load_s']:.2f} s" if ld else "—", f"{ld['ort_session_s']:.2f} s" if ld else "—",
                  f"{ld['ratio']:.2f}×" if ld else "—",
                  f"{mem['rss_added_bytes'] / 1e9:.2f} GB" if mem else "—", f"{mem['ratio']:.2f}×" if mem else "—",
+                 f"{mem['eager_ratio']:.2f}×" if "eager_ratio" in mem else "—",
                  f"{gr[_key(gr, 'gradient')]:.3f} s" if gr else "—", f"{gr[_key(gr, 'eager')]:.3f} s" if gr else "—",
                  f"{gr['ratio']:.2f}×" if gr else "—",
                  f"{ex['graph_drawn_s']:.2f} s" if ex else "—", f"{ex['ready_s']:.2f} s" if ex else "—"]
@@ -153,6 +163,8 @@ def main(argv=None) -> int:
                    help=f"comma-separated, of {', '.join(BUILT_IN)} and any other in _scale_measure.MEASURES")
     p.add_argument("--runs", type=int, default=3, help="rounds per ratio (each side a fresh process)")
     p.add_argument("--memory-runs", type=int, default=1)
+    p.add_argument("--eager-memory", action=argparse.BooleanOptionalAction, default=True,
+                   help="memory's peer: torch eager building the module and taking the same gradient")
     p.add_argument("--calls", type=int, default=3, help="timed gradient calls per process, after the first")
     p.add_argument("--threads", type=int, default=2, help="torch and onnxruntime threads (both sides)")
     p.add_argument("--clock", choices=["wall", "cpu"], default="wall",
