@@ -154,6 +154,14 @@ class GradientCall:
         else:
             y = to_numpy(out.y)
             grads = {n: to_numpy(g) for n, g in zip(spec.xs, out.grads)}
-        return GradientResult(spec=spec, y=y, grads=grads, disconnected=out.disconnected,
-                              seed="ones" if dy is None else "dy", device=self.device_label, dtype=self.dtype_label,
-                              values=values)
+        return result(spec=spec, y=y, grads=grads, disconnected=out.disconnected, seed="ones" if dy is None else "dy",
+                      device=self.device_label, dtype=self.dtype_label, values=values)
+
+
+def result(**fields) -> GradientResult:
+    """GradientResult(**fields) for all of its fields. The frozen dataclass's own __init__ sets them
+    one `object.__setattr__` at a time: 3.4 µs more per call alone (timeit), more in the loop
+    (above). The same object with the same fields, set in one update."""
+    made = object.__new__(GradientResult)
+    made.__dict__.update(fields)
+    return made

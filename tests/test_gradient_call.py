@@ -133,3 +133,12 @@ def test_a_result_kept_across_later_calls_keeps_its_own_numbers(fixed):
         assert_matches_oracle(result, x)
         assert np.shares_memory(result.values["X"], x)
         assert not np.shares_memory(result.grads["X"], x)
+
+
+def test_a_result_is_the_dataclass_with_every_field(fixed):
+    import dataclasses
+    result = fixed.gradient("loss", ["X"], feeds={"X": np.ones((2, 3), np.float32)})
+    assert set(vars(result)) == {f.name for f in dataclasses.fields(result)}
+    assert dataclasses.replace(result) == result  # the same as the dataclass's own __init__ makes
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        result.y = None
