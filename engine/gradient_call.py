@@ -143,9 +143,10 @@ class GradientCall:
         # Everything per call that is not the prepared call itself costs far more in a loop than
         # alone: the prepared call's forward and backward sweep megabytes through the core's caches,
         # so this code and its data are fetched again on every call (under callgrind's cache model
-        # `Model.gradient` missed a 512 KiB L2 1.6k times more per call than the prepared call, for
-        # 68k more instructions). Hence the work above is only what the call needs, and the views
-        # of the values are made here, next to the conversions of y and the gradients.
+        # `Model.gradient` missed a 512 KiB L2 1.65k times more per call than the prepared call, for
+        # 68.6k more instructions, before the trims here brought that to 1.2k and 40k:
+        # docs/benchmarks.md). Hence the work above is only what the call needs, and the views of
+        # the values are made here, next to the conversions of y and the gradients.
         for name, v in values.items():
             values[name] = read_only(v)
         if self.plain_out:
