@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import gc
-import sys
 
 from textual.app import App, ComposeResult
 from textual.binding import Binding
@@ -144,24 +143,13 @@ class ExplorerApp(Selecting, Debugging, LayoutWork, Workers, PaletteApp, App):
         yield StatusLine(id="status")
         yield FittingFooter()
 
-    # The keys are handled on the main thread, which shares the GIL with the workers: each time it
-    # waits for its events it lets go of the GIL and then waits up to the switch interval to get it
-    # back from a worker running Python (the layout, a check's loop): at the default 5 ms, keys on
-    # GPT-2 waited longer while work ran (docs/benchmarks.md); the workers hardly notice 1 ms.
-    GIL_SWITCH_INTERVAL_S = 0.001
-
     def on_mount(self) -> None:
-        self._switch_interval = sys.getswitchinterval()
-        sys.setswitchinterval(min(self._switch_interval, self.GIL_SWITCH_INTERVAL_S))
         if self.load_error:
             self.notify(self.load_error, title="cannot open the model", severity="error", timeout=30)
         if self.session is None:
             self.query_one(GraphView).set_layout(None, "no model: ctrl+p → Open model…")
             return
         self.open_session(self.session)
-
-    def on_unmount(self) -> None:
-        sys.setswitchinterval(self._switch_interval)
 
     def open_session(self, session: Session) -> None:
         replacing = self.session is not None and self.session is not session

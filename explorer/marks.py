@@ -31,27 +31,30 @@ def graph_marks(session, layout) -> dict[str, str]:
     on_slice = session.slice_nodes()
     unsupported = session.model.unsupported_nodes()
     statuses = check_statuses(session.check)
+    # Each tensor's role looked up once (GPT-2's 2,300 boxes asked role_of for every output: the
+    # marks are remade on the UI thread whenever a layout or the selection changes).
+    roles = {t: "z" for t in session.zs}
+    roles.update((t, "x") for t in session.xs)
+    if session.y:
+        roles[session.y] = "y"
     marks: dict[str, str] = {}
     for n in layout.nodes:
         mark = None
         if n.node_index is not None:
-            node = g.nodes[n.node_index]
-            status = statuses.get(g.node_names[n.node_index])
-            outs = [t for t in node.output if t]
-            roles = {session.role_of(t) for t in outs} - {None}
+            status = statuses.get(g.node_names[n.node_index]) if statuses else None
             if status in ("pass", "fail", "inconclusive"):
                 mark = status
             elif n.node_index in unsupported:
                 mark = "unsupported"
-            elif roles:
-                mark = next(r for r in ("y", "x", "z") if r in roles)
+            elif roles and (found := {roles[t] for t in g.nodes[n.node_index].output if t in roles}):
+                mark = next(r for r in ("y", "x", "z") if r in found)
             elif spec is not None:
                 mark = "slice" if n.node_index in on_slice else "dim"
         else:
             tensor = box_tensor(n)
             if tensor is None:  # the seed dy, accumulations: the engine's role says enough
                 continue
-            mark = session.role_of(tensor) or ("dim" if spec is not None else None)
+            mark = roles.get(tensor) or ("dim" if spec is not None else None)
         if mark:
             marks[n.id] = mark
     return marks

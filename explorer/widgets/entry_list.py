@@ -14,6 +14,7 @@ from textual.strip import Strip
 
 from ..guard import guarded
 from .labels import fit_labels, middle_cut
+from .sizing import FixedBox
 
 if TYPE_CHECKING:
     from .node_list import Entry
@@ -24,7 +25,7 @@ INLINE_LABELS = 2_000
 
 
 @guarded
-class EntryList(ScrollView, can_focus=True):
+class EntryList(FixedBox, ScrollView, can_focus=True):
     """A list that renders only its visible rows (an OptionList lays out every row up front,
     which takes seconds for densenet's ~4,000 nodes and tensors)."""
 
@@ -39,7 +40,7 @@ class EntryList(ScrollView, can_focus=True):
     ]
     COMPONENT_CLASSES = {"entry-list--highlight", "entry-list--node", "entry-list--detail", "entry-list--group"}
     DEFAULT_CSS = """
-    EntryList { height: 1fr; }
+    EntryList { height: 1fr; overflow-x: hidden; }
     EntryList > .entry-list--highlight { background: $accent 40%; text-style: bold; }
     EntryList:focus > .entry-list--highlight { background: $accent; }
     EntryList > .entry-list--node { text-style: bold; }
@@ -110,22 +111,37 @@ class EntryList(ScrollView, can_focus=True):
         self.entries = entries
         self.highlighted = 0 if entries else None
         self.chosen = None
-        self.virtual_size = Size(self.size.width, len(entries))
+        # One column wide: labels are cut to the width, so the list never scrolls sideways (as wide
+        # as the widget, a vertical scrollbar made it 2 columns too wide, and a horizontal one came).
+        self.virtual_size = Size(1, len(entries))
         self.scroll_to(0, 0, animate=False)
         self.refresh()
+
+    def reserve_rows(self, rows: int) -> None:
+        """Scroll `rows` rows that are still being listed: the scrollbar the listing needs comes with
+        the first frame, and the listing's arrival repaints the list alone (no screen layout)."""
+        self.virtual_size = Size(1, rows)
 
     @property
     def current(self) -> int | None:
         """The entry the keys are on: the one moved to, even before it is drawn highlighted."""
         return self.chosen if self.chosen is not None else self.highlighted
 
-    def highlight(self, index: int | None) -> None:
+    def highlight(self, index: int | None, center: bool = False) -> None:
+        """`center`: a row out of view comes to the middle, not the edge (following a cursor moved
+        elsewhere, the next moves then scroll nothing: a scroll repaints the list and its scrollbar)."""
+        before, offset = self.highlighted, self.scroll_offset
         self.highlighted, self.chosen = index, None
         if index is not None:
-            self.scroll_to_region(Region(0, index, 1, 1), animate=False, immediate=True)
+            out_of_view = not self.scroll_y <= index < self.scroll_y + self.scrollable_content_region.height
+            self.scroll_to_region(Region(0, index, 1, 1), animate=False, immediate=True, center=center and out_of_view)
             # Right after set_entries the new virtual size is not laid out yet: scroll again after it.
             self.call_after_refresh(self._scroll_to_highlight)
-        self.refresh()
+        if self.scroll_offset != offset:
+            self.refresh()
+            return
+        for row in {before, index} - {None}:  # unscrolled, only these two rows change
+            self.refresh_line(row)
 
     def _scroll_to_highlight(self) -> None:
         if self.highlighted is not None:

@@ -18,12 +18,13 @@ from engine.graphs import Canvas
 
 from ..guard import guarded
 from ..marks import box_tensor
+from .sizing import FixedBox
 
 MARKS = ("current", "fail", "inconclusive", "pass", "unsupported", "y", "x", "z", "slice", "dim")
 
 
 @guarded
-class GraphView(ScrollView, can_focus=True):
+class GraphView(FixedBox, ScrollView, can_focus=True):
     """Arrows move between boxes (the view follows); shift+arrows pan; a click picks a box."""
 
     BINDINGS = [
@@ -110,6 +111,7 @@ class GraphView(ScrollView, can_focus=True):
     def select(self, node_id: str | None, scroll: bool = True) -> None:
         if self.canvas is None or node_id not in self.canvas.nodes:
             return
+        before, offset = self.selected, self.scroll_offset
         self.selected = node_id
         if self.chosen == node_id:
             self.chosen = None
@@ -117,7 +119,14 @@ class GraphView(ScrollView, can_focus=True):
         if scroll:
             self._reveal(n)
             self.call_after_refresh(self.keep_in_view)  # in case the size is not laid out yet
-        self.refresh()
+        if self.scroll_offset != offset:
+            self.refresh()
+            return
+        # Unscrolled, only the two boxes' rows look different (edges do not show the selection):
+        # the whole pane re-rendered was a third of an arrow key's frame on GPT-2.
+        for box in (before, node_id):
+            if (b := self.canvas.nodes.get(box)) is not None:
+                self.refresh_lines(b.y, b.height)
 
     def choose(self, node_id: str, scroll: bool = True) -> None:
         """Announce a move to `node_id`; the NodeChosen handler selects it."""

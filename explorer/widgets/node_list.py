@@ -139,7 +139,9 @@ class NodeList(Vertical):
         self.graph = graph
         if later:
             self.set_listing(Listing({}, [], SearchIndex([])))
-            self.query_one(EntryList).placeholder = f"listing {len(graph.nodes):,} nodes…"
+            view = self.query_one(EntryList)
+            view.placeholder = f"listing {len(graph.nodes):,} nodes…"
+            view.reserve_rows(len(graph.nodes))  # at least that many rows: more than a screen
             self.call_after_refresh(self._list_later, graph, unsupported)  # after the first frame
         else:
             self.set_listing(listing_for(graph, unsupported))
@@ -293,6 +295,6 @@ class NodeList(Vertical):
                 self._show(self._rows())
                 index = self._index.get(key)
         if index is not None:
-            self.query_one(EntryList).highlight(index)
+            self.query_one(EntryList).highlight(index, center=True)
 
 

@@ -14,6 +14,7 @@ from textual.widgets import DataTable, Static, TabbedContent, TabPane
 from ..guard import guarded
 from ..summaries import summarize
 from ..verdicts import VerifyRow, verify_rows
+from .sizing import FixedBoxTable
 from .text import set_text
 
 STATUS_STYLE = {"pass": "bold green", "fail": "bold red", "inconclusive": "bold yellow", "NaN/Inf": "bold red",
@@ -56,10 +57,10 @@ class Results(Vertical):
         with TabbedContent(id="results-tabs"):
             with TabPane("Gradients", id="tab-gradients"):
                 yield Static("", id="gradient-note")
-                yield DataTable(id="gradient-table", cursor_type="row", zebra_stripes=True)
+                yield FixedBoxTable(id="gradient-table", cursor_type="row", zebra_stripes=True)
             with TabPane("Verify", id="tab-verify"):
                 yield Static("No check yet: press v.", id="verify-summary")
-                yield DataTable(id="verify-table", cursor_type="row", zebra_stripes=True)
+                yield FixedBoxTable(id="verify-table", cursor_type="row", zebra_stripes=True)
                 yield Static("", id="verify-detail")
 
     def on_mount(self) -> None:

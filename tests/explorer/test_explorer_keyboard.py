@@ -234,14 +234,3 @@ async def test_the_main_screen_shows_with_the_graph_focused_not_the_search_box()
         await pilot.press("f")
         await pilot.pause(0.2)
         assert isinstance(app.screen, FeedScreen) and not isinstance(app.focused, GraphView)
-
-
-async def test_the_app_hands_the_gil_back_sooner_while_it_runs_and_restores_it():
-    import sys
-
-    before = sys.getswitchinterval()
-    app = spec_app()
-    async with opened(app) as pilot:
-        await pilot.pause()
-        assert sys.getswitchinterval() == min(before, app.GIL_SWITCH_INTERVAL_S) < 0.005
-    assert sys.getswitchinterval() == before
