@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Mapping
 
 import numpy as np
 import torch
-from onnx import helper
+from onnx import TensorProto, helper
 
 from .dtypes import FLOAT_ONNX_TYPES, read_only, to_numpy
 from .gradient import GradientResult
@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     from .selection import GradientSpec
 
 FEED, CONSTANT, DEFAULT = 0, 1, 2
+# Element types whose CPU tensors `.numpy()` takes as they are (numpy has no bfloat16).
+PLAIN_NUMPY_TYPES = frozenset({TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16})
 
 
 class _Declared:
@@ -74,6 +76,17 @@ class GradientCall:
         self.unfed = [n for n, kind, _, _ in self.sources if kind == DEFAULT]
         self.device_label = str(dev)
         self.dtype_label = str(fdt).removeprefix("torch.") if fdt else "native"
+        # Asked once here, not per call: `torch.device.type` builds a C++ ostringstream each time.
+        self.on_cpu = dev.type == "cpu"
+        # y and the gradients come back as plain CPU tensors numpy takes as they are (no bfloat16):
+        # `.numpy()` then, without `to_numpy`'s checks.
+        self.plain_out = self.on_cpu and self._plain_numpy((spec.y, *spec.xs))
+
+    def _plain_numpy(self, names) -> bool:
+        if self.fdt is not None:
+            return self.fdt != torch.bfloat16
+        types = self.model.graph.types
+        return all(types.get(n) is not None and types[n].elem_type in PLAIN_NUMPY_TYPES for n in names)
 
     def _declared(self, name: str) -> _Declared | None:
         info = self.model.graph.types.get(name)
@@ -85,20 +98,22 @@ class GradientCall:
             return None
 
     def _feed(self, name: str, value, declared: _Declared | None) -> tuple[torch.Tensor, np.ndarray]:
-        """(the tensor, the values as used, read-only)."""
+        """(the tensor, the values as used: read-only, or the caller's array that `read_only` views after the call)."""
         if declared is not None and declared.fits(value):
             # Used where it lies, as the prepared call would take it: in a loop of calls a copy per call
             # cost 1-3% of a millisecond model, far more than the copy alone (benchmarks.md). Only an
             # array torch cannot wrap as it is (strided, or read-only: from_numpy warns) is copied.
             flags = value.flags
-            t = torch.from_numpy(value if flags.c_contiguous and flags.writeable else np.array(value, order="C"))
-            if self.dev.type == "cpu" and (self.fdt is None or self.fdt == t.dtype):
-                used = t.numpy()  # a new array object on the same memory: its flag guards only the result's
+            if flags.c_contiguous and flags.writeable:
+                t = torch.from_numpy(value)
+                if self.on_cpu and (self.fdt is None or self.fdt == t.dtype):
+                    return t, value
             else:
-                t = t.to(device=self.dev, dtype=self.fdt)
-                used = to_numpy(t)
-            used.flags.writeable = False
-            return t, used
+                t = torch.from_numpy(np.array(value, order="C"))
+            if self.on_cpu and (self.fdt is None or self.fdt == t.dtype):
+                return t, read_only(t.numpy())
+            t = t.to(device=self.dev, dtype=self.fdt)
+            return t, read_only(to_numpy(t))
         t = self.model.to_tensor(name, value if isinstance(value, torch.Tensor) else np.asarray(value), self.dev,
                                  self.fdt)
         return t, read_only(to_numpy(t))
@@ -120,12 +135,34 @@ class GradientCall:
             tensors.append(t)
             if kept:
                 values[name] = used
-        dy_t = None
-        if dy is not None:
+        if dy is None:
+            out = self.prepared(*tensors)
+        else:
             dy_t = dy if isinstance(dy, torch.Tensor) else torch.as_tensor(np.asarray(dy))
-            dy_t = dy_t.to(self.dev)
-        out = self.prepared(*tensors, dy=dy_t)
-        return GradientResult(spec=spec, y=to_numpy(out.y), grads={n: to_numpy(g) for n, g in zip(spec.xs, out.grads)},
-                              disconnected=out.disconnected, seed="ones" if dy is None else "dy",
-                              device=self.device_label, dtype=self.dtype_label, values=values)
+            out = self.prepared(*tensors, dy=dy_t.to(self.dev))
+        # Everything per call that is not the prepared call itself costs far more in a loop than
+        # alone: the prepared call's forward and backward sweep megabytes through the core's caches,
+        # so this code and its data are fetched again on every call (under callgrind's cache model
+        # `Model.gradient` missed a 512 KiB L2 1.65k times more per call than the prepared call, for
+        # 68.6k more instructions, before the trims here brought that to 1.2k and 40k:
+        # docs/benchmarks.md). Hence the work above is only what the call needs, and the views of
+        # the values are made here, next to the conversions of y and the gradients.
+        for name, v in values.items():
+            values[name] = read_only(v)
+        if self.plain_out:
+            y = out.y.numpy()
+            grads = dict(zip(spec.xs, map(torch.Tensor.numpy, out.grads)))
+        else:
+            y = to_numpy(out.y)
+            grads = {n: to_numpy(g) for n, g in zip(spec.xs, out.grads)}
+        return result(spec=spec, y=y, grads=grads, disconnected=out.disconnected, seed="ones" if dy is None else "dy",
+                      device=self.device_label, dtype=self.dtype_label, values=values)
 
+
+def result(**fields) -> GradientResult:
+    """GradientResult(**fields) for all of its fields. The frozen dataclass's own __init__ sets them
+    one `object.__setattr__` at a time: 3.4 µs more per call alone (timeit), more in the loop
+    (above). The same object with the same fields, set in one update."""
+    made = object.__new__(GradientResult)
+    made.__dict__.update(fields)
+    return made

@@ -121,3 +121,24 @@ def test_a_computation_dtype_converts_the_quick_feed_and_the_results(fixed, dtyp
     np.testing.assert_allclose(result.grads["X"], grad, rtol=tol, atol=tol)
     # numpy has no bfloat16: its values and results come back as float32, as to_numpy makes them
     assert result.grads["X"].dtype == (np.float32 if dtype == "bfloat16" else np.dtype(dtype))
+
+
+def test_a_result_kept_across_later_calls_keeps_its_own_numbers(fixed):
+    # y and the gradients are numpy views of the call's own torch tensors: a later call must not
+    # write into them (the result outlives the call, and a loop of calls keeps earlier results).
+    rng = np.random.default_rng(3)
+    xs = [rng.standard_normal((2, 3)).astype(np.float32) for _ in range(4)]
+    results = [fixed.gradient("loss", ["X"], feeds={"X": x}) for x in xs]
+    for result, x in zip(results, xs):
+        assert_matches_oracle(result, x)
+        assert np.shares_memory(result.values["X"], x)
+        assert not np.shares_memory(result.grads["X"], x)
+
+
+def test_a_result_is_the_dataclass_with_every_field(fixed):
+    import dataclasses
+    result = fixed.gradient("loss", ["X"], feeds={"X": np.ones((2, 3), np.float32)})
+    assert set(vars(result)) == {f.name for f in dataclasses.fields(result)}
+    assert dataclasses.replace(result) == result  # the same as the dataclass's own __init__ makes
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        result.y = None
