@@ -196,10 +196,13 @@ class ExplorerApp(Selecting, Debugging, LayoutWork, Workers, PaletteApp, App):
             self.post_message(m.CursorMoved(node_index, tensor))
 
     def _show_in_graph(self, node_index: int | None, tensor: str | None) -> None:
-        """Select the box of the node, else of the tensor, else of the node producing the tensor."""
+        """Select the box of the node, else of the tensor, else of the node producing the tensor;
+        none where the view draws none of them (a box left selected would name another node)."""
         self.follow_local(node_index, tensor)
         if ids := self.boxes_for(node_index, tensor):
             self.query_one(GraphView).select(ids[0])
+        else:
+            self.query_one(GraphView).deselect()
 
     def on_graph_view_node_chosen(self, event: GraphView.NodeChosen) -> None:
         event.graph_view.select(event.box, scroll=event.scroll)

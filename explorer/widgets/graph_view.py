@@ -128,6 +128,14 @@ class GraphView(FixedBox, ScrollView, can_focus=True):
             if (b := self.canvas.nodes.get(box)) is not None:
                 self.refresh_lines(b.y, b.height)
 
+    def deselect(self) -> None:
+        """No box selected: the cursor is on something this view draws no box for."""
+        if self.selected is not None:
+            box = self.canvas.nodes.get(self.selected) if self.canvas is not None else None
+            self.selected = None
+            if box is not None:
+                self.refresh_lines(box.y, box.height)
+
     def choose(self, node_id: str, scroll: bool = True) -> None:
         """Announce a move to `node_id`; the NodeChosen handler selects it."""
         self.chosen = node_id

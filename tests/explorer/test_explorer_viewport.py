@@ -94,3 +94,32 @@ def test_arrow_moves_walk_nearby_rows_only_and_agree_with_scoring_every_box():
             for dx, dy in ((1, 0), (-1, 0), (0, 1), (0, -1)):
                 got = graph.nearest(cur, dx, dy)
                 assert (got.id if got else None) == brute_force_nearest(layout, cur, dx, dy), (cur.id, dx, dy)
+
+
+async def test_a_cursor_on_something_the_view_draws_no_box_for_leaves_no_box_selected():
+    """In the backward view a graph input outside xs has no box: the box of the node the cursor
+    was on before must not stay selected, as if it were the cursor."""
+    from .conftest import spec_app
+
+    app = spec_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await started(app, pilot)
+        graph, g = app.query_one("#graph"), app.session.graph
+        app.session.set_y(app.session.model.outputs[0])
+        app.session.toggle_x(next(iter(g.initializers)))
+        app.selection_changed()
+        await pilot.press("g")  # backward
+        await started(app, pilot)
+        assert app.session.view == "backward"
+        boxless = [t for t in (*g.inputs, *g.initializers) if not app.boxes_for(None, t)]
+        with_box = next(i for i in range(len(g.nodes)) if app.boxes_for(i, None))
+        assert boxless, "the premise: something this view draws no box for"
+        app.move_cursor(with_box, None)
+        await settle(app, pilot)
+        assert graph.selected is not None
+        app.move_cursor(None, boxless[0])
+        await settle(app, pilot)
+        assert app.cursor == (None, boxless[0]) and graph.selected is None
+        app.move_cursor(with_box, None)
+        await settle(app, pilot)
+        assert graph.canvas.nodes[graph.selected].node_index == with_box
