@@ -98,25 +98,24 @@ class GradientCall:
             return None
 
     def _feed(self, name: str, value, declared: _Declared | None) -> tuple[torch.Tensor, np.ndarray]:
-        """(the tensor, the values as used: read-only, or the caller's array that `read_only` views after the call)."""
-        if declared is not None and declared.fits(value):
-            # Used where it lies, as the prepared call would take it: in a loop of calls a copy per call
-            # cost 1-3% of a millisecond model, far more than the copy alone (benchmarks.md). Only an
-            # array torch cannot wrap as it is (strided, or read-only: from_numpy warns) is copied.
-            flags = value.flags
-            if flags.c_contiguous and flags.writeable:
-                t = torch.from_numpy(value)
-                if self.on_cpu and (self.fdt is None or self.fdt == t.dtype):
-                    return t, value
-            else:
-                t = torch.from_numpy(np.array(value, order="C"))
-            if self.on_cpu and (self.fdt is None or self.fdt == t.dtype):
-                return t, read_only(t.numpy())
+        """(the tensor, the values as used: writable still, `__call__` hands them out read-only)."""
+        if declared is None or not declared.fits(value):
+            t = self.model.to_tensor(name, value if isinstance(value, torch.Tensor) else np.asarray(value), self.dev,
+                                     self.fdt)
+            return t, to_numpy(t)
+        # Used where it lies, as the prepared call would take it: in a loop of calls a copy per call
+        # cost 1-3% of a millisecond model, far more than the copy alone (benchmarks.md). Only an
+        # array torch cannot wrap as it is (strided, or read-only: from_numpy warns) is copied.
+        flags = value.flags
+        if flags.c_contiguous and flags.writeable:
+            t, used = torch.from_numpy(value), value
+        else:
+            t = torch.from_numpy(np.array(value, order="C"))
+            used = t.numpy()
+        if not self.on_cpu or (self.fdt is not None and self.fdt != t.dtype):
             t = t.to(device=self.dev, dtype=self.fdt)
-            return t, read_only(to_numpy(t))
-        t = self.model.to_tensor(name, value if isinstance(value, torch.Tensor) else np.asarray(value), self.dev,
-                                 self.fdt)
-        return t, read_only(to_numpy(t))
+            used = to_numpy(t)
+        return t, used
 
     def __call__(self, feeds: Mapping[str, object], dy=None, seed: int = 0,
                  dims: Mapping[str, int] | None = None) -> GradientResult:
@@ -131,7 +130,7 @@ class GradientCall:
                 t, used = info
             else:
                 t = self.model.to_tensor(name, defaults[name], self.dev, self.fdt)
-                used = read_only(to_numpy(t))
+                used = to_numpy(t)
             tensors.append(t)
             if kept:
                 values[name] = used
