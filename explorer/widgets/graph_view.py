@@ -122,19 +122,19 @@ class GraphView(FixedBox, ScrollView, can_focus=True):
         if self.scroll_offset != offset:
             self.refresh()
             return
-        # Unscrolled, only the two boxes' rows look different (edges do not show the selection):
-        # the whole pane re-rendered was a third of an arrow key's frame on GPT-2.
-        for box in (before, node_id):
-            if (b := self.canvas.nodes.get(box)) is not None:
-                self.refresh_lines(b.y, b.height)
+        self._repaint_boxes(before, node_id)
 
     def deselect(self) -> None:
         """No box selected: the cursor is on something this view draws no box for."""
-        if self.selected is not None:
-            box = self.canvas.nodes.get(self.selected) if self.canvas is not None else None
-            self.selected = None
-            if box is not None:
-                self.refresh_lines(box.y, box.height)
+        before, self.selected = self.selected, None
+        self._repaint_boxes(before)
+
+    def _repaint_boxes(self, *ids: str | None) -> None:
+        # Only these boxes' rows look different (edges do not show the selection): the whole pane
+        # re-rendered was a third of an arrow key's frame on GPT-2.
+        for box in ids:
+            if self.canvas is not None and (n := self.canvas.nodes.get(box)) is not None:
+                self.refresh_lines(n.y, n.height)
 
     def choose(self, node_id: str, scroll: bool = True) -> None:
         """Announce a move to `node_id`; the NodeChosen handler selects it."""
