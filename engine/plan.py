@@ -17,6 +17,7 @@ from . import attributes, fusion, lean
 from .dtypes import type_clash
 from .errors import ExecutionError, FeedError, OnnxGradError, UnsupportedOpError
 from .loader import TRAINING_DOMAIN, GraphIndex, implicit_inputs, node_inputs
+from .pacing import pause_point
 from .registry import parameters, require
 from .step_errors import STEP_ERRORS, step_error
 
@@ -100,6 +101,7 @@ class Plan:
         src = set(self.sources)
         steps = []
         for i in order:
+            pause_point()
             node = graph.nodes[i]
             in_slots = []
             for t in node.input:
@@ -256,6 +258,7 @@ class Plan:
         step, args = None, []
         try:
             for step in self._steps(which):
+                pause_point()
                 args = [None if k is None else env[k] for k in step.in_slots]
                 if observer is not None:
                     args = observer.arguments(step, [None if k is None else self.names[k] for k in step.in_slots], args)

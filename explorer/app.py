@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import gc
 
+from textual import events
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.screen import Screen
+from textual.widget import Widget
 from textual.widgets import Input
 
 import engine
@@ -15,6 +17,7 @@ from engine.errors import OnnxGradError
 from . import messages as m
 from .commands import ExplorerCommands, PaletteApp
 from .debugging import Debugging
+from .foreground import Foreground
 from .graph_work import LayoutWork
 from .guard import guarded
 from .layout import wants_local
@@ -33,6 +36,8 @@ from .widgets.results import Results
 from .widgets.selection_bar import SelectionBar
 from .widgets.status import StatusLine
 from .work import CANCELLABLE, Workers
+
+COLLECT_EVERY_S = 1.0  # how often the garbage collector may run (explorer/foreground.py)
 
 
 @guarded
@@ -79,6 +84,32 @@ class ExplorerApp(Selecting, Debugging, LayoutWork, Workers, PaletteApp, App):
         self.cursor: tuple[int | None, str | None] = (None, None)
         self.layouts: dict[tuple, object] = {}
         self.collect_before_freeze = False  # set when a model replaces another (see open_session)
+
+    def on_unmount(self) -> None:
+        if hasattr(self, "foreground"):
+            engine.set_pause_hook(self._pause_hook_before)
+            self.foreground.close()
+
+    async def on_event(self, event: events.Event) -> None:
+        # Keys, clicks and wheel turns, not pointer moves: background work waits while they are
+        # answered (explorer/foreground.py): until the frame after the action they ran, or at most
+        # foreground.HOLD_S (input that runs no action).
+        if isinstance(event, (events.Key, events.MouseDown, events.MouseScrollUp, events.MouseScrollDown)) \
+                and not event.is_forwarded and hasattr(self, "foreground"):
+            self.foreground.begin()
+        await super().on_event(event)
+
+    async def run_action(self, action, default_namespace=None, namespaces=None) -> bool:
+        try:
+            return await super().run_action(action, default_namespace, namespaces)
+        finally:
+            if hasattr(self, "foreground") and self.foreground.busy:
+                # A widget's action posts its news (a cursor move) to itself, bubbling up to here.
+                target = default_namespace if isinstance(default_namespace, Widget) else self
+                target.post_message(m.InputAnswered())
+
+    def on_input_answered(self, message: m.InputAnswered) -> None:
+        self.call_after_refresh(self.foreground.end)  # what the action changed is dirty: after its frame
 
     def get_default_screen(self) -> Screen:
         # Textual focuses the first focusable widget when a screen shows: here the navigator's search
@@ -144,6 +175,9 @@ class ExplorerApp(Selecting, Debugging, LayoutWork, Workers, PaletteApp, App):
         yield FittingFooter()
 
     def on_mount(self) -> None:
+        self.foreground = Foreground()
+        self._pause_hook_before = engine.set_pause_hook(self.foreground.pause)
+        self.set_interval(COLLECT_EVERY_S, self.foreground.collect)
         if self.load_error:
             self.notify(self.load_error, title="cannot open the model", severity="error", timeout=30)
         if self.session is None:

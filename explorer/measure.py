@@ -98,27 +98,35 @@ async def key_latencies(pilot, clock: FrameClock, keys) -> list[float]:
 
 
 async def key_latencies_busy(app, clock: FrameClock, keys, settle: float = 0.03, timeout: float = 10.0,
-                             gap: float = 0.05) -> list[float]:
+                             gap: float = 0.05, state=None) -> list[float]:
     """`key_latencies` for an app whose threads keep the CPU busy: Pilot's waits for an idle process
     would last their full second each, so each key goes straight to the driver, and its latency ends
-    at the first frame after the last handling that followed it (no new handling for `settle` s)."""
+    at the first frame after the last handling that followed it (no new handling for `settle` s).
+
+    `state`, a callable returning what the keys change (the cursor, a scroll offset): a key that left
+    it as it was (an arrow at the top of the graph) draws nothing, so its latency ends when it was
+    handled; the first frame after that would be whatever background work drew next."""
     from textual import events
 
     out = []
     for key in keys:
+        before = state() if state is not None else None
         t0 = time.perf_counter()
         event = events.Key(key, None)
         event.set_sender(app)
         app._driver.send_message(event)
-        shown, quiet_since = None, None
+        shown, quiet_since, last = None, None, None
         while time.perf_counter() - t0 < timeout:
             await asyncio.sleep(0.001)
             handled = [h for h in clock.handled if h >= t0]
             frame = clock.first_after(handled[-1]) if handled else None
-            if frame != shown:
-                shown, quiet_since = frame, time.perf_counter()
-            elif shown is not None and time.perf_counter() - quiet_since >= settle:
-                break
+            if frame != shown or (handled and handled[-1] != last):
+                shown, last, quiet_since = frame, handled[-1], time.perf_counter()
+            elif handled and time.perf_counter() - quiet_since >= settle:
+                if shown is not None or (state is not None and state() == before):
+                    break
+        if shown is None and last is not None and state is not None and state() == before:
+            shown = last  # answered, nothing to draw
         out.append(round((shown or time.perf_counter()) - t0, 4))
         await asyncio.sleep(gap)  # a fast typist's pace, not a flood
     return out

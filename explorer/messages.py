@@ -18,6 +18,11 @@ class CursorMoved(Message):
     tensor: str | None
 
 
+class InputAnswered(Message):
+    """Posted behind what a key's action posted, along the same path: when it reaches the App,
+    those messages were handled and the frame showing them is next (explorer/foreground.py)."""
+
+
 @dataclass
 class SelectionChanged(Message):
     y: str | None

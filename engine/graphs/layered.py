@@ -17,6 +17,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Sequence
 
+from ..pacing import pause_point
+
 Edge = tuple[int, int]
 VIRTUAL_WEIGHT = 4.0  # virtual items pull harder than nodes: long edges come out straight
 LONE, LONE_2, PAIR, PAIR_2, ROW = "lone", "lone2", "pair", "pair2", "row"  # kinds of x-placement step
@@ -178,6 +180,7 @@ def order_layers(layers, up, down, comp, sweeps: int = 4) -> None:
         for r in busy if downward else reversed(busy):
             if r == 0 and downward or r == len(layers) - 1 and not downward:
                 continue  # no rank on that side to follow
+            pause_point()
             layer = layers[r]
             keys = []
             for item in layer:
@@ -262,7 +265,9 @@ def place_x(layers, up, down, widths: list[int], n_nodes: int, sep: float = 2.0,
         elif layer:
             steps.append((ROW, layer, ws, weights, [nbrs[item] for item in layer]))
     for p in range(passes):
-        for step in steps if p % 2 == 0 else reversed(steps):
+        for k, step in enumerate(steps if p % 2 == 0 else reversed(steps)):
+            if not k & 15:
+                pause_point()
             kind = step[0]
             if kind is LONE_2:
                 _, item, a, b = step

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from ..errors import OnnxGradError
+from ..pacing import pause_point
 from ..selection import GradientSpec
 from .backward import graph_of
 from .dot import GraphvizMissingError
@@ -299,6 +300,8 @@ def _assemble(view, widths, edges, labels, kinds, placed: Placement, engine) -> 
     ids = [n.id for n in view.nodes]
     routed = []
     for k, (s, t) in enumerate(edges):
+        if not k & 127:
+            pause_point()
         px, qx = out_port[k], in_port[k]
         rs, rt = rank[s], rank[t]
         sy, ty = rs * pitch + NODE_HEIGHT - 1, rt * pitch

@@ -16,7 +16,8 @@ import torch
 
 from ..dtypes import parse_device, parse_float_dtype, to_numpy
 from ..errors import FeedError, SelectionError
-from ..gradient import GradientResult, complete_gradients
+from ..gradient import GradientResult, complete_gradients, vjp
+from ..pacing import pause_point
 from ..plan import StepObserver
 from .backward import BackwardEdge, BackwardGraph, build_backward_graph
 
@@ -118,7 +119,7 @@ def gradient_with_stats(model, y: str, xs, zs=(), feeds: Mapping[str, object] | 
                 raise SelectionError(f"y {spec.y!r} is {str(y_value.dtype).removeprefix('torch.')}: gradients need a float y")
             seed_value = (torch.ones_like(y_value) if seed_value is None
                           else seed_value.to(device=y_value.device, dtype=y_value.dtype))
-            raw = torch.autograd.grad(y_value, [leaves[i] for i in wanted], seed_value, allow_unused=True)
+            raw = vjp(y_value, [leaves[i] for i in wanted], seed_value)
     grads, disconnected = complete_gradients(spec, leaves, wanted, raw)
     if seed_value is not None and spec.y in backward.active_tensors:
         recorder.tensor_gradient(spec.y, seed_value)
@@ -148,6 +149,7 @@ class _Recorder:
         self.active_nodes = frozenset(backward.active_nodes)
 
     def tensor_gradient(self, name: str, grad: torch.Tensor) -> None:
+        pause_point()  # between two of the backward pass's nodes: a front end may go first
         self.tensor_stats[name] = TensorStats.of(grad)
         if self.keep:
             self.tensor_values[name] = to_numpy(grad.detach())

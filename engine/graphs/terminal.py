@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..pacing import pause_point
 from .layout import GraphLayout, LayoutNode, gc_paused
 
 UP, DOWN, LEFT, RIGHT = 1, 2, 4, 8
@@ -70,6 +71,8 @@ class Canvas:
         for k, e in enumerate(layout.edges):
             self._tags[self._edge_owners[k]] = self._tags[self._arrow_owners[k]] = f"edge:{e.kind}"
             self._edge(k, e.points)
+            if not k & 31:
+                pause_point()
 
     def _edge(self, k: int, points) -> None:
         pts = [(int(round(x)), int(round(y))) for x, y in points]

@@ -11,6 +11,8 @@ import os
 from collections import Counter
 from typing import Iterable
 
+from engine import pause_point
+
 ELLIPSIS = "…"
 SEPARATORS = "/.:_"
 
@@ -36,15 +38,19 @@ def fit_labels(names: Iterable[str], width: int) -> dict[str, str]:
         clashing = [n for n in long if used[labels[n]] > 1]
         if not clashing:
             return labels
-        for n in clashing:
+        for k, n in enumerate(clashing):
+            if not k & 63:
+                pause_point()
             _relabel(labels, used, n, middle_cut(n, width, tail))
     if width >= 3:
         for group in _clash_groups(labels, used, long):  # a window on where it differs from its look-alikes
+            pause_point()
             for k, n in enumerate(group):
                 near = [m for m in group[max(0, k - 1):k + 2] if m != n]
                 at = max(len(os.path.commonprefix([n, m])) for m in near)
                 _relabel(labels, used, n, difference_and_tail(n, at, width))
     for group in _clash_groups(labels, used, long):  # names equal in every cell the budget allows: number them
+        pause_point()
         k = 1
         for n in group[1:]:
             while used[labels[n]] > 1:

@@ -1,0 +1,78 @@
+"""The UI thread first: while a key is being answered, background work waits at the engine's pause points.
+
+Python threads share one interpreter lock, handed to whichever waiting thread the OS wakes. With a
+layout, a forward pass and a label fit running, an arrow key's ~20 ms of work waited 30-150 ms for
+the lock (docs/benchmarks.md, "Keys while work runs"). So an input event marks the app busy until
+the frame after the action it ran is drawn, and every background thread reaching `engine.pause_point()` meanwhile sleeps
+(releasing the lock) until then, for at most `HOLD_S`. A thread that waited the whole `HOLD_S`
+(keys arriving without a break: a held arrow key) then runs `FREE_S` without stopping, so the
+work still moves.
+
+The cyclic garbage collector stops the process too: a pass over a big model's young objects held
+the lock for 15-65 ms, in whichever thread happened to allocate. While the app runs, automatic
+collection is off and `collect` runs it from a timer, once the keys have been quiet for `QUIET_S`.
+"""
+from __future__ import annotations
+
+import gc
+import sys
+import threading
+import time
+
+HOLD_S = 0.1  # the longest a background thread waits for one answer (also: input that runs no action)
+FREE_S = 0.05  # after waiting that long, how long it runs before waiting again
+QUIET_S = 0.5  # no input for this long: the collector may run
+SWITCH_S = 0.001  # the interpreter lock's hand-over interval (Python's default: 5 ms)
+FULL_EVERY = 10  # every this many collections, a full one (the oldest generation too)
+
+
+class Foreground:
+    def __init__(self):
+        self._idle = threading.Event()
+        self._idle.set()
+        self._until = 0.0
+        self._ui = threading.get_ident()  # the thread that answers input: it never waits here
+        self._free = threading.local()
+        self._last_input = 0.0
+        self._collections = 0
+        self._collector_was_on = gc.isenabled()
+        gc.disable()
+        self._switch_was = sys.getswitchinterval()
+        sys.setswitchinterval(SWITCH_S)
+
+    def close(self) -> None:
+        """The app is closing: the collector as it was, and no thread left waiting."""
+        if self._collector_was_on:
+            gc.enable()
+        sys.setswitchinterval(self._switch_was)
+        self.end()
+
+    @property
+    def busy(self) -> bool:
+        return not self._idle.is_set()
+
+    def begin(self) -> None:
+        """An input event arrived: background work pauses until `end` (or for `HOLD_S`)."""
+        self._last_input = time.monotonic()
+        self._until = self._last_input + HOLD_S
+        self._idle.clear()
+
+    def end(self) -> None:
+        self._idle.set()
+
+    def pause(self) -> None:
+        """The engine's pause hook: in a background thread, wait while the UI thread is busy."""
+        if self._idle.is_set() or threading.get_ident() == self._ui:
+            return
+        now = time.monotonic()
+        if now < getattr(self._free, "until", 0.0):
+            return
+        if not self._idle.wait(max(0.0, self._until - now)):
+            self._free.until = time.monotonic() + FREE_S
+
+    def collect(self) -> None:
+        """The collector's pass, from a timer on the UI thread: only when no input came for `QUIET_S`."""
+        if self.busy or time.monotonic() - self._last_input < QUIET_S:
+            return
+        self._collections += 1
+        gc.collect(2 if self._collections % FULL_EVERY == 0 else 1)

@@ -1,0 +1,129 @@
+"""The UI thread first: background threads wait at the engine's pause points while a key is answered."""
+from __future__ import annotations
+
+import gc
+import sys
+import threading
+import time
+
+import engine
+from engine import pacing
+from explorer import foreground
+from explorer.foreground import Foreground
+
+from .conftest import opened, settle, spec_app
+
+
+def paused_for(fg: Foreground, started: threading.Event | None = None) -> tuple[threading.Thread, list[float]]:
+    """A background thread that reaches one pause point; the list gets how long it waited there."""
+    waited: list[float] = []
+
+    def work():
+        if started is not None:
+            started.wait()
+        t = time.perf_counter()
+        fg.pause()
+        waited.append(time.perf_counter() - t)
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    return thread, waited
+
+
+def test_a_background_thread_waits_while_busy_and_goes_on_at_end():
+    fg = Foreground()
+    try:
+        fg.begin()
+        thread, waited = paused_for(fg)
+        time.sleep(0.03)
+        assert thread.is_alive()  # held at its pause point
+        fg.end()
+        thread.join(1)
+        assert not thread.is_alive() and 0.02 < waited[0] < foreground.HOLD_S
+        fg.pause()  # the UI thread itself never waits
+        thread, waited = paused_for(fg)  # nor anyone once the answer is drawn
+        thread.join(1)
+        assert waited[0] < 0.01
+    finally:
+        fg.close()
+
+
+def test_a_wait_is_capped_and_then_the_work_runs_free_for_a_while():
+    fg = Foreground()
+    try:
+        waited: list[float] = []
+
+        def work():
+            for _ in range(2):
+                fg.begin()  # keys keep coming, with no frame between them: a held arrow key
+                t = time.perf_counter()
+                fg.pause()
+                waited.append(time.perf_counter() - t)
+
+        thread = threading.Thread(target=work)
+        thread.start()
+        thread.join(1)
+        assert foreground.HOLD_S * 0.9 <= waited[0] < foreground.HOLD_S + 0.1
+        assert waited[1] < 0.01  # within FREE_S of a capped wait: no second wait
+    finally:
+        fg.close()
+
+
+def test_the_collector_and_the_switch_interval_are_the_apps_only_while_it_runs():
+    was_on, interval = gc.isenabled(), sys.getswitchinterval()
+    fg = Foreground()
+    assert not gc.isenabled() and sys.getswitchinterval() == foreground.SWITCH_S
+    fg.close()
+    assert gc.isenabled() == was_on and sys.getswitchinterval() == interval
+
+
+async def test_a_cursor_key_holds_background_work_until_its_frame():
+    app = spec_app()
+    events: list[tuple] = []
+    async with opened(app) as pilot:
+        await settle(app, pilot)
+        fg = app.foreground
+        assert pacing._hook == fg.pause and not gc.isenabled()
+        begin, end = fg.begin, fg.end
+        fg.begin = lambda: (events.append(("begin", app.cursor)), begin())
+        fg.end = lambda: (events.append(("end", app.cursor)), end())
+        start = app.cursor
+        await pilot.press("down")
+        await pilot.pause()
+        assert app.cursor != start
+        assert [e[0] for e in events] == ["begin", "end"]
+        assert events[0][1] == start and events[1][1] == app.cursor  # ended once the move was shown
+        assert not fg.busy
+        fg.begin()
+        thread, waited = paused_for(fg)
+        await pilot.press("down")  # its action's frame ends the wait, long before the cap
+        await pilot.pause()
+        thread.join(1)
+        assert waited and waited[0] < foreground.HOLD_S * 0.9
+    assert pacing._hook is None and gc.isenabled()
+    engine.pause_point()
+
+
+async def test_a_key_that_changes_nothing_is_timed_to_its_handling_not_to_a_later_frame():
+    from explorer.measure import FrameClock, key_latencies_busy
+
+    app = spec_app()
+    clock = FrameClock()
+    clock.install(app)
+    async with opened(app) as pilot:
+        await settle(app, pilot)
+        graph = app.query_one("#graph")
+        graph.focus()
+        await pilot.pause()
+        for _ in range(4):  # to the top box: "up" from there moves nothing
+            await pilot.press("up")
+        await pilot.pause()
+
+        def state():
+            return app.cursor, graph.scroll_offset
+        before = state()
+        t = time.perf_counter()
+        (latency,) = await key_latencies_busy(app, clock, ["up"], state=state, timeout=3.0)
+        assert state() == before and latency < 0.5 and time.perf_counter() - t < 1.0
+        (latency,) = await key_latencies_busy(app, clock, ["down"], state=state, timeout=3.0)
+        assert state() != before and latency < 0.5  # a move: timed to the frame showing it
