@@ -17,6 +17,7 @@ from .feeds import check_feed
 from .gradient import GradientResult, PreparedGradient
 from .gradient_call import GradientCall
 from .loader import TRAINING_DOMAIN, GraphIndex, node_inputs
+from .pacing import pause_point
 from .plan import Plan, needed_nodes
 from .recent import Recent
 from .registry import require
@@ -148,7 +149,12 @@ class Model:
         values = [self.to_tensor(n, feeds[n], dev, fdt) for n in plan.sources]
         with torch.no_grad():  # once per feeds: the interpreter, not an fx module built for one call
             env = plan.interpret_all(values)
-        return {t: self._to_numpy(t, v) for t, v in env.items()}
+        out = {}
+        for k, (t, v) in enumerate(env.items()):  # thousands of values on a big model
+            if not k & 255:
+                pause_point()
+            out[t] = self._to_numpy(t, v)
+        return out
 
     def prepare(self, sources: Sequence[str], targets: Sequence[str], *, device="cpu", dtype=None,
                 keep_all: bool = False, compile: bool | None = None) -> Plan:

@@ -6,7 +6,8 @@ the lock (docs/benchmarks.md, "Keys while work runs"). So an input event marks t
 the frame after the action it ran is drawn, and every background thread reaching `engine.pause_point()` meanwhile sleeps
 (releasing the lock) until then, for at most `HOLD_S`. A thread that waited the whole `HOLD_S`
 (keys arriving without a break: a held arrow key) then runs `FREE_S` without stopping, so the
-work still moves.
+work still moves. The cap also bounds the cost of a thread paused while it holds something the
+UI thread needs: a delay of `HOLD_S`, never a deadlock.
 
 The cyclic garbage collector stops the process too: a pass over a big model's young objects held
 the lock for 15-65 ms, in whichever thread happened to allocate. While the app runs, automatic

@@ -10,6 +10,8 @@ from textual.message import Message
 from textual.widgets import Input
 from textual.worker import get_current_worker
 
+from engine import pause_point
+
 from ..guard import in_background
 from ..search import SearchIndex
 from .entry_list import INLINE_LABELS, EntryList
@@ -42,6 +44,8 @@ def grouped_entries(graph, unsupported=frozenset()) -> dict[str, list[Entry]]:
 
     nodes = []
     for i, node in enumerate(graph.nodes):  # GraphIndex keeps nodes topologically sorted
+        if not i & 255:
+            pause_point()
         detail = f"{node.op_type} {UNSUPPORTED}" if i in unsupported else node.op_type
         nodes.append(Entry(f"n:{i}", graph.node_names[i], detail, i, None))
         nodes.extend(tensor(t) for t in node.output if t)
