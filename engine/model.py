@@ -140,6 +140,8 @@ class Model:
         bad, stopped = self.unsupported_nodes(), set()
         targets = []
         for i, node in enumerate(self.graph.nodes):  # topological: one pass finds what the bad nodes stop
+            if not i & 255:
+                pause_point()
             outs = [t for t in node.output if t and t not in feeds]
             if i in bad or any(t in stopped for t in node_inputs(node)):
                 stopped.update(outs)
@@ -278,7 +280,9 @@ class Model:
     def _gradient_extras(self, spec: GradientSpec, feeds) -> tuple[str, ...]:
         members = set(spec.inputs)
         interior, read = set(), set()
-        for i in needed_nodes(self.graph, members, [spec.y])[0]:
+        for k, i in enumerate(needed_nodes(self.graph, members, [spec.y])[0]):
+            if not k & 255:
+                pause_point()
             interior.update(t for t in self.graph.nodes[i].output if t)
             read.update(t for t in loader.node_inputs(self.graph.nodes[i]) if t)
         bad = sorted(n for n in feeds if n in interior and n not in members)

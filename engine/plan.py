@@ -49,6 +49,8 @@ def needed_nodes(graph: GraphIndex, sources: set[str], targets: Sequence[str]) -
     seen: set[str] = set()
     stack = list(targets)
     while stack:
+        if not len(seen) & 1023:
+            pause_point()
         t = stack.pop()
         if t in seen or not t:
             continue

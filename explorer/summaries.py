@@ -14,6 +14,8 @@ from typing import Callable
 
 import numpy as np
 
+from engine import pause_point
+
 INLINE_ELEMENTS = 1 << 18  # up to this many elements (a 512×512 matrix, ~5 ms) the inspector summarizes inline
 CHUNK_ELEMENTS = 1 << 20  # 8 MB of float64 at a time: the memory a summary of any size needs
 BINS = 24
@@ -75,6 +77,7 @@ def summarize(a, should_stop: Callable[[], bool] | None = None) -> Summary | Non
     total = squares = 0.0
     lo, hi = math.inf, -math.inf
     for piece in chunks(a):
+        pause_point()
         if should_stop is not None and should_stop():
             return None
         f = piece.astype(np.float64)
@@ -93,6 +96,7 @@ def summarize(a, should_stop: Callable[[], bool] | None = None) -> Summary | Non
     if lo < hi:
         edges = np.linspace(lo, hi, BINS + 1)
         for piece in chunks(a):
+            pause_point()
             if should_stop is not None and should_stop():
                 return None
             f = piece.astype(np.float64)

@@ -72,7 +72,9 @@ def assign_ranks(n: int, edges: Sequence[Edge], same_rank: Sequence[Sequence[int
     rank = [0] * n
 
     def longest_paths():
-        for v in order:
+        for k, v in enumerate(order):
+            if not k & 1023:
+                pause_point()
             ps = pred[v]
             if acyclic:  # every predecessor comes earlier in the order
                 rank[v] = max([rank[p] for p in ps]) + 1 if ps else 0
@@ -83,7 +85,9 @@ def assign_ranks(n: int, edges: Sequence[Edge], same_rank: Sequence[Sequence[int
     longest_paths()
     # As late as the consumers allow: a weight's little subgraph sits just above where it is used
     # instead of at the top with a long edge down to it.
-    for v in reversed(order):
+    for k, v in enumerate(reversed(order)):
+        if not k & 1023:
+            pause_point()
         ts = succ[v]
         if not ts:
             continue
@@ -115,6 +119,8 @@ def build_layers(n: int, edges: Sequence[Edge], rank: list[int]):
     down: list[list[int]] = [[] for _ in range(n)]
     chains: dict[int, list[int]] = {}
     for k, (s, t) in enumerate(edges):
+        if not k & 255:
+            pause_point()
         rs, rt = rank[s], rank[t]
         if rt <= rs:
             continue  # a back or flat edge: routed without virtual items
@@ -143,6 +149,7 @@ def components(layers, up, down) -> list[int]:
     comp = [-1] * len(up)
     count = 0
     for layer in layers:
+        pause_point()
         for start in layer:
             if comp[start] >= 0:
                 continue

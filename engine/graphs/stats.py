@@ -57,13 +57,18 @@ class TensorStats:
             finite = t[finite]
         if finite.numel() == 0:
             return cls(shape, dtype, 0.0, 0.0, 0.0, nan, inf)
-        squares = sum(float(torch.linalg.vector_norm(piece.to(torch.float64))) ** 2 for piece in finite.split(1 << 20))
+        squares = sum(_norm_squared(piece) for piece in finite.split(1 << 20))
         return cls(shape, dtype, squares ** 0.5, float(finite.min()), float(finite.max()), nan, inf)
 
     def describe(self) -> str:
         bad = "" if self.finite else f" nan={self.nan_count} inf={self.inf_count}"
         dims = "×".join(map(str, self.shape)) or "scalar"
         return f"[{dims}] ‖g‖={self.norm:.4g} min={self.min:.4g} max={self.max:.4g}{bad}"
+
+
+def _norm_squared(piece: torch.Tensor) -> float:
+    pause_point()  # a big gradient's pieces (the token embedding's: 62 of them) are milliseconds each
+    return float(torch.linalg.vector_norm(piece.to(torch.float64))) ** 2
 
 
 @dataclass(frozen=True, eq=False)
