@@ -38,6 +38,7 @@ from .widgets.status import StatusLine
 from .work import CANCELLABLE, Workers
 
 COLLECT_EVERY_S = 1.0  # how often the garbage collector may run (explorer/foreground.py)
+AFTER_INPUT_S = 0.02  # how often work put off by after_input looks again
 
 
 @guarded
@@ -110,6 +111,15 @@ class ExplorerApp(Selecting, Debugging, LayoutWork, Workers, PaletteApp, App):
 
     def on_input_answered(self, message: m.InputAnswered) -> None:
         self.call_after_refresh(self.foreground.end)  # what the action changed is dirty: after its frame
+
+    def after_input(self, callback) -> None:
+        """`callback()` now, or once the input being answered is drawn: one-time work a worker hands
+        over (a listing, the whole layout: 10-30 ms of this thread on GPT-2 large) would otherwise
+        land inside that key's frame."""
+        if hasattr(self, "foreground") and self.foreground.busy:
+            self.set_timer(AFTER_INPUT_S, lambda: self.after_input(callback))
+        else:
+            callback()
 
     def get_default_screen(self) -> Screen:
         # Textual focuses the first focusable widget when a screen shows: here the navigator's search

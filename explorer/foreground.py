@@ -50,7 +50,8 @@ class Foreground:
 
     @property
     def busy(self) -> bool:
-        return not self._idle.is_set()
+        """Answering input: from `begin` until `end`, or `HOLD_S` at most (input that ran no action)."""
+        return not self._idle.is_set() and time.monotonic() < self._until
 
     def begin(self) -> None:
         """An input event arrived: background work pauses until `end` (or for `HOLD_S`)."""
@@ -66,9 +67,9 @@ class Foreground:
         if self._idle.is_set() or threading.get_ident() == self._ui:
             return
         now = time.monotonic()
-        if now < getattr(self._free, "until", 0.0):
+        if now >= self._until or now < getattr(self._free, "until", 0.0):
             return
-        if not self._idle.wait(max(0.0, self._until - now)):
+        if not self._idle.wait(self._until - now):
             self._free.until = time.monotonic() + FREE_S
 
     def collect(self) -> None:

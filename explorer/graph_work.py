@@ -121,7 +121,7 @@ class LayoutWork:
             gc.collect()
         gc.freeze()
         if key == self._layout_key():
-            self._apply_layout(layout, message.canvas)
+            self.after_input(lambda: self._apply_layout(layout, message.canvas) if key == self._layout_key() else None)
         self.post_message(m.WorkFinished("layout", "done"))
 
     def _apply_layout(self, layout, canvas=None) -> None:

@@ -198,7 +198,7 @@ class NodeList(Vertical):
 
     def on_node_list_labelled(self, message: Labelled) -> None:
         message.stop()
-        self.query_one(EntryList).set_labels(message.names, message.width, message.labels)
+        self.app.after_input(lambda: self.query_one(EntryList).set_labels(message.names, message.width, message.labels))
 
     @dataclass
     class Listed(Message):
@@ -207,8 +207,7 @@ class NodeList(Vertical):
 
     def on_node_list_listed(self, message: Listed) -> None:
         message.stop()
-        if message.graph is self.graph:
-            self.set_listing(message.listing)
+        self.app.after_input(lambda: self.set_listing(message.listing) if message.graph is self.graph else None)
 
     def set_listing(self, listing: Listing) -> None:
         self.groups, self.entries, self.finder = listing.groups, listing.entries, listing.finder

@@ -127,3 +127,17 @@ async def test_a_key_that_changes_nothing_is_timed_to_its_handling_not_to_a_late
         assert state() == before and latency < 0.5 and time.perf_counter() - t < 1.0
         (latency,) = await key_latencies_busy(app, clock, ["down"], state=state, timeout=3.0)
         assert state() != before and latency < 0.5  # a move: timed to the frame showing it
+
+
+def test_input_that_runs_no_action_is_busy_for_hold_s_at_most():
+    fg = Foreground()
+    try:
+        fg.begin()  # a character typed into the search box: no action, so no end()
+        assert fg.busy
+        time.sleep(foreground.HOLD_S + 0.02)
+        assert not fg.busy  # the collector may run again, and nobody waits
+        thread, waited = paused_for(fg)
+        thread.join(1)
+        assert waited[0] < 0.01
+    finally:
+        fg.close()
