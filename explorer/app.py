@@ -85,18 +85,17 @@ class ExplorerApp(Selecting, Debugging, LayoutWork, Workers, PaletteApp, App):
         self.cursor: tuple[int | None, str | None] = (None, None)
         self.layouts: dict[tuple, object] = {}
         self.collect_before_freeze = False  # set when a model replaces another (see open_session)
+        self.foreground = Foreground()  # opened on mount, closed on unmount
 
     def on_unmount(self) -> None:
-        if hasattr(self, "foreground"):
-            engine.set_pause_hook(self._pause_hook_before)
-            self.foreground.close()
+        self.foreground.close()
 
     async def on_event(self, event: events.Event) -> None:
         # Keys, clicks and wheel turns, not pointer moves: background work waits while they are
         # answered (explorer/foreground.py): until the frame after the action they ran, or at most
         # foreground.HOLD_S (input that runs no action).
         if isinstance(event, (events.Key, events.MouseDown, events.MouseScrollUp, events.MouseScrollDown)) \
-                and not event.is_forwarded and hasattr(self, "foreground"):
+                and not event.is_forwarded:
             self.foreground.begin()
         await super().on_event(event)
 
@@ -104,7 +103,7 @@ class ExplorerApp(Selecting, Debugging, LayoutWork, Workers, PaletteApp, App):
         try:
             return await super().run_action(action, default_namespace, namespaces)
         finally:
-            if hasattr(self, "foreground") and self.foreground.busy:
+            if self.foreground.busy:
                 # A widget's action posts its news (a cursor move) to itself, bubbling up to here.
                 target = default_namespace if isinstance(default_namespace, Widget) else self
                 target.post_message(m.InputAnswered())
@@ -116,7 +115,7 @@ class ExplorerApp(Selecting, Debugging, LayoutWork, Workers, PaletteApp, App):
         """`callback()` now, or once the input being answered is drawn: one-time work a worker hands
         over (a listing, the whole layout: 10-30 ms of this thread on GPT-2 large) would otherwise
         land inside that key's frame."""
-        if hasattr(self, "foreground") and self.foreground.busy:
+        if self.foreground.busy:
             self.set_timer(AFTER_INPUT_S, lambda: self.after_input(callback))
         else:
             callback()
@@ -185,8 +184,7 @@ class ExplorerApp(Selecting, Debugging, LayoutWork, Workers, PaletteApp, App):
         yield FittingFooter()
 
     def on_mount(self) -> None:
-        self.foreground = Foreground()
-        self._pause_hook_before = engine.set_pause_hook(self.foreground.pause)
+        self.foreground.open()
         self.set_interval(COLLECT_EVERY_S, self.foreground.collect)
         if self.load_error:
             self.notify(self.load_error, title="cannot open the model", severity="error", timeout=30)

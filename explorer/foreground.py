@@ -2,16 +2,19 @@
 
 Python threads share one interpreter lock, handed to whichever waiting thread the OS wakes. With a
 layout, a forward pass and a label fit running, an arrow key's ~20 ms of work waited 30-150 ms for
-the lock (docs/benchmarks.md, "Keys while work runs"). So an input event marks the app busy until
-the frame after the action it ran is drawn, and every background thread reaching `engine.pause_point()` meanwhile sleeps
-(releasing the lock) until then, for at most `HOLD_S`. A thread that waited the whole `HOLD_S`
-(keys arriving without a break: a held arrow key) then runs `FREE_S` without stopping, so the
-work still moves. The cap also bounds the cost of a thread paused while it holds something the
-UI thread needs: a delay of `HOLD_S`, never a deadlock.
+the lock (docs/benchmarks.md, "Background work waits for the keys"). So an input event marks the
+app busy until the frame after the action it ran is drawn, and every background thread reaching
+`engine.pause_point()` meanwhile sleeps (releasing the lock) until then, for at most `HOLD_S`.
+A thread that waited the whole `HOLD_S` (keys arriving without a break: a held arrow key) then
+runs `FREE_S` without stopping, so the work still moves. The cap also bounds the cost of a
+thread paused while it holds something the UI thread needs: a delay of `HOLD_S`, never a deadlock.
 
 The cyclic garbage collector stops the process too: a pass over a big model's young objects held
 the lock for 15-65 ms, in whichever thread happened to allocate. While the app runs, automatic
 collection is off and `collect` runs it from a timer, once the keys have been quiet for `QUIET_S`.
+
+`open` (the app mounted) installs all of it for the process: the pause hook, the collector's
+state, a 1 ms switch interval; `close` (the app unmounted) puts back what was there.
 """
 from __future__ import annotations
 
@@ -19,6 +22,8 @@ import gc
 import sys
 import threading
 import time
+
+import engine
 
 HOLD_S = 0.1  # the longest a background thread waits for one answer (also: input that runs no action)
 FREE_S = 0.05  # after waiting that long, how long it runs before waiting again
@@ -32,21 +37,32 @@ class Foreground:
         self._idle = threading.Event()
         self._idle.set()
         self._until = 0.0
-        self._ui = threading.get_ident()  # the thread that answers input: it never waits here
+        self._ui: int | None = None  # the thread that answers input: it never waits here
         self._free = threading.local()
         self._last_input = 0.0
         self._collections = 0
-        self._collector_was_on = gc.isenabled()
+        self._before: tuple | None = None  # (pause hook, collector on, switch interval) while open
+
+    def open(self) -> None:
+        """From the UI thread, once the app runs."""
+        if self._before is not None:
+            return
+        self._ui = threading.get_ident()
+        self._before = (engine.set_pause_hook(self.pause), gc.isenabled(), sys.getswitchinterval())
         gc.disable()
-        self._switch_was = sys.getswitchinterval()
         sys.setswitchinterval(SWITCH_S)
 
     def close(self) -> None:
-        """The app is closing: the collector as it was, and no thread left waiting."""
-        if self._collector_was_on:
-            gc.enable()
-        sys.setswitchinterval(self._switch_was)
+        """The app is closing: the process as it was, and no thread left waiting."""
         self.end()
+        if self._before is None:
+            return
+        hook, collector_on, interval = self._before
+        self._before = None
+        engine.set_pause_hook(hook)
+        if collector_on:
+            gc.enable()
+        sys.setswitchinterval(interval)
 
     @property
     def busy(self) -> bool:

@@ -32,6 +32,7 @@ def paused_for(fg: Foreground, started: threading.Event | None = None) -> tuple[
 
 def test_a_background_thread_waits_while_busy_and_goes_on_at_end():
     fg = Foreground()
+    fg.open()
     try:
         fg.begin()
         thread, waited = paused_for(fg)
@@ -50,6 +51,7 @@ def test_a_background_thread_waits_while_busy_and_goes_on_at_end():
 
 def test_a_wait_is_capped_and_then_the_work_runs_free_for_a_while():
     fg = Foreground()
+    fg.open()
     try:
         waited: list[float] = []
 
@@ -69,12 +71,16 @@ def test_a_wait_is_capped_and_then_the_work_runs_free_for_a_while():
         fg.close()
 
 
-def test_the_collector_and_the_switch_interval_are_the_apps_only_while_it_runs():
+def test_the_hook_the_collector_and_the_switch_interval_are_the_apps_only_while_it_runs():
     was_on, interval = gc.isenabled(), sys.getswitchinterval()
     fg = Foreground()
-    assert not gc.isenabled() and sys.getswitchinterval() == foreground.SWITCH_S
+    assert gc.isenabled() == was_on and pacing._hook is None  # an app made but not running changes nothing
+    fg.open()
+    assert pacing._hook == fg.pause and not gc.isenabled() and sys.getswitchinterval() == foreground.SWITCH_S
     fg.close()
-    assert gc.isenabled() == was_on and sys.getswitchinterval() == interval
+    assert pacing._hook is None and gc.isenabled() == was_on and sys.getswitchinterval() == interval
+    fg.close()  # twice: nothing more
+    assert gc.isenabled() == was_on
 
 
 async def test_a_cursor_key_holds_background_work_until_its_frame():
@@ -131,6 +137,7 @@ async def test_a_key_that_changes_nothing_is_timed_to_its_handling_not_to_a_late
 
 def test_input_that_runs_no_action_is_busy_for_hold_s_at_most():
     fg = Foreground()
+    fg.open()
     try:
         fg.begin()  # a character typed into the search box: no action, so no end()
         assert fg.busy
