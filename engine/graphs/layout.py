@@ -337,6 +337,8 @@ def _spread(ends: list[list[tuple[float, int]]], left, widths, n_edges) -> list[
     """
     port = [0] * n_edges
     for node, here in enumerate(ends):
+        if not node & 511:
+            pause_point()
         if not here:
             continue
         x, inner, n = left[node] + 1, max(widths[node] - 2, 1), len(here)

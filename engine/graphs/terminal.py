@@ -54,7 +54,9 @@ class Canvas:
         self.edge_chars = EDGE_CHARS | SQUARE_CORNERS if square else EDGE_CHARS
         self.nodes = {n.id: n for n in layout.nodes}
         self.box_rows: dict[int, list[LayoutNode]] = {}
-        for n in layout.nodes:
+        for k, n in enumerate(layout.nodes):
+            if not k & 255:
+                pause_point()
             for r in range(n.y, n.y + n.height):
                 self.box_rows.setdefault(r, []).append(n)
         for row in self.box_rows.values():

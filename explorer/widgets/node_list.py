@@ -57,6 +57,7 @@ def entries_for(graph, unsupported=frozenset(), groups=None) -> list[Entry]:
     """Every node and tensor once, in navigator order (what search looks through)."""
     seen: dict[str, Entry] = {}
     for entries in (groups or grouped_entries(graph, unsupported)).values():
+        pause_point()
         for e in entries:
             seen.setdefault(e.key, e)
     return list(seen.values())
