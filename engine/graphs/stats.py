@@ -197,7 +197,11 @@ class _Recorder:
 
 def _autograd_functions(outputs, inputs) -> tuple[str, ...]:
     """Names of the grad_fn nodes between a step's outputs and its inputs (the VJP torch runs)."""
-    stop = {id(t.grad_fn) for t in inputs if isinstance(t, torch.Tensor) and t.grad_fn is not None}
+    # Every grad_fn compared by id is held: an id is unique among live objects only, and torch
+    # wraps a node in a new Python object once the last wrapper is gone (on torch 2.11 a freed
+    # input's wrapper id came back as the Gemm's own, which then looked like a stop).
+    held = [t.grad_fn for t in inputs if isinstance(t, torch.Tensor) and t.grad_fn is not None]
+    stop = {id(fn) for fn in held}
     names: dict[str, None] = {}
     seen: set[int] = set()
     stack = [o.grad_fn for o in outputs if isinstance(o, torch.Tensor) and o.grad_fn is not None]
@@ -205,6 +209,7 @@ def _autograd_functions(outputs, inputs) -> tuple[str, ...]:
         fn = stack.pop()
         if fn is None or id(fn) in seen or id(fn) in stop:
             continue
+        held.append(fn)
         seen.add(id(fn))
         name = type(fn).__name__
         if name == "AccumulateGrad":
