@@ -148,3 +148,21 @@ def test_input_that_runs_no_action_is_busy_for_hold_s_at_most():
         assert waited[0] < 0.01
     finally:
         fg.close()
+
+
+async def test_one_time_work_a_worker_hands_over_waits_for_the_key_being_answered():
+    app = spec_app()
+    async with opened(app) as pilot:
+        await settle(app, pilot)
+        ran: list[bool] = []
+        app.after_input(lambda: ran.append(True))
+        assert ran == [True]  # nothing being answered: at once
+        app.foreground.begin()
+        app.after_input(lambda: ran.append(False))
+        assert ran == [True]  # put off while the key is answered
+        app.foreground.end()
+        for _ in range(50):
+            if len(ran) == 2:
+                break
+            await pilot.pause(0.02)
+        assert ran == [True, False]
