@@ -120,9 +120,13 @@ class LayoutWork:
             self.collect_before_freeze = False
             gc.collect()
         gc.freeze()
-        if key == self._layout_key():
-            self.after_input(lambda: self._apply_layout(layout, message.canvas) if key == self._layout_key() else None)
+        self.after_input(lambda: self._apply_if_shown(key, layout, message.canvas))
         self.post_message(m.WorkFinished("layout", "done"))
+
+    def _apply_if_shown(self, key, layout, canvas) -> None:
+        """Draw `layout` if its view is still the one asked for (a key may have switched views)."""
+        if key == self._layout_key():
+            self._apply_layout(layout, canvas)
 
     def _apply_layout(self, layout, canvas=None) -> None:
         from .marks import graph_marks

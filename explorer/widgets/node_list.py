@@ -208,7 +208,11 @@ class NodeList(Vertical):
 
     def on_node_list_listed(self, message: Listed) -> None:
         message.stop()
-        self.app.after_input(lambda: self.set_listing(message.listing) if message.graph is self.graph else None)
+        self.app.after_input(lambda: self._listed(message))
+
+    def _listed(self, message: Listed) -> None:
+        if message.graph is self.graph:  # a listing of a model closed since is dropped
+            self.set_listing(message.listing)
 
     def set_listing(self, listing: Listing) -> None:
         self.groups, self.entries, self.finder = listing.groups, listing.entries, listing.finder
