@@ -9,6 +9,13 @@ A thread that waited the whole `HOLD_S` (keys arriving without a break: a held a
 runs `FREE_S` without stopping, so the work still moves. The cap also bounds the cost of a
 thread paused while it holds something the UI thread needs: a delay of `HOLD_S`, never a deadlock.
 
+Before the app sees a key, the UI thread (or the driver's input thread) already waits for the lock:
+a pure-Python worker (the layout, the label fit) kept it from the event loop for 20-40 ms before
+the key was even read, at 10% of one core. So while background work runs, the UI thread beats every
+`BEAT_S` on its event loop, and a background thread that finds the last beat more than `LATE_S`
+old waits at its pause point for the next one: the loop was kept from running, by the lock or by
+its own work (a frame), and goes first.
+
 The cyclic garbage collector stops the process too: a pass over a big model's young objects held
 the lock for 15-65 ms, in whichever thread happened to allocate. While the app runs, automatic
 collection is off and `collect` runs it from a timer, once the keys have been quiet for `QUIET_S`.
@@ -18,6 +25,7 @@ state, a 1 ms switch interval; `close` (the app unmounted) puts back what was th
 """
 from __future__ import annotations
 
+import asyncio
 import gc
 import sys
 import threading
@@ -30,6 +38,9 @@ FREE_S = 0.05  # after waiting that long, how long it runs before waiting again
 QUIET_S = 0.5  # no input for this long: the collector may run
 SWITCH_S = 0.001  # the interpreter lock's hand-over interval (Python's default: 5 ms)
 FULL_EVERY = 10  # every this many collections, a full one (the oldest generation too)
+BEAT_S = 0.004  # the UI thread's heartbeat while background threads reach pause points
+LATE_S = 0.008  # a beat this late: the event loop waits for the lock, or is busy; background work gives way
+ACTIVE_S = 0.1  # the heartbeat stops this long after the last pause point
 
 
 class Foreground:
@@ -42,12 +53,23 @@ class Foreground:
         self._last_input = 0.0
         self._collections = 0
         self._before: tuple | None = None  # (pause hook, collector on, switch interval) while open
+        self._loop: asyncio.AbstractEventLoop | None = None  # the UI thread's, for the heartbeat
+        self._beating = False
+        self._beat_at = 0.0  # the last beat
+        self._beat = threading.Event()  # set by the next beat
+        self._next_beat: asyncio.TimerHandle | None = None
+        self._worked = 0.0  # the last pause point reached
+        self._start_lock = threading.Lock()
 
     def open(self) -> None:
         """From the UI thread, once the app runs."""
         if self._before is not None:
             return
         self._ui = threading.get_ident()
+        try:
+            self._loop = asyncio.get_running_loop()
+        except RuntimeError:  # opened outside an event loop (a test): no heartbeat
+            self._loop = None
         self._before = (engine.set_pause_hook(self.pause), gc.isenabled(), sys.getswitchinterval())
         gc.disable()
         sys.setswitchinterval(SWITCH_S)
@@ -59,6 +81,10 @@ class Foreground:
             return
         hook, collector_on, interval = self._before
         self._before = None
+        if self._next_beat is not None:
+            self._next_beat.cancel()
+        self._loop, self._beating = None, False
+        self._beat.set()
         engine.set_pause_hook(hook)
         if collector_on:
             gc.enable()
@@ -79,14 +105,44 @@ class Foreground:
         self._idle.set()
 
     def pause(self) -> None:
-        """The engine's pause hook: in a background thread, wait while the UI thread is busy."""
-        if self._idle.is_set() or threading.get_ident() == self._ui:
+        """The engine's pause hook: in a background thread, wait while the UI thread is busy
+        answering input, or while its event loop is kept from running (a late beat)."""
+        if threading.get_ident() == self._ui:
             return
-        now = time.monotonic()
-        if now >= self._until or now < getattr(self._free, "until", 0.0):
+        now = self._worked = time.monotonic()
+        if not self._beating and self._loop is not None:
+            self._start_beating()
+        if now < getattr(self._free, "until", 0.0):
             return
-        if not self._idle.wait(self._until - now):
+        if not self._idle.is_set() and now < self._until:
+            answered = self._idle.wait(self._until - now)
+        elif self._beating and now - self._beat_at > LATE_S:
+            answered = self._beat.wait(HOLD_S)
+        else:
+            return
+        if not answered:
             self._free.until = time.monotonic() + FREE_S
+
+    def _start_beating(self) -> None:
+        with self._start_lock:
+            loop = self._loop
+            if self._beating or loop is None:
+                return
+            self._beat_at, self._beating = time.monotonic(), True
+        try:
+            loop.call_soon_threadsafe(self._tick)
+        except RuntimeError:  # the loop closed meanwhile
+            self._beating = False
+
+    def _tick(self) -> None:
+        """A beat, on the UI thread: waiting background threads go on; the next beat, while they work."""
+        now = self._beat_at = time.monotonic()
+        released, self._beat = self._beat, threading.Event()
+        released.set()
+        if self._loop is not None and now - self._worked < ACTIVE_S:
+            self._next_beat = self._loop.call_later(BEAT_S, self._tick)
+        else:
+            self._next_beat, self._beating = None, False
 
     def collect(self) -> None:
         """The collector's pass, from a timer on the UI thread: only when no input came for `QUIET_S`."""

@@ -1,6 +1,7 @@
 """The UI thread first: background threads wait at the engine's pause points while a key is answered."""
 from __future__ import annotations
 
+import asyncio
 import gc
 import sys
 import threading
@@ -166,3 +167,57 @@ async def test_one_time_work_a_worker_hands_over_waits_for_the_key_being_answere
                 break
             await pilot.pause(0.02)
         assert ran == [True, False]
+
+
+def background_pauses(fg: Foreground, stop: threading.Event) -> tuple[threading.Thread, list[tuple[float, float]]]:
+    """A background thread reaching a pause point every millisecond until `stop`: (when, waited) each."""
+    pauses: list[tuple[float, float]] = []
+
+    def work():
+        while not stop.is_set():
+            t = time.perf_counter()
+            fg.pause()
+            pauses.append((t, time.perf_counter() - t))
+            time.sleep(0.001)
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    return thread, pauses
+
+
+async def test_background_work_gives_way_while_the_event_loop_is_kept_from_running():
+    fg = Foreground()
+    fg.open()  # in the app's event loop: the heartbeat runs while background threads work
+    stop = threading.Event()
+    thread, pauses = background_pauses(fg, stop)
+    try:
+        await asyncio.sleep(0.1)  # the loop runs freely: the beats keep up and nobody waits
+        assert len(pauses) > 20 and max(w for _, w in pauses) < foreground.LATE_S
+        blocked = time.perf_counter()
+        time.sleep(0.06)  # the loop kept from running (a long frame, or the lock)
+        await asyncio.sleep(0.05)
+        # Past LATE_S the thread waited at its pause point until the loop beat again
+        held = [w for t, w in pauses if blocked < t < blocked + 0.06]
+        assert held and max(held) > 0.06 - foreground.LATE_S - foreground.BEAT_S - 0.01
+        assert not [t for t, w in pauses if blocked + foreground.LATE_S + 0.01 < t + w < blocked + 0.055]
+        assert max(w for t, w in pauses if t > blocked + 0.07) < foreground.LATE_S  # and goes on freely after
+    finally:
+        stop.set()
+        thread.join(1)
+    await asyncio.sleep(foreground.ACTIVE_S + 0.05)
+    assert not fg._beating  # no pause point for a while: no more beats (an idle app does not wake up)
+    fg.close()
+
+
+async def test_closing_releases_a_thread_waiting_for_a_beat():
+    fg = Foreground()
+    fg.open()
+    stop = threading.Event()
+    thread, pauses = background_pauses(fg, stop)
+    await asyncio.sleep(0.02)
+    time.sleep(0.03)  # the thread now waits for a beat the loop cannot give
+    stop.set()
+    fg.close()
+    thread.join(1)
+    assert not thread.is_alive()
+    fg.pause()  # closed: no beat, no wait
