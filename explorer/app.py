@@ -86,6 +86,7 @@ class ExplorerApp(Selecting, Debugging, LayoutWork, Workers, PaletteApp, App):
         self.layouts: dict[tuple, object] = {}
         self.collect_before_freeze = False  # set when a model replaces another (see open_session)
         self.foreground = Foreground()  # opened on mount, closed on unmount
+        self.put_off = 0  # callbacks after_input holds back: what a settled app (a test) waits for too
 
     def on_unmount(self) -> None:
         self.foreground.close()
@@ -116,9 +117,19 @@ class ExplorerApp(Selecting, Debugging, LayoutWork, Workers, PaletteApp, App):
         over (a listing, the whole layout: 10-30 ms of this thread on GPT-2 large) would otherwise
         land inside that key's frame."""
         if self.foreground.busy:
-            self.set_timer(AFTER_INPUT_S, lambda: self.after_input(callback))
+            self.put_off_for(self, AFTER_INPUT_S, lambda: self.after_input(callback))
         else:
             callback()
+
+    def put_off_for(self, owner: Widget | App, delay: float, callback) -> None:
+        """`callback()` after `delay` s, on `owner`'s timer, counted in `put_off` until then: work
+        waiting for a timer is still under way, for whoever waits for the app to settle (a test)."""
+        self.put_off += 1
+
+        def run():
+            self.put_off -= 1
+            callback()
+        owner.set_timer(delay, run)
 
     def get_default_screen(self) -> Screen:
         # Textual focuses the first focusable widget when a screen shows: here the navigator's search

@@ -9,7 +9,7 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from hypothesis import assume, given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper
 
@@ -135,6 +135,9 @@ def _head(kind: str, cur: str, width: int, batch: int, rng) -> tuple[list, list,
                        min_size=1, max_size=4),
        head=st.sampled_from(HEADS), after=st.sampled_from(["", "Neg", "half", "third"]), mix=st.booleans(),
        seed=st.integers(0, 2**16))
+# x^16: the shared rows climbed the absorbed-steps ladder to 32,768 h, and the judge after it
+# reported the quotient there (14% off) with its roundoff alone as the error
+@example(batch=3, width=2, layers=["square"] * 4, head="mean", after="third", mix=False, seed=2)
 def test_random_row_separable_graphs_share_rows_through_the_reduction(batch, width, layers, head, after, mix, seed):
     """Rows are shared exactly when nothing but the reduction mixes them, with the verdicts and
     numbers of the check without sharing; a Softmax over the batch axis (`mix`) turns it off."""

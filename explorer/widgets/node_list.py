@@ -181,7 +181,7 @@ class NodeList(Vertical):
         # The graph the user waits for goes first: fitting GPT-2 large's 13,917 labels is 2 s of the
         # interpreter the whole layout would share. Names are cut in the middle meanwhile.
         if any(w.group == "layout" and w.is_running for w in self.app.workers):
-            self.set_timer(LABELS_RETRY_S, lambda: self._fit_labels(names, width))
+            self.app.put_off_for(self, LABELS_RETRY_S, lambda: self._fit_labels(names, width))
         elif names is self.query_one(EntryList).names:
             self._label_in_worker(names, width)
 

@@ -50,6 +50,10 @@ async def settle(app, pilot) -> None:
             pass
         except WorkerCancelled:  # cancelled while we waited (the monkey cancels everything): done too
             pass
+        for _ in range(100):  # what a worker handed over while a key was answered: it lands after
+            if not getattr(app, "put_off", 0):
+                break
+            await pilot.pause(0.02)
         await pilot.pause()
 
 

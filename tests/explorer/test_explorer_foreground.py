@@ -160,13 +160,13 @@ async def test_one_time_work_a_worker_hands_over_waits_for_the_key_being_answere
         assert ran == [True]  # nothing being answered: at once
         app.foreground.begin()
         app.after_input(lambda: ran.append(False))
-        assert ran == [True]  # put off while the key is answered
+        assert ran == [True] and app.put_off == 1  # put off while the key is answered: still to come
         app.foreground.end()
         for _ in range(50):
             if len(ran) == 2:
                 break
             await pilot.pause(0.02)
-        assert ran == [True, False]
+        assert ran == [True, False] and app.put_off == 0
 
 
 def background_pauses(fg: Foreground, stop: threading.Event) -> tuple[threading.Thread, list[tuple[float, float]]]:
