@@ -7,6 +7,9 @@ only change the virtual size of a pane whose box CSS fixes (explorer/widgets/siz
 """
 from __future__ import annotations
 
+import html
+import re
+
 from textual.geometry import Size
 from textual.screen import Screen
 
@@ -22,6 +25,19 @@ from .conftest import SIZE, opened, settle, spec_app
 from .test_explorer_large import until
 
 BLOCKS = LOCAL_FROM_NODES // 4 + 10  # 4N + 1 nodes: listed in a worker, drawn as a neighbourhood first
+
+
+def screen_rows(svg: str) -> dict[int, str]:
+    """The text on each row of a Textual screenshot (its SVG puts each run in a row's clip path)."""
+    rows: dict[int, str] = {}
+    for row, text in re.findall(r'<text [^>]*clip-path="url\(#terminal-\d+-line-(\d+)\)">(.*?)</text>', svg):
+        rows[int(row)] = rows.get(int(row), "") + html.unescape(text)
+    return rows
+
+
+def rows_that_differ(before: str, after: str) -> dict[int, tuple[str, str]]:
+    a, b = screen_rows(before), screen_rows(after)
+    return {k: (a.get(k, ""), b.get(k, "")) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}
 
 
 def record(monkeypatch, events: list[str]) -> None:
@@ -144,7 +160,8 @@ async def test_an_arrow_key_repaints_the_rows_that_change_and_the_screen_is_what
             for widget in app.screen.query("*"):
                 widget.refresh()
             await pilot.pause(0.05)
-            assert app.export_screenshot() == shown, f"{key}: the partial repaint left stale rows"
+            repainted = app.export_screenshot()
+            assert repainted == shown, f"{key}: the partial repaint left stale rows: {rows_that_differ(shown, repainted)}"
         assert partial >= 3  # the case under test happened
 
 
