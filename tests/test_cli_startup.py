@@ -98,3 +98,14 @@ def test_a_model_path_opens_the_explorer(monkeypatch, files):
         os.rename("spec.model", "spec.onnx")
         os.chdir(cwd)
     assert opened == [("spec.onnx", 4), ("spec.model", 0)]
+
+
+def test_python_dash_m_explorer_is_the_onnxgrad_command(files):
+    """`python -m explorer` answers as `onnxgrad` does: help, and a bad file's one-line error."""
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(engine.__file__))}
+    shown = subprocess.run([sys.executable, "-m", "explorer", "--help"], capture_output=True, text=True,
+                           timeout=120, env=env)
+    assert shown.returncode == 0 and "explore" in shown.stdout and "check" in shown.stdout
+    bad = subprocess.run([sys.executable, "-m", "explorer", str(files / "text.onnx")], capture_output=True,
+                         text=True, timeout=120, env=env)
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "Traceback" not in bad.stderr
