@@ -3,9 +3,18 @@ import pathlib
 
 import onnx
 import pytest
+from hypothesis import settings
 
 # Fixtures shared by the CLI and explorer tests of models with an unknown op.
 pytest_plugins = ("tests.feed_models",)
+
+# CI (.ci/run sets ONNXGRAD_CI) runs every property test on the same examples each time: the gate
+# that lands work must not fail on an example nobody has seen. Runs elsewhere draw new examples,
+# which is how they find bugs (an x^16 one found the check reporting a quotient 14% off); a new
+# failing example becomes an explicit @example.
+settings.register_profile("ci", derandomize=True)
+if os.environ.get("ONNXGRAD_CI"):
+    settings.load_profile("ci")
 
 
 @pytest.fixture(scope="session")
