@@ -48,8 +48,10 @@ def needed_nodes(graph: GraphIndex, sources: set[str], targets: Sequence[str]) -
     missing: list[str] = []
     seen: set[str] = set()
     stack = list(targets)
+    popped = 0
     while stack:
-        if not len(seen) & 1023:
+        popped += 1
+        if not popped & 1023:
             pause_point()
         t = stack.pop()
         if t in seen or not t:
