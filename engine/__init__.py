@@ -8,7 +8,8 @@ Public API:
     Model.selection(y, xs, zs) -> GradientSpec (validation only)
     nonfinite_origin(model, y, xs, zs, feeds) -> Finding | None (where a gradient's NaN/Inf comes from)
     supported_ops() -> list[OpImpl]
-    set_pause_hook(hook) / pause_point(): long Python loops (layouts, plans) let an interactive front end go first
+    set_pause_hook(hook) / pause_point() / paced(items, every): long Python loops (layouts, plans) let an
+        interactive front end go first
     GradManager(model, device=, dtype=) -> attach / record / run / backward / grad / params / save
     lower(model, y=None, xs=None, zs=None, dy=None, names=None) -> onnx.ModelProto (gradients as plain ONNX;
         a callable package, so engine.lower.<family> holds the backward rules)
@@ -43,7 +44,7 @@ _LAZY = {
                "render_graph", "to_dot"),
     "loader": ("GraphIndex", "TensorInfo"),
     "model": ("Model",),
-    "pacing": ("pause_point", "set_pause_hook"),
+    "pacing": ("pause_point", "paced", "set_pause_hook"),
     "registry": ("OpImpl", "register", "supported_ops"),
     "selection": ("GradientSpec",),
     "verify": ("CheckReport", "ClaimedCheck", "Finding", "NodeCheck", "XCheck", "check", "register_op_with_vjp",
@@ -62,7 +63,8 @@ __all__ = [
     "BackwardGraph", "build_backward_graph", "gradient_with_stats", "GraphStats", "TensorStats", "to_dot", "render",
     "render_graph",
     "layout_graph", "layout_near", "LocalLayout", "GraphLayout", "LayoutNode", "LayoutEdge", "Canvas",
-    "OnnxGradBackend", "OnnxGradRep", "lower", "LoweringError", "DistributedError", "pause_point", "set_pause_hook",
+    "OnnxGradBackend", "OnnxGradRep", "lower", "LoweringError", "DistributedError", "pause_point", "paced",
+    "set_pause_hook",
 ]
 
 

@@ -17,7 +17,7 @@ from .feeds import check_feed
 from .gradient import GradientResult, PreparedGradient
 from .gradient_call import GradientCall
 from .loader import TRAINING_DOMAIN, GraphIndex, node_inputs
-from .pacing import pause_point
+from .pacing import paced, pause_point
 from .plan import Plan, needed_nodes
 from .recent import Recent
 from .registry import require
@@ -152,9 +152,7 @@ class Model:
         with torch.no_grad():  # once per feeds: the interpreter, not an fx module built for one call
             env = plan.interpret_all(values)
         out = {}
-        for k, (t, v) in enumerate(env.items()):  # thousands of values on a big model
-            if not k & 255:
-                pause_point()
+        for t, v in paced(env.items()):  # thousands of values on a big model
             out[t] = self._to_numpy(t, v)
         return out
 
@@ -280,9 +278,7 @@ class Model:
     def _gradient_extras(self, spec: GradientSpec, feeds) -> tuple[str, ...]:
         members = set(spec.inputs)
         interior, read = set(), set()
-        for k, i in enumerate(needed_nodes(self.graph, members, [spec.y])[0]):
-            if not k & 255:
-                pause_point()
+        for i in paced(needed_nodes(self.graph, members, [spec.y])[0]):
             interior.update(t for t in self.graph.nodes[i].output if t)
             read.update(t for t in loader.node_inputs(self.graph.nodes[i]) if t)
         bad = sorted(n for n in feeds if n in interior and n not in members)

@@ -11,7 +11,9 @@ pause point is one global read.
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Iterable, Iterator, TypeVar
+
+T = TypeVar("T")
 
 _hook: Callable[[], None] | None = None
 
@@ -27,3 +29,11 @@ def pause_point() -> None:
     hook = _hook
     if hook is not None:
         hook()
+
+
+def paced(items: Iterable[T], every: int = 256) -> Iterator[T]:
+    """`items`, with a pause point before the first and then every `every`-th one."""
+    for k, item in enumerate(items):
+        if not k % every:
+            pause_point()
+        yield item

@@ -61,3 +61,12 @@ def test_the_explorers_gradient_pauses_in_its_backward_pass_too(calls):
     reached = sum(s is not None for s in stats.tensors.values())
     assert reached > 80  # every tensor from block 0's conv on has a gradient
     assert len(calls) >= len(model.graph.nodes) + reached  # a step each forward, a gradient each backward
+
+
+def test_paced_yields_every_item_and_pauses_before_each_every_th(calls):
+    seen = []
+    for item in engine.paced(iter(range(10)), 4):
+        seen.append((item, len(calls)))
+    # a pause before items 0, 4 and 8: each item sees the pauses made before it
+    assert seen == [(0, 1), (1, 1), (2, 1), (3, 1), (4, 2), (5, 2), (6, 2), (7, 2), (8, 3), (9, 3)]
+    assert list(engine.paced([])) == [] and len(calls) == 3

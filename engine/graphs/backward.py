@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..loader import GraphIndex
-from ..pacing import pause_point
+from ..pacing import paced
 from ..plan import needed_nodes
 from ..selection import GradientSpec
 from .vjp_needs import vjp_needs
@@ -122,15 +122,11 @@ def build_backward_graph(model, spec: GradientSpec) -> BackwardGraph:
     outs = {i: tuple(graph.nodes[i].output) for i in cut_nodes}
 
     from_x = set(wanted)
-    for k, i in enumerate(cut_nodes):
-        if not k & 255:
-            pause_point()
+    for i in paced(cut_nodes):
         if any(t in from_x for t in ins[i] if t):
             from_x.update(t for t in outs[i] if t)
     to_y = {spec.y}
-    for k, i in enumerate(reversed(cut_nodes)):
-        if not k & 255:
-            pause_point()
+    for i in paced(reversed(cut_nodes)):
         if any(t in to_y for t in outs[i] if t):
             to_y.update(t for t in ins[i] if t)
     active_tensors = frozenset(from_x & to_y)
@@ -167,9 +163,7 @@ def build_backward_graph(model, spec: GradientSpec) -> BackwardGraph:
         elif users:
             edges.append(BackwardEdge(backward_id(users[0]), gradient_target(t), t))
 
-    for k, i in enumerate(reversed(active_nodes)):
-        if not k & 127:
-            pause_point()
+    for i in paced(reversed(active_nodes), 128):
         for t in outs[i]:
             if t in active_tensors and t != spec.y:
                 fan_in(t)

@@ -17,7 +17,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Sequence
 
-from ..pacing import pause_point
+from ..pacing import paced, pause_point
 
 Edge = tuple[int, int]
 VIRTUAL_WEIGHT = 4.0  # virtual items pull harder than nodes: long edges come out straight
@@ -72,9 +72,7 @@ def assign_ranks(n: int, edges: Sequence[Edge], same_rank: Sequence[Sequence[int
     rank = [0] * n
 
     def longest_paths():
-        for k, v in enumerate(order):
-            if not k & 1023:
-                pause_point()
+        for v in paced(order, 1024):
             ps = pred[v]
             if acyclic:  # every predecessor comes earlier in the order
                 rank[v] = max([rank[p] for p in ps]) + 1 if ps else 0
@@ -85,9 +83,7 @@ def assign_ranks(n: int, edges: Sequence[Edge], same_rank: Sequence[Sequence[int
     longest_paths()
     # As late as the consumers allow: a weight's little subgraph sits just above where it is used
     # instead of at the top with a long edge down to it.
-    for k, v in enumerate(reversed(order)):
-        if not k & 1023:
-            pause_point()
+    for v in paced(reversed(order), 1024):
         ts = succ[v]
         if not ts:
             continue
@@ -272,9 +268,7 @@ def place_x(layers, up, down, widths: list[int], n_nodes: int, sep: float = 2.0,
         elif layer:
             steps.append((ROW, layer, ws, weights, [nbrs[item] for item in layer]))
     for p in range(passes):
-        for k, step in enumerate(steps if p % 2 == 0 else reversed(steps)):
-            if not k & 15:
-                pause_point()
+        for step in paced(steps if p % 2 == 0 else reversed(steps), 16):
             kind = step[0]
             if kind is LONE_2:
                 _, item, a, b = step

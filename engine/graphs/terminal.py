@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..pacing import pause_point
+from ..pacing import paced, pause_point
 from .layout import GraphLayout, LayoutNode, gc_paused
 
 UP, DOWN, LEFT, RIGHT = 1, 2, 4, 8
@@ -54,9 +54,7 @@ class Canvas:
         self.edge_chars = EDGE_CHARS | SQUARE_CORNERS if square else EDGE_CHARS
         self.nodes = {n.id: n for n in layout.nodes}
         self.box_rows: dict[int, list[LayoutNode]] = {}
-        for k, n in enumerate(layout.nodes):
-            if not k & 255:
-                pause_point()
+        for n in paced(layout.nodes):
             for r in range(n.y, n.y + n.height):
                 self.box_rows.setdefault(r, []).append(n)
         for row in self.box_rows.values():

@@ -21,7 +21,7 @@ from onnx import helper
 
 from ..errors import SelectionError
 from ..loader import TRAINING_DOMAIN, GraphIndex
-from ..pacing import pause_point
+from ..pacing import paced
 from ..selection import GradientSpec, validate
 from .backward import BackwardGraph, build_backward_graph, graph_of
 
@@ -168,9 +168,7 @@ def _forward(graph, spec, backward, small, own_cluster, nodes, edges, clusters, 
         shown_roles = {t: r for t, r in roles.items() if f"t:{t}" in only}
     for t, role in shown_roles.items():
         nodes.append(ViewNode(f"t:{t}", t, role))
-    for k, i in enumerate(indices):
-        if not k & 255:
-            pause_point()
+    for i in paced(indices):
         node = graph.nodes[i]
         name = graph.node_names[i]
         cluster = None

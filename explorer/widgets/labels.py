@@ -11,7 +11,7 @@ import os
 from collections import Counter
 from typing import Iterable
 
-from engine import pause_point
+from engine import paced, pause_point
 
 ELLIPSIS = "…"
 SEPARATORS = "/.:_"
@@ -38,9 +38,7 @@ def fit_labels(names: Iterable[str], width: int) -> dict[str, str]:
         clashing = [n for n in long if used[labels[n]] > 1]
         if not clashing:
             return labels
-        for k, n in enumerate(clashing):
-            if not k & 63:
-                pause_point()
+        for n in paced(clashing, 64):
             _relabel(labels, used, n, middle_cut(n, width, tail))
     if width >= 3:
         for group in _clash_groups(labels, used, long):  # a window on where it differs from its look-alikes
