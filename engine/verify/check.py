@@ -14,8 +14,9 @@ from .claimed import check_claimed, parse_claimed
 from .context import Context, build
 from .findings import first_nonfinite_gradient, first_nonfinite_value
 from .native import native_errors
-from .pernode import check_nodes
+from .pernode import check_nodes, nodes_settle, settled_by_nodes
 from .report import CANCELLED, FAIL, INCONCLUSIVE, PASS, CheckReport, Finding
+from .resolve import settle_directions
 from .second_order import check_second_order
 from .xcheck import Options, XProbe, skipped
 
@@ -82,12 +83,16 @@ def check(model, y: str, xs, zs=(), feeds: Mapping | None = None, dy=None, mode:
         x = ctx.tensors64[ctx.sources.index(name)]
         probe = XProbe(name, ctx.x_function(name), x, ctx.y0, ctx.dy, opts, salt=k, control=control,
                        memo=ctx.x_memo(name, x.shape), magnitude=lambda name=name: ctx.downstream_magnitude(name),
-                       split=lambda name=name: ctx.row_split(name))
+                       split=lambda name=name: ctx.row_split(name),
+                       along=ctx.grads64[name] if opts.mode == "fast" else None)
         probes[name] = probe
         results.append(probe.result(probe.judge(ctx.grads64[name]), **native.get(name, {})))
 
     if any(_rejudge(r, probes) for r in results):
         results = _with_analytic_roundoff(ctx, probes, results, native)
+    if opts.mode == "fast":  # directions too coarse to mean anything are compared again (resolve.py)
+        results = [settle_directions(ctx, k, r.name, probes[r.name], r, opts, control)
+                   if r.status == INCONCLUSIVE and r.name in probes else r for k, r in enumerate(results)]
     # A second forward tells whether the model is deterministic. Finite differences of a random
     # model cannot pass, so the question only matters when something did not pass, or before the
     # costlier checks below.
@@ -109,9 +114,14 @@ def check(model, y: str, xs, zs=(), feeds: Mapping | None = None, dy=None, mode:
     located = any(f.kind == "nonfinite-gradient" for f in findings)
     failed = any(r.status == FAIL and not (located and r.name in ctx.grads64 and not _all_finite(ctx.grads64[r.name]))
                  for r in results) or any(r.status == FAIL for r in second)
+    # Whatever the whole-model comparison left inconclusive goes to the nodes: each alone is well
+    # conditioned, and when every node on the path passes the gradient they compose is right.
+    unsettled = [r.name for r in results if r.status == INCONCLUSIVE and r.name in probes]
     nodes = ()
-    if (per_node or failed) and deterministic and not control.halted():
+    if (per_node or failed or unsettled) and deterministic and not control.halted():
         nodes = check_nodes(ctx, opts, control)
+    if unsettled and not failed and not control.halted() and nodes_settle(ctx, nodes):
+        results = [settled_by_nodes(r, len(nodes)) if r.name in unsettled else r for r in results]
     first_failing = next((n.node_name for n in nodes if n.status == FAIL), None)
     control.tick(0, "done", force=True)
     if control.stopped == "time budget":
@@ -172,7 +182,7 @@ def _options(mode, order, rtol, atol, seed, samples, directions, time_budget) ->
 
 def _planned(numel: int, opts: Options) -> int:
     if opts.mode == "fast":
-        return 2 * opts.directions
+        return 2 * (opts.directions + 1)
     if opts.mode == "sample":
         return 2 * min(opts.samples, numel)
     return 2 * numel

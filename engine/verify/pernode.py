@@ -15,10 +15,11 @@ import torch
 from ..loader import TRAINING_DOMAIN
 from .absorbed import largest
 from .fd import normal
-from .report import FAIL, INCONCLUSIVE, PASS, SKIPPED, NodeCheck
+from .report import FAIL, INCONCLUSIVE, PASS, SKIPPED, NodeCheck, XCheck
 from .xcheck import XProbe
 
 NODE_FULL_LIMIT = 4096  # node inputs up to this many elements are checked element by element
+COMPOSED_REL = 1e-9  # fused and unfused float64 backwards agree to rounding: far inside this
 RANDOM_OPS = {"Dropout", "RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike",
               "Multinomial", "Bernoulli"}
 
@@ -129,3 +130,29 @@ def _check_node(ctx, step, ins, live, opts, control) -> NodeCheck:
 def _rank(r) -> tuple:
     order = {FAIL: 3, INCONCLUSIVE: 2, PASS: 1}
     return order.get(r.status, 0), (r.max_rel_err or 0.0) if np.isfinite(r.max_rel_err or 0.0) else np.inf
+
+
+def nodes_settle(ctx, nodes) -> bool:
+    """Whether passing node checks settle the gradient: every node on the path passed alone, and the
+    engine's gradient is the node-by-node composition they verified (the run plan may fuse chains,
+    engine/fusion.py, whose backward no node check saw: the unfused backward must agree with it)."""
+    if not nodes or any(n.status != PASS for n in nodes):
+        return False
+    plan = getattr(ctx.gradient, "plan", None)
+    if plan is None or plan.run_steps is plan.steps:
+        return True
+    unfused = ctx.gradient(*ctx.tensors64, dy=ctx.dy, create_graph=True).grads
+    for name, g in zip(ctx.spec.xs, unfused):
+        ref = ctx.grads64[name]
+        scale = float(ref.abs().max()) if ref.numel() else 0.0
+        if not bool(((g.detach() - ref).abs() <= COMPOSED_REL * scale).all()):
+            return False
+    return True
+
+
+def settled_by_nodes(r: XCheck, count: int) -> XCheck:
+    """An x the whole-model comparison left inconclusive, passed by its nodes."""
+    why = f"; before that: {r.reason}" if r.reason else ""
+    return dataclasses.replace(r, status=PASS, resolved_by="nodes",
+                               reason=f"the whole-model comparison did not resolve it; each of the {count} nodes on "
+                                      f"the path from xs to y passed alone{why}")

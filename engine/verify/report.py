@@ -63,6 +63,14 @@ class XCheck:
     native_status: str | None = None  # half types: pass when within the dtype's precision (verify/native.py)
     native_rounding_err: float | None = None  # half types: what rounding the values alone moves the gradient
     problems: tuple[ItemProblem, ...] = ()
+    # How the verdict was reached (docs/check-json.md, "Verdicts"): the size of the quantity the worst
+    # item compared, against which its error and tolerance must be small for a pass ...
+    signal: float | None = None
+    # ... how an x the first comparison left unresolved was resolved ("" when it was not needed):
+    # "aligned dy", "more directions" or "nodes" ...
+    resolved_by: str = ""
+    # ... and, for an inconclusive x, what would settle it.
+    advice: str = ""
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,13 @@
 """Per-item verdicts from analytic values and finite-difference measurements.
 
-An item fails only when |a - n| > atol and |a - n| / max(|a|, |n|) > rtol, *and* the discrepancy is
-beyond the finite differences' own error estimate. Items near a non-differentiable point are
-inconclusive, never failed:
+An item passes only when the comparison resolved it: |a - n| is within tolerance, *and* both the
+automatic allowance and the finite differences' own error estimate are small (RESOLVED_REL)
+against the quantity compared (the x's gradient scale for elements, the slope |<g, u>| itself for
+a direction: never sum |g * u|, whose terms cancel in the slope). An item fails only when
+|a - n| > atol and |a - n| / max(|a|, |n|) > rtol, *and* the discrepancy is beyond the finite
+differences' own error estimate (xcheck.py then asks that it persist at smaller steps). Anything
+else is inconclusive, with its cause. Items near a non-differentiable point are inconclusive,
+never failed:
 - one-sided derivatives disagree, and the gap does not shrink when the step halves (a kink at x:
   Relu or Abs at 0, a Max/Min tie, a Clip bound); a smooth function's gap halves with the step;
 - central differences at h and h/2 disagree (the 5-point fit breaks: a kink or jump within h).
@@ -11,6 +16,7 @@ failures (worst first, capped), since kinks crossed on both sides can fake a cle
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,10 +28,14 @@ RTOL = 1e-4  # float64 analytic vs float64 finite differences
 ATOL_REL = 1e-6  # default atol, relative to the gradient's scale (so the check is scale-free)
 KINK_REL = 1e-3  # a one-sided gap below this fraction of the scale cannot change a verdict
 RESOLUTION_REL = 1e-3  # default atol may rise to the finite differences' roundoff, up to this fraction of the scale
+# A pass needs the finite differences' error and the automatic allowance under this fraction of the
+# quantity compared: then a pass bounds |a - true| by a few thousandths of it, whatever cancels.
+RESOLVED_REL = 1e-3
 UNCHECKED = "unchecked"
 MAX_REFINED_FAILS = 256
 # Why an item is inconclusive, for deciding whether another step size could settle it.
 KINK, INACCURATE, UNREFINED, UNDEFINED = "kink", "inaccurate", "unrefined", "undefined"
+UNRESOLVED = "unresolved"  # agrees within tolerance, but the comparison is too coarse to mean it
 
 
 @dataclass(frozen=True)
@@ -33,6 +43,10 @@ class Tolerance:
     rtol: float
     atol: np.ndarray  # per item, absolute
     scale: float  # the gradient scale the defaults were derived from
+    # Per item, the size of the quantity compared (elements: the x's gradient scale); None: each
+    # item's own max(|a|, |n|) (directions, whose slope is the quantity).
+    quantity: np.ndarray | None = None
+    explicit: bool = False  # rtol or atol given by the caller: their allowance counts as resolution
 
 
 def element_scale(analytic: np.ndarray, numeric: np.ndarray) -> float:
@@ -44,27 +58,31 @@ def element_scale(analytic: np.ndarray, numeric: np.ndarray) -> float:
 
 
 def tolerance(n: int, rtol: float | None, atol: float | None, scale: np.ndarray | float,
-              noise: np.ndarray | None = None) -> Tolerance:
-    """The default atol is ATOL_REL times the gradient's scale, raised to the finite differences'
-    own resolution (their roundoff) as long as that stays below RESOLUTION_REL of the scale: an
-    element far smaller than the rest of its gradient cannot be resolved and cannot matter."""
+              noise: np.ndarray | None = None, slopes: bool = False) -> Tolerance:
+    """Elements: `scale` is the x's gradient scale. The default atol is ATOL_REL times it, raised to
+    the finite differences' own resolution (their roundoff) as long as that stays below
+    RESOLUTION_REL of the scale: an element far smaller than the rest of its gradient cannot be
+    resolved and cannot matter. Directions (`slopes`): `scale` holds each item's analytic slope,
+    and atol is ATOL_REL of it, never raised: the roundoff of a direction grows with sum |g * u|,
+    which its slope <g, u> can be a small remainder of."""
     # Plain numpy on arrays of a few items: nan_to_num and broadcast_to cost more than the arithmetic.
-    scale_arr = np.full(n, float(scale)) if np.ndim(scale) == 0 else np.asarray(scale, dtype=np.float64)
-    top = float(scale_arr.max()) if n else 0.0
+    scale_arr = np.full(n, float(scale)) if np.ndim(scale) == 0 else np.abs(np.asarray(scale, dtype=np.float64))
+    top = float(np.max(scale_arr, initial=0.0)) if n else 0.0
+    quantity = None if slopes else scale_arr
     if atol is None:
-        if noise is not None:
-            # A gradient that is zero up to roundoff (every element below what finite differences
-            # resolve) has no scale of its own: the resolution stands in for it, so analytic and
-            # numeric agreeing far inside it (-5e-16 vs 0) pass instead of being "inaccurate".
-            resolution = _finite_or_zero(noise)
-            scale_arr = np.maximum(scale_arr, resolution)
         atol_arr = ATOL_REL * scale_arr
-        if noise is not None:
-            resolvable = np.minimum(resolution, RESOLUTION_REL * scale_arr)
-            atol_arr = np.maximum(atol_arr, resolvable)
+        if noise is not None and not slopes:
+            # A gradient that is zero up to roundoff (every element below what finite differences
+            # resolve) has no scale of its own: the resolution stands in for it in atol, so that
+            # -5e-16 against 0 is no failure; the quantity compared stays the gradient's own, so
+            # neither is it a pass (it is resolved, if at all, node by node).
+            resolution = _finite_or_zero(noise)
+            atol_arr = np.maximum(ATOL_REL * np.maximum(scale_arr, resolution),
+                                  np.minimum(resolution, RESOLUTION_REL * np.maximum(scale_arr, resolution)))
     else:
         atol_arr = np.full(n, float(atol))
-    return Tolerance(RTOL if rtol is None else float(rtol), np.array(atol_arr, dtype=np.float64), max(top, 0.0))
+    return Tolerance(RTOL if rtol is None else float(rtol), np.array(atol_arr, dtype=np.float64), max(top, 0.0),
+                     quantity, explicit=rtol is not None or atol is not None)
 
 
 def _finite_or_zero(a: np.ndarray) -> np.ndarray:
@@ -73,11 +91,23 @@ def _finite_or_zero(a: np.ndarray) -> np.ndarray:
 
 def widened(tol: Tolerance, slack: np.ndarray) -> Tolerance:
     """`tol` with atol raised to `slack` per item (the analytic side's own rounding error)."""
-    return Tolerance(tol.rtol, np.maximum(tol.atol, _finite_or_zero(slack)), tol.scale)
+    return dataclasses.replace(tol, atol=np.maximum(tol.atol, _finite_or_zero(slack)))
 
 
 def _threshold(a, n, tol: Tolerance):
     return np.maximum(tol.atol, tol.rtol * np.maximum(np.abs(a), np.abs(n)))
+
+
+def resolved(a: np.ndarray, numeric: np.ndarray, fd_err: np.ndarray, tol: Tolerance) -> np.ndarray:
+    """Items whose comparison means something: the finite differences' error and the automatic
+    allowance are both under RESOLVED_REL of the quantity compared. A tolerance the caller chose
+    counts as enough resolution (their atol says what they accept)."""
+    with np.errstate(invalid="ignore"):
+        quantity = tol.quantity if tol.quantity is not None else np.maximum(np.abs(a), np.abs(numeric))
+        limit = RESOLVED_REL * quantity
+        if tol.explicit:
+            limit = np.maximum(limit, _threshold(a, numeric, tol))
+        return (fd_err <= limit) & (tol.atol <= limit)
 
 
 def _first_pass(a: np.ndarray, m: Measurement, tol: Tolerance):
@@ -91,7 +121,7 @@ def _first_pass(a: np.ndarray, m: Measurement, tol: Tolerance):
         diff = np.abs(a - m.d1)
         gap = np.abs(m.fplus1 - m.fminus1)
         gap_thr = np.maximum(np.maximum(thr, 4 * m.noise), KINK_REL * tol.scale)
-        clear_pass = (diff <= 0.5 * thr) & (gap <= gap_thr)
+        clear_pass = (diff <= 0.5 * thr) & (gap <= gap_thr) & resolved(a, m.d1, m.noise, tol)
         clear_fail = (diff > 4 * thr) & (diff > 8 * m.noise) & (gap <= 0.5 * diff)
     return thr, diff, clear_pass, clear_fail
 
@@ -118,7 +148,7 @@ def all_clear(a: np.ndarray, m: Measurement, tol: Tolerance) -> Verdicts | None:
         rel = diff / np.maximum(np.maximum(np.abs(a), np.abs(m.d1)), 1e-300)
         ratio = diff / np.maximum(thr, 1e-300)
     status = np.full(len(a), PASS, dtype=object)
-    return Verdicts(status, m.d1.copy(), m.noise.copy(), diff, rel, ratio, tol.atol, {}, {})
+    return Verdicts(status, m.d1.copy(), m.noise.copy(), diff, rel, ratio, tol.atol, {}, {}, signal(a, m.d1, tol))
 
 
 def doubtful(a: np.ndarray, m: Measurement, tol: Tolerance) -> np.ndarray:
@@ -170,7 +200,8 @@ class Verdicts:
     ratio: np.ndarray  # abs_err / threshold: > 1 is out of tolerance
     atol: np.ndarray
     reasons: dict  # item -> reason, for non-pass items
-    causes: dict  # item -> KINK / INACCURATE / UNREFINED / UNDEFINED, for inconclusive items
+    causes: dict  # item -> KINK / INACCURATE / UNREFINED / UNDEFINED / UNRESOLVED, for inconclusive items
+    signal: np.ndarray | None = None  # per item, the size of the quantity compared
 
 
 def classify(a: np.ndarray, m: Measurement, tol: Tolerance) -> Verdicts:
@@ -215,14 +246,20 @@ def classify(a: np.ndarray, m: Measurement, tol: Tolerance) -> Verdicts:
     # more than the finite differences of a small model).
     with np.errstate(invalid="ignore"):
         ref_kink = finite & r & kink
-        ref_pass = finite & r & ~kink & (diff <= thr)
-        ref_inaccurate = finite & r & ~kink & ~ref_pass & (diff <= fd_err)
-        ref_fail = finite & r & ~kink & ~ref_pass & ~ref_inaccurate
+        within = finite & r & ~kink & (diff <= thr)
+        ref_pass = within & resolved(a, numeric, fd_err, tol)
+        ref_unresolved = within & ~ref_pass
+        ref_inaccurate = finite & r & ~kink & ~within & (diff <= fd_err)
+        ref_fail = finite & r & ~kink & ~within & ~ref_inaccurate
     first_pass = finite & ~r
     status[ref_pass | (first_pass & clear_pass)] = PASS
     status[ref_fail | (first_pass & ~clear_pass & clear_fail)] = FAIL
     unrefined = first_pass & ~clear_pass & ~clear_fail
-    status[ref_kink | ref_inaccurate | unrefined] = INCONCLUSIVE
+    status[ref_kink | ref_inaccurate | ref_unresolved | unrefined] = INCONCLUSIVE
+    quantity = signal(a, numeric, tol)
+    for i in np.nonzero(ref_unresolved)[0].tolist():
+        reasons[i] = unresolved_reason(fd_err[i], thr[i], quantity[i])
+        causes[i] = UNRESOLVED
     for i in np.nonzero(ref_kink)[0].tolist():
         reasons[i] = _kink_reason(one_sided[i], m, i)
         causes[i] = KINK
@@ -245,7 +282,22 @@ def classify(a: np.ndarray, m: Measurement, tol: Tolerance) -> Verdicts:
     for i in np.nonzero(nonfinite_a & ~(m.reshaped if m.reshaped is not None else False))[0].tolist():
         status[i] = FAIL
         reasons[i] = f"the analytic gradient is {a[i]} where finite differences give {numeric[i]:.6g}"
-    return Verdicts(status, numeric, fd_err, diff, rel, ratio, tol.atol, reasons, causes)
+    return Verdicts(status, numeric, fd_err, diff, rel, ratio, tol.atol, reasons, causes, quantity)
+
+
+def signal(a: np.ndarray, numeric: np.ndarray, tol: Tolerance) -> np.ndarray:
+    """The size of the quantity each item compares (what `resolved` measures the errors against)."""
+    if tol.quantity is not None:
+        return tol.quantity
+    with np.errstate(invalid="ignore"):
+        return np.maximum(np.abs(a), np.abs(numeric))
+
+
+def unresolved_reason(fd_err: float, allowed: float, quantity: float) -> str:
+    what = "the finite differences' error estimate" if fd_err > RESOLVED_REL * quantity else "the allowance"
+    size = fd_err if fd_err > RESOLVED_REL * quantity else allowed
+    return (f"agrees within tolerance, but {what} ({size:.3g}) is not small against the value compared "
+            f"({quantity:.3g}): the comparison does not resolve the gradient")
 
 
 def _kink_reason(one_sided: bool, m: Measurement, i: int) -> str:

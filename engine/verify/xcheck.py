@@ -15,6 +15,9 @@ from .structure import RowSplit, independent_rows, rows_through_tail
 MAX_PROBLEMS = 20
 MAX_RETRIES = 64  # vectors per x re-measured at another step
 ROUNDOFF_SAFETY = 4.0  # the analytic gradient's rounding error: a bound over one sample of it
+PERSIST_SCALE = 1 / 16  # a failure must persist at a step at most this fraction of the one it was found at ...
+MIN_PERSIST_SCALE = 1e-5  # ... and at least this one (1e-11 of x: thousands of ulps)
+MAX_PERSIST = 16  # failing vectors per x measured again at the smaller step
 
 
 @dataclass
@@ -34,12 +37,15 @@ class XProbe:
     def __init__(self, name: str, fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor,
                  y0: torch.Tensor, dy: torch.Tensor, opts: Options, salt: int, control: fd.Control,
                  stage: str = "finite differences", compress: bool = True, memo: dict | None = None,
-                 magnitude: Callable[[], float] | None = None, split: Callable[[], RowSplit | None] | None = None):
+                 magnitude: Callable[[], float] | None = None, split: Callable[[], RowSplit | None] | None = None,
+                 along: torch.Tensor | None = None, directions: torch.Tensor | None = None):
         """`memo`: a dict kept across checks of the same graph, x and x shape: the batching strategy
         and whether rows mix are properties of the graph, measured once. `magnitude`: the largest
         value downstream of x (asked only when a verdict may rest on a step it rounds away).
         `split`: <dy, y> read before y's trailing reduction, for rows that mix only there
-        (see structure.py); asked only in full mode when y's own rows mix."""
+        (see structure.py); asked only in full mode when y's own rows mix. `along`: in fast mode, one
+        more direction after the random ones (the gradient's own: its slope |g|^2 cannot cancel).
+        `directions`: in fast mode, these directions instead of random ones."""
         self.name, self.x, self.opts, self.control, self.stage = name, x, opts, control, stage
         self._magnitude, self._largest = magnitude, None
         self.laddered = np.zeros(0, np.int64)  # items absorbed.settle measured at larger steps
@@ -60,7 +66,8 @@ class XProbe:
         if rows > 1:  # callers plan progress for one element per vector; shared rows need fewer
             control.plan(-(2 * x.numel() - 2 * (x.numel() // rows)))
         self.objective = fd.Objective(self.evaluator, y0, dy, rows)
-        self.pert, self.order = self._perturbations(salt)
+        self.verdicts: verdict.Verdicts | None = None  # from the last judge
+        self.pert, self.order = self._perturbations(salt, along, directions)
         # A direction's quotient sums every element's contribution, so the eps*S roundoff bound is
         # small beside it: measuring the roundoff would cost more forwards than the directions.
         probes = 0 if self.pert.kind == "directions" else max(1, min(fd.PROBES, self.pert.count // 4))
@@ -86,9 +93,12 @@ class XProbe:
         self.evaluator = evaluator
         return self._memo[key], found.p0, found.weights
 
-    def _perturbations(self, salt: int):
+    def _perturbations(self, salt: int, along: torch.Tensor | None = None, directions: torch.Tensor | None = None):
         x, opts = self.x, self.opts
         n = x.numel()
+        if opts.mode == "fast" and directions is not None:
+            self.directions = directions.to(dtype=x.dtype, device=x.device)
+            return fd.direction_perturbations(x, self.directions), torch.arange(len(directions))
         if opts.mode == "fast":
             # The same seed draws the same directions: a check repeated at new values reuses them
             # (only the last draw is kept, so a sweep over seeds holds one set).
@@ -100,8 +110,12 @@ class XProbe:
                 signs = np.random.default_rng([opts.seed, salt]).integers(0, 2, size=(opts.directions,) + tuple(x.shape))
                 last = self._memo["directions"] = (key, torch.from_numpy(2.0 * signs - 1.0).to(dtype=x.dtype, device=x.device),
                                                    torch.arange(opts.directions))
-            self.directions = last[1]
-            return fd.direction_perturbations(x, self.directions), last[2]
+            self.directions, order = last[1], last[2]
+            extra = _unit_rms(along)
+            if extra is not None:
+                self.directions = torch.cat([self.directions, extra.to(self.directions).reshape((1,) + tuple(x.shape))])
+                order = torch.arange(len(self.directions))
+            return fd.direction_perturbations(x, self.directions), order
         rng = np.random.default_rng([opts.seed, salt])
         if opts.mode == "sample" and opts.samples < n:
             chosen = np.sort(rng.choice(n, size=opts.samples, replace=False))
@@ -122,20 +136,27 @@ class XProbe:
         return a, None
 
     def judge(self, grad: torch.Tensor, roundoff: torch.Tensor | None = None) -> verdict.Verdicts:
+        self.verdicts = self._judge(grad, roundoff)
+        return self.verdicts
+
+    def _judge(self, grad: torch.Tensor, roundoff: torch.Tensor | None = None) -> verdict.Verdicts:
         """Verdicts for `grad`; `roundoff` (shaped like x, see Context.analytic_roundoff) samples its
         rounding errors, which widen atol."""
-        a, given_scale = self.analytic_items(grad)
+        a, _ = self.analytic_items(grad)
         slack = None if roundoff is None else self._slack(roundoff)
 
         def tolerance(m: fd.Measurement | None = None, strict: bool = False) -> verdict.Tolerance:
             """From self.m, or from `m`: another step's measurement (absorbed.py); `strict`: atol not
             raised to the finite differences' resolution."""
             m = m or self.m
-            scale = given_scale
-            if scale is None:
+            slopes = self.pert.kind == "directions"
+            if slopes:
+                scale = a
+            else:
                 measured = (self.m,) if m is self.m else (self.m, m)
                 scale = max(verdict.element_scale(a[k.evaluated], k.d1[k.evaluated]) for k in measured)
-            tol = verdict.tolerance(len(a), self.opts.rtol, self.opts.atol, scale, None if strict else m.noise)
+            tol = verdict.tolerance(len(a), self.opts.rtol, self.opts.atol, scale, None if strict else m.noise,
+                                    slopes=slopes)
             return tol if slack is None else verdict.widened(tol, slack)
 
         tol = tolerance()
@@ -170,6 +191,7 @@ class XProbe:
             v = absorbed.marked(verdict.classify(a, self.m, tol), marks)
         if self._retry(a, tol, v):
             v = absorbed.marked(verdict.classify(a, self.m, tol), marks)
+        self._persist(a, tol, v)
         if self.pert.kind == "directions":
             self._confirm_directions(grad, v)
         return v
@@ -200,34 +222,91 @@ class XProbe:
         adopted = False
         # Items measured at larger steps (absorbed.py) would read the same rounding again here.
         skip = set(self.laddered.tolist())
-        kinks = [i for i, c in v.causes.items() if c == verdict.KINK and i not in skip]
+        down = [i for i in _coarse(v, self.m, truncation=True) if i not in skip]
         for scale in (1 / 4, 1 / 32, 1 / 256):
-            kinks, settled = self._retry_at(a, tol, kinks, scale, keep=verdict.KINK)
+            down, settled = self._retry_at(a, tol, down, scale, truncation=True)
             adopted |= settled
-        inaccurate = [i for i, c in v.causes.items() if c == verdict.INACCURATE and i not in skip]
+        up = [i for i in _coarse(v, self.m, truncation=False) if i not in skip]
         for scale in (8.0, 64.0):
-            inaccurate, settled = self._retry_at(a, tol, inaccurate, scale, keep=verdict.INACCURATE)
+            up, settled = self._retry_at(a, tol, up, scale, truncation=False)
             adopted |= settled
         return adopted
 
-    def _retry_at(self, a, tol, items, scale: float, keep: str):
-        """(items still inconclusive for the `keep` cause, for the next rung of the ladder; whether
-        any item settled) after measuring `items` at scale * h."""
+    def _retry_at(self, a, tol, items, scale: float, truncation: bool):
+        """(items still inconclusive for the same kind of cause, for the next rung of the ladder;
+        whether any item settled) after measuring `items` at scale * h."""
         items = np.array(sorted(items), dtype=np.int64)
         if len(items) == 0 or self.control.stopped == "cancelled":
             return [], False
         vectors = np.unique(items // self.rows)[:MAX_RETRIES]
-        self.control.plan(2 * len(vectors))
+        # Going down, the roundoff is measured again at the rung: a probe against a quotient that
+        # carried truncation error (the reason for going down) counted that error as roundoff.
+        probes = min(fd.PROBES, len(vectors)) if truncation else 0
+        self.control.plan(2 * (len(vectors) + probes))
         m = fd.measure(self.objective, self.x, self.pert, torch.as_tensor(vectors), self.opts.chunk, self.control,
-                       "retrying", scale=scale, budget_applies=False, noise_l=self.noise_l)
+                       "retrying", scale=scale, budget_applies=False, noise_l=None if probes else self.noise_l,
+                       probes=probes)
         fd.refine(self.objective, self.x, self.pert, m, items, self.opts.chunk, self.control, "retrying")
         again = verdict.classify(a, m, tol)
         settled = [i for i in items if again.status[i] in (PASS, FAIL)]
         if settled:
             self.m.take(m, np.array(settled, dtype=np.int64))
-        measured = set(vectors.tolist())
-        still = [i for i in items if again.causes.get(i) == keep and (i // self.rows) in measured]
+        measured, wanted = set(vectors.tolist()), set(items.tolist())
+        still = [i for i in _coarse(again, m, truncation) if i in wanted and (i // self.rows) in measured]
         return still, bool(settled)
+
+    def _persist(self, a: np.ndarray, tol: verdict.Tolerance, v: verdict.Verdicts) -> None:
+        """A failure counts only when it persists at a smaller step (PERSIST_SCALE times h or less).
+
+        A wrong gradient of a smooth function is as wrong at every step. A jump within the step
+        (Floor, Round), a pole (Tan) or a staircase of many small jumps is not: its quotient moves
+        with the step, or the smaller step passes. The worst failing vectors are measured again
+        (MAX_PERSIST of them): an item that passes there is adopted, one whose estimate moved beyond
+        both error estimates, or that shows a kink, is inconclusive, and one that stays as wrong is
+        confirmed (as is one whose smaller step is only noisier). When none of the examined
+        failures is confirmed, the unexamined ones are not trusted either.
+        """
+        fails = np.nonzero((v.status == FAIL) & np.isfinite(a))[0]
+        fails = np.setdiff1d(fails, self.laddered)  # measured at larger steps, against another rung already
+        if len(fails) == 0 or self.control.stopped == "cancelled":
+            return
+        worst = fails[np.argsort(-np.nan_to_num(v.ratio[fails], nan=np.inf))]
+        vectors = np.array(list(dict.fromkeys((worst // self.rows).tolist()))[:MAX_PERSIST], dtype=np.int64)
+        items = worst[np.isin(worst // self.rows, vectors)]
+        # As small a step as still resolves every examined discrepancy (its roundoff under an eighth
+        # of it): a saturating or stepped function shows itself only once the step is under its scale.
+        with np.errstate(divide="ignore", invalid="ignore"):
+            needed = float(np.nanmax(8 * self.m.noise[items] / v.abs_err[items]))
+        scale = float(np.clip(needed if np.isfinite(needed) else PERSIST_SCALE, MIN_PERSIST_SCALE, PERSIST_SCALE))
+        probes = min(fd.PROBES, len(vectors))
+        self.control.plan(4 * len(vectors) + 2 * probes)
+        m = fd.measure(self.objective, self.x, self.pert, torch.as_tensor(np.sort(vectors)), self.opts.chunk,
+                       self.control, "confirming", scale=scale, budget_applies=False, probes=probes)
+        fd.refine(self.objective, self.x, self.pert, m, items, self.opts.chunk, self.control, "confirming")
+        again = verdict.classify(a, m, tol)
+        confirmed = 0
+        for i in items.tolist():
+            moved = abs(again.numeric[i] - v.numeric[i]) > again.fd_error[i] + v.fd_error[i]
+            if again.status[i] == PASS:
+                self.m.take(m, np.array([i]))
+                for field in ("numeric", "fd_error", "abs_err", "rel_err", "ratio"):
+                    getattr(v, field)[i] = getattr(again, field)[i]
+                v.status[i] = PASS
+                v.reasons.pop(i, None)
+            elif (again.status[i] == FAIL or again.causes.get(i) == verdict.INACCURATE) and not moved:
+                confirmed += 1
+            else:
+                v.status[i] = INCONCLUSIVE
+                v.causes[i] = verdict.KINK
+                v.reasons[i] = (f"the discrepancy does not persist at a smaller step: finite differences give "
+                                f"{v.numeric[i]:.6g} at step h and {again.numeric[i]:.6g} at h/{1 / scale:.3g} "
+                                f"(a jump, pole or steep feature within the step)")
+        if confirmed == 0:
+            for i in np.setdiff1d(fails, items).tolist():
+                v.status[i] = INCONCLUSIVE
+                v.causes[i] = verdict.KINK
+                v.reasons[i] = ("not confirmed: none of the worst failures persisted at a smaller step, so this "
+                                "one is not trusted either")
 
     def _confirm_directions(self, grad: torch.Tensor, v: verdict.Verdicts) -> None:
         """A failing direction is re-measured along two nearby directions before it counts.
@@ -254,8 +333,9 @@ class XProbe:
                        probes=min(fd.PROBES, pert.count) if laddered else 0)
         if laddered:
             fd.refine(self.objective, self.x, pert, m, np.arange(pert.count), self.opts.chunk, self.control, "confirming")
-        a, s = _direction_items(grad.detach().to(torch.float64), dirs)
-        kinks = verdict.one_sided_gaps(a, m, verdict.tolerance(len(a), self.opts.rtol, self.opts.atol, s, m.noise))
+        a, _ = _direction_items(grad.detach().to(torch.float64), dirs)
+        kinks = verdict.one_sided_gaps(a, m, verdict.tolerance(len(a), self.opts.rtol, self.opts.atol, a, m.noise,
+                                                               slopes=True))
         for j, item in enumerate(fails):
             pair = slice(2 * j, 2 * j + 2)
             if kinks[pair].any():
@@ -301,7 +381,8 @@ class XProbe:
             index, direction = self.item_index(worst)
             fields.update(worst_index=index, worst_direction=direction, analytic=float(a[worst]),
                           numeric=float(v.numeric[worst]), fd_error=float(v.fd_error[worst]),
-                          atol=float(v.atol[worst]))
+                          atol=float(v.atol[worst]),
+                          signal=None if v.signal is None else float(v.signal[worst]))
             if fields["max_abs_err"] is None:
                 fields["max_abs_err"], fields["max_rel_err"] = float(v.abs_err[worst]), float(v.rel_err[worst])
         explain = worst if worst is not None and status[worst] != PASS else None
@@ -329,6 +410,33 @@ class XProbe:
                                    abs_err=float(v.abs_err[i]), rel_err=float(v.rel_err[i]),
                                    fd_error=float(v.fd_error[i]), reason=v.reasons.get(int(i), "")))
         return tuple(out)
+
+
+def _coarse(v: verdict.Verdicts, m: fd.Measurement, truncation: bool) -> list[int]:
+    """Inconclusive items another step may settle: with `truncation`, kinks and the coarse ones whose
+    error is the two steps' disagreement (smaller steps help); else the coarse ones whose error is
+    roundoff (larger steps help)."""
+    out = []
+    for i, cause in v.causes.items():
+        if cause == verdict.KINK:
+            if truncation:
+                out.append(i)
+        elif cause in (verdict.UNRESOLVED, verdict.INACCURATE):
+            steps_differ = bool(m.refined[i]) and abs(m.d1[i] - m.d2[i]) > 2 * m.noise[i]
+            if steps_differ == truncation:
+                out.append(i)
+    return out
+
+
+def _unit_rms(t: torch.Tensor | None) -> torch.Tensor | None:
+    """`t` scaled to an RMS of 1, like a +-1 direction (None when it has no finite, nonzero entries)."""
+    if t is None or t.numel() == 0:
+        return None
+    t = t.detach().to(torch.float64)
+    if not bool(torch.isfinite(t).all()):
+        return None
+    rms = float(torch.linalg.vector_norm(t)) / t.numel() ** 0.5
+    return t / rms if rms > 0 else None
 
 
 def _direction_items(g: torch.Tensor, directions: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
