@@ -82,11 +82,14 @@ def test_ordinary_magnitudes_never_reach_the_ladder(monkeypatch):
 @given(scale=st.sampled_from([1.0, 1e3, 1e6, 1e8, 1e9, 1e10, 1e11]), kind=st.sampled_from(["cancel", "softmax"]),
        mode=st.sampled_from(["full", "fast"]), seed=st.integers(0, 2**16))
 def test_over_scales_right_never_fails_and_wrong_never_passes(scale, kind, mode, seed):
-    """Up to values of 1e11 a larger step resolves every element: the right gradient passes and a
+    """Up to values of 1e10 a larger step resolves every element: the right gradient passes and a
     wrong one fails. One random direction (fast mode) may stay inconclusive, never wrongly decided;
     a direction along which softmax does not move (all signs equal) cannot tell gradients apart."""
     right = _check(scale, kind, "right", mode, seed)
-    assert right.verdict in (("pass",) if mode == "full" else ("pass", "inconclusive")), right.summary()
+    # At 1e11 (ulp 1.5e-5) softmax's curvature leaves no step that resolves 1e-3 of the gradient:
+    # a pass there would not be resolved, so it may be inconclusive, never failed.
+    resolvable = mode == "full" and scale <= 1e10
+    assert right.verdict in (("pass",) if resolvable else ("pass", "inconclusive")), right.summary()
     blind = mode == "fast" and abs(right.results[0].analytic) < 1e-12
     for vjp in ("scaled_1.01", "zero"):
         wrong = _check(scale, kind, vjp, mode, seed)

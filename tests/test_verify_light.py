@@ -26,7 +26,8 @@ def test_squeezenet_image_gradient_fast_mode_raises_no_false_alarm(squeezenet):
     y, zs = light_selection(model, xs)
     report = engine.check(model, y, xs, zs, feeds=feeds, mode="fast", directions=2)
     (r,) = report.results
-    assert r.kind == "directions" and r.checked == 2 and r.strategy in ("vmap", "loop")
+    # Two random directions and the gradient's own (and, for a coarse one, its aligned-dy twin).
+    assert r.kind == "directions" and r.checked >= 3 and r.strategy in ("vmap", "loop")
     # No false alarm. A direction through this many Relu/MaxPool kinks may cross some within the
     # step; whether finite differences then resolve rtol 1e-4 depends on the CPU's summation order,
     # so such a direction may end inconclusive, with that reason, never failed.
@@ -59,8 +60,11 @@ def test_squeezenet_with_its_constant_weights_is_no_false_alarm():
     image = np.random.default_rng(0).standard_normal((1, 3, 224, 224)).astype(np.float32)
     report = engine.check(model, model.outputs[0], [model.inputs[0]], feeds={model.inputs[0]: image}, mode="fast")
     (r,) = report.results
-    assert r.numeric == 0.0 and 0.0 < abs(r.analytic) < 1e-8, report.summary()
-    assert report.verdict == "pass", report.summary()
+    # Exact zeros against roundoff resolve nothing: no failure, and no pass at the model level. The
+    # nodes cannot settle it either: MaxPool ties among Relu zeros and a Softmax over logits of
+    # 6.7e9 are kinks and saturations when perturbed alone.
+    assert r.failed == 0 and report.verdict == "inconclusive", report.summary()
+    assert "does not resolve" in r.reason or "not accurate enough" in r.reason, r.reason
 
 
 def test_squeezenet_last_bias_with_its_own_values_is_no_false_alarm():

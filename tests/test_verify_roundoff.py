@@ -34,9 +34,12 @@ def test_a_zero_gradient_made_of_roundoff_passes(mode, monkeypatch):
     (r,) = report.results
     assert report.verdict == "pass", report.summary()
     assert r.numeric == 0.0 and r.analytic != 0.0  # exact zero on one side, roundoff on the other
-    # The false alarm this guards against: without the allowance the same check fails.
+    # What the allowance is for: without it the model-level comparison does not pass this gradient
+    # (the analytic roundoff against an exact zero fails, or, where a failure does not persist at a
+    # smaller step, is inconclusive and left to the nodes).
     monkeypatch.setattr(check_module, "_with_analytic_roundoff", lambda ctx, probes, results, native: results)
-    assert engine.check(model, "y", ["x"], feeds=feeds, mode=mode, samples=4).verdict == "fail"
+    again = engine.check(model, "y", ["x"], feeds=feeds, mode=mode, samples=4)
+    assert again.results[0].status != "pass" or again.results[0].resolved_by == "nodes", again.summary()
 
 
 def test_the_roundoff_sample_is_tiny_beside_a_real_gradient():

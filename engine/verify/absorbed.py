@@ -73,7 +73,15 @@ def settle(probe: "XProbe", a: np.ndarray, tolerance: Callable[..., verdict.Tole
         return None
     ulp = float(np.spacing(magnitude))
     steps = probe.pert.step.reshape(-1)
-    items = np.nonzero(suspect & (steps < ABSORB_ULPS * ulp))[0]
+    # A pass whose quotient is quantized (to about ulp / h by the values downstream) finer than the
+    # tolerance is no rounded quotient agreeing by chance: a wrong gradient would read as wrong.
+    with np.errstate(invalid="ignore"):
+        fine = (v.status == PASS) & ~zero_readings(probe.m) & (ulp / steps <= verdict.RTOL * np.maximum(
+            np.abs(a), np.abs(v.numeric)))
+        # ... nor does one whose both values are inside its absolute tolerance: far below the rest of
+        # its gradient, it cannot matter, however its quotient was rounded.
+        negligible = (v.status == PASS) & (np.maximum(np.abs(a), np.abs(v.numeric)) <= v.atol)
+    items = np.nonzero(suspect & ~fine & ~negligible & (steps < ABSORB_ULPS * ulp))[0]
     if len(items) == 0:
         return None
     probe.laddered = items

@@ -1,6 +1,7 @@
 """check(): is this gradient right? Float64 finite differences against the engine's VJP, per x and per node."""
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Callable, Mapping
 
@@ -16,7 +17,7 @@ from .findings import first_nonfinite_gradient, first_nonfinite_value
 from .native import native_errors
 from .pernode import check_nodes, nodes_settle, settled_by_nodes
 from .report import CANCELLED, FAIL, INCONCLUSIVE, PASS, CheckReport, Finding
-from .resolve import settle_directions
+from .resolve import advice, settle_directions
 from .second_order import check_second_order
 from .xcheck import Options, XProbe, skipped
 
@@ -127,6 +128,8 @@ def check(model, y: str, xs, zs=(), feeds: Mapping | None = None, dy=None, mode:
     if control.stopped == "time budget":
         findings.append(Finding("time-budget", f"the time budget of {time_budget:g}s ran out: "
                                                "what was checked is a random sample"))
+    results = [dataclasses.replace(r, advice=advice(r, probes.get(r.name), control.stopped, deterministic))
+               if r.status in (INCONCLUSIVE, CANCELLED) else r for r in results]
     verdict = _overall(results, second, claimed_results, nodes, control, deterministic)
     return CheckReport(
         ok=verdict == PASS, verdict=verdict, mode=opts.mode, seed=seed, order=order, results=tuple(results),

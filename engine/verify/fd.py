@@ -246,6 +246,14 @@ def measure(objective: Objective, x: torch.Tensor, pert: Perturbations, order: t
     return m
 
 
+def measure_bound(objective: Objective, pert: Perturbations, items: np.ndarray) -> np.ndarray:
+    """The ROUNDOFF * eps * (S + |L0|) / h bound on each item's quotient at its step h."""
+    items = np.asarray(items, dtype=np.int64)
+    rows = items % pert.rows
+    h = pert.step.reshape(-1)[items]
+    return ROUNDOFF * EPS64 * (objective.scale[rows] + np.abs(objective.base[rows])) / h
+
+
 def _roundoff(objective: Objective, pert: Perturbations, m: Measurement, probe_ids: np.ndarray, plus, minus,
               scale: float) -> np.ndarray:
     """The roundoff in L, per row, from quotients at a step PROBE_SCALE times smaller.

@@ -105,3 +105,40 @@ def merge(base: XCheck, extras: list[XCheck], how: str) -> XCheck:
         max_rel_err=max((e.max_rel_err for e in errors), default=None),
         problems=tuple(p for e in (*extras, base) for p in e.problems)[:20], reason=reason,
         resolved_by=how if status == PASS else "", **worst)
+
+
+ADVICE = {
+    verdict.KINK: "the point sits on or near a kink or jump (Relu at 0, a Max tie, Floor): choose other feeds "
+                  "(--feeds, or --seed for made-up ones), or see which node with --per-node",
+    verdict.UNDEFINED: "the model is NaN/Inf, or changes shape, within a step of this point: choose other feeds",
+    verdict.UNRESOLVED: "more directions (--directions N), full mode on this x, a dy of your own (--dy), or an "
+                        "absolute tolerance you accept (--atol)",
+    verdict.INACCURATE: "more directions (--directions N), full mode on this x, or an absolute tolerance you accept "
+                        "(--atol)",
+    "absorbed": "values downstream of x are so large that the network rounds the steps away: smaller inputs or "
+                "weights would let finite differences see the gradient",
+}
+ZERO_ADVICE = ("the gradient is zero to within what finite differences resolve: an absolute tolerance you accept "
+               "(--atol) decides it, or feeds and a dy under which y depends on x")
+
+
+def advice(result: XCheck, probe: XProbe | None, stopped: str, deterministic: bool) -> str:
+    """What would settle an inconclusive x, from why its items were inconclusive."""
+    if not deterministic:
+        return "make the model deterministic (a random op such as Dropout in training mode)"
+    if stopped == "time budget":
+        return f"a larger --time-budget: {result.checked} of {result.total if result.kind == 'elements' else '?'} checked"
+    if stopped == "cancelled":
+        return "run the check again"
+    v = probe.verdicts if probe is not None else None
+    if v is None or not v.causes:
+        return ADVICE[verdict.UNRESOLVED]
+    counts: dict[str, int] = {}
+    for cause in v.causes.values():
+        counts[cause] = counts.get(cause, 0) + 1
+    cause = max(counts, key=counts.get)
+    if cause in (verdict.UNRESOLVED, verdict.INACCURATE) and v.signal is not None:
+        zero = np.nanmax(np.abs(v.signal)) == 0 or np.nanmax(np.abs(probe.analytic)) <= np.nanmax(v.fd_error)
+        if zero:
+            return ZERO_ADVICE
+    return ADVICE.get(cause, ADVICE[verdict.UNRESOLVED])

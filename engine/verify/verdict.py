@@ -31,6 +31,7 @@ RESOLUTION_REL = 1e-3  # default atol may rise to the finite differences' roundo
 # A pass needs the finite differences' error and the automatic allowance under this fraction of the
 # quantity compared: then a pass bounds |a - true| by a few thousandths of it, whatever cancels.
 RESOLVED_REL = 1e-3
+UNCONVERGED = 0.25  # central differences at h and h/2 this far apart (relatively) have not converged
 UNCHECKED = "unchecked"
 MAX_REFINED_FAILS = 256
 # Why an item is inconclusive, for deciding whether another step size could settle it.
@@ -101,13 +102,19 @@ def _threshold(a, n, tol: Tolerance):
 def resolved(a: np.ndarray, numeric: np.ndarray, fd_err: np.ndarray, tol: Tolerance) -> np.ndarray:
     """Items whose comparison means something: the finite differences' error and the automatic
     allowance are both under RESOLVED_REL of the quantity compared. A tolerance the caller chose
-    counts as enough resolution (their atol says what they accept)."""
+    counts as enough resolution (their atol says what they accept). So does an exact zero on both
+    sides where the gradient itself is zero (an element; every direction): L(x + h) == L(x - h) to
+    the bit, and no wrong VJP of a zero gradient differs from it. A direction whose slope is exactly
+    zero while the gradient is not (a softmax's shift) is blind, not resolved."""
     with np.errstate(invalid="ignore"):
         quantity = tol.quantity if tol.quantity is not None else np.maximum(np.abs(a), np.abs(numeric))
         limit = RESOLVED_REL * quantity
         if tol.explicit:
             limit = np.maximum(limit, _threshold(a, numeric, tol))
-        return (fd_err <= limit) & (tol.atol <= limit)
+        exact = (a == 0) & (numeric == 0)
+        if tol.quantity is None and tol.scale > 0:
+            exact = np.zeros_like(exact)
+        return exact | ((fd_err <= limit) & (tol.atol <= limit))
 
 
 def _first_pass(a: np.ndarray, m: Measurement, tol: Tolerance):
@@ -222,7 +229,10 @@ def classify(a: np.ndarray, m: Measurement, tol: Tolerance) -> Verdicts:
         # A gap that could move a verdict (beyond tolerance and noise) and that does not halve with
         # the step: smooth curvature halves it, a kink at x keeps it.
         one_sided = r & (np.abs(g2) > np.maximum(thr1, 4 * noise2)) & (np.abs(g2) > 0.75 * np.abs(g1))
-        steps = r & (np.abs(d1 - d2) > np.maximum(thr1, 4 * noise2))
+        # Or the two central differences disagree: beyond tolerance, or (beyond noise) by a good part
+        # of themselves, as a jump's J/2h against J/h does however small both are beside a.
+        gap12 = np.abs(d1 - d2)
+        steps = r & (gap12 > 4 * noise2) & ((gap12 > thr1) | (gap12 > UNCONVERGED * np.maximum(np.abs(d1), np.abs(d2))))
         kink = one_sided | steps
         smooth = r & ~kink
         # Richardson removes the h^2 term but amplifies roundoff 1.7x: worth it only when the two

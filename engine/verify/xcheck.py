@@ -16,7 +16,7 @@ MAX_PROBLEMS = 20
 MAX_RETRIES = 64  # vectors per x re-measured at another step
 ROUNDOFF_SAFETY = 4.0  # the analytic gradient's rounding error: a bound over one sample of it
 PERSIST_SCALE = 1 / 16  # a failure must persist at a step at most this fraction of the one it was found at ...
-MIN_PERSIST_SCALE = 1e-5  # ... and at least this one (1e-11 of x: thousands of ulps)
+PERSIST_ULPS = 1e3  # ... and at least this many ulps of x
 MAX_PERSIST = 16  # failing vectors per x measured again at the smaller step
 
 
@@ -196,6 +196,20 @@ class XProbe:
             self._confirm_directions(grad, v)
         return v
 
+    def smallest_scale(self, items: np.ndarray) -> float:
+        """The smallest step scale (times h) not rounded away for `items`: ABSORB_ULPS ulps of the
+        largest value downstream of x (absorbed.py), and PERSIST_ULPS ulps of x itself."""
+        steps = self.pert.step.reshape(-1)[items]
+        if len(steps) == 0:
+            return 0.0
+        h = float(steps.min())
+        big = float(self.x.detach().abs().max()) if self.x.numel() else 0.0
+        floor = PERSIST_ULPS * float(np.spacing(big)) / h
+        magnitude = self.downstream_magnitude()
+        if magnitude and np.isfinite(magnitude):
+            floor = max(floor, absorbed.ABSORB_ULPS * float(np.spacing(magnitude)) / h)
+        return floor
+
     def downstream_magnitude(self) -> float:
         """The largest |value| downstream of x, y included (0 when unknown)."""
         if self._largest is None:
@@ -223,7 +237,8 @@ class XProbe:
         # Items measured at larger steps (absorbed.py) would read the same rounding again here.
         skip = set(self.laddered.tolist())
         down = [i for i in _coarse(v, self.m, truncation=True) if i not in skip]
-        for scale in (1 / 4, 1 / 32, 1 / 256):
+        floor = self.smallest_scale(np.array(down, dtype=np.int64)) if down else 0.0
+        for scale in (s for s in (1 / 4, 1 / 32, 1 / 256) if s >= floor):
             down, settled = self._retry_at(a, tol, down, scale, truncation=True)
             adopted |= settled
         up = [i for i in _coarse(v, self.m, truncation=False) if i not in skip]
@@ -262,9 +277,10 @@ class XProbe:
         (Floor, Round), a pole (Tan) or a staircase of many small jumps is not: its quotient moves
         with the step, or the smaller step passes. The worst failing vectors are measured again
         (MAX_PERSIST of them): an item that passes there is adopted, one whose estimate moved beyond
-        both error estimates, or that shows a kink, is inconclusive, and one that stays as wrong is
-        confirmed (as is one whose smaller step is only noisier). When none of the examined
-        failures is confirmed, the unexamined ones are not trusted either.
+        both error estimates, or that the smaller step cannot decide, is inconclusive, and one that
+        stays as wrong is confirmed. The step is as small as still resolves the discrepancy: a
+        saturating or stepped function shows itself only under its own scale. When none of the
+        examined failures is confirmed, the unexamined ones are not trusted either.
         """
         fails = np.nonzero((v.status == FAIL) & np.isfinite(a))[0]
         fails = np.setdiff1d(fails, self.laddered)  # measured at larger steps, against another rung already
@@ -275,13 +291,26 @@ class XProbe:
         items = worst[np.isin(worst // self.rows, vectors)]
         # As small a step as still resolves every examined discrepancy (its roundoff under an eighth
         # of it): a saturating or stepped function shows itself only once the step is under its scale.
+        # Roundoff here is the eps * sum |dy * y| bound, never the probes' measure: a probe against a
+        # quotient that has not converged (the case in question) counts the truncation as roundoff,
+        # and that inflated noise would make a saturated quotient look like a settled one. The step
+        # is not so small that x + step rounds: PERSIST_ULPS ulps of x's largest value at least.
+        bound = fd.measure_bound(self.objective, self.pert, items)
         with np.errstate(divide="ignore", invalid="ignore"):
-            needed = float(np.nanmax(8 * self.m.noise[items] / v.abs_err[items]))
-        scale = float(np.clip(needed if np.isfinite(needed) else PERSIST_SCALE, MIN_PERSIST_SCALE, PERSIST_SCALE))
-        probes = min(fd.PROBES, len(vectors))
-        self.control.plan(4 * len(vectors) + 2 * probes)
+            needed = float(np.nanmax(8 * bound / v.abs_err[items]))
+        floor = self.smallest_scale(items)
+        if floor > PERSIST_SCALE:  # every smaller step is rounded away downstream: nothing can confirm it
+            for i in fails.tolist():
+                v.status[i] = INCONCLUSIVE
+                v.causes[i] = absorbed.ABSORBED
+                v.reasons[i] = (f"analytic {a[i]:.6g} vs numeric {v.numeric[i]:.6g}, but no smaller step can confirm "
+                                f"it: values downstream reach {self.downstream_magnitude():.3g}, and the network "
+                                "rounds smaller steps away")
+            return
+        scale = float(min(max(needed if np.isfinite(needed) else 0.0, floor), PERSIST_SCALE))
+        self.control.plan(4 * len(vectors))
         m = fd.measure(self.objective, self.x, self.pert, torch.as_tensor(np.sort(vectors)), self.opts.chunk,
-                       self.control, "confirming", scale=scale, budget_applies=False, probes=probes)
+                       self.control, "confirming", scale=scale, budget_applies=False)
         fd.refine(self.objective, self.x, self.pert, m, items, self.opts.chunk, self.control, "confirming")
         again = verdict.classify(a, m, tol)
         confirmed = 0
@@ -293,7 +322,7 @@ class XProbe:
                     getattr(v, field)[i] = getattr(again, field)[i]
                 v.status[i] = PASS
                 v.reasons.pop(i, None)
-            elif (again.status[i] == FAIL or again.causes.get(i) == verdict.INACCURATE) and not moved:
+            elif again.status[i] == FAIL and not moved:
                 confirmed += 1
             else:
                 v.status[i] = INCONCLUSIVE
