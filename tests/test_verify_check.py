@@ -1,4 +1,5 @@
 """engine.check end to end: modes, report, claimed gradients, second order, findings, control."""
+import importlib
 import json
 import os
 import threading
@@ -150,8 +151,32 @@ def test_should_stop_cancels_and_a_time_budget_truncates():
     assert report.verdict == "cancelled" and not report.ok and report.stopped == "cancelled"
     report = engine.check(model, "y", ["x"], time_budget=0.0)
     assert report.stopped == "time budget" and report.truncated
-    assert report.results[0].checked < 32 and report.verdict in ("inconclusive", "pass")
+    assert report.results[0].checked < 32 and report.verdict == "inconclusive"
     assert any(f.kind == "time-budget" for f in report.findings)
+
+
+def test_a_check_cut_off_after_some_items_is_inconclusive_never_pass(monkeypatch):
+    """A time budget that runs out part way leaves a random sample checked: a pass of the sample is
+    no pass of the gradient (a UNet's 58 of 1,024 elements said PASS), so the verdict is inconclusive,
+    exit 3 from the CLI, with how much was checked."""
+    from engine.verify import fd
+
+    model = engine.load(deep_chain(depth=4, width=32, batch=1))
+    real = fd.Control.halted
+
+    def halted(self, budget_applies=True):
+        if budget_applies and self.deadline is not None and self.done >= 8:  # two batched calls, then no time
+            self.stopped = self.stopped or "time budget"
+            return True
+        return real(self, budget_applies)
+
+    monkeypatch.setattr(fd.Control, "halted", halted)
+    monkeypatch.setattr(importlib.import_module("engine.verify.check"), "MAX_CHUNK", 4)  # 2 elements a call
+    report = engine.check(model, "y", ["x"], mode="full", time_budget=60.0)
+    (r,) = report.results
+    assert 0 < r.checked < r.total and r.failed == 0, report.summary()
+    assert r.status == "inconclusive" and report.verdict == "inconclusive" and report.truncated, report.summary()
+    assert f"checked {r.checked} of {r.total}" in r.reason and "time-budget" in r.advice
 
 
 def test_check_runs_in_a_worker_thread():

@@ -21,7 +21,7 @@ from .resolve import advice, settle_directions
 from .second_order import check_second_order
 from .xcheck import Options, XProbe, skipped
 
-MODES = ("full", "sample", "fast")
+MODES = ("auto", "full", "sample", "fast")
 DEFAULT_SAMPLES = 64
 # One direction, as gradcheck(fast_mode=True) takes: with a random dy and a Gaussian direction a
 # wrong VJP shows almost surely, and the injected-bug catalogue is caught at every seed
@@ -29,22 +29,26 @@ DEFAULT_SAMPLES = 64
 DEFAULT_DIRECTIONS = 1
 # Bytes of forward values per batched call. Batching pays for per-call overhead, but past a few
 # MB the working set leaves the cache and a batched conv gets slower per entry than single calls.
+AUTO_FULL_ELEMENTS = 4096  # auto mode checks every element of xs up to this many ...
+AUTO_FULL_SECONDS = 20.0  # ... when their forwards are estimated under this
 MEMORY_BUDGET = 16 * 2**20
 MAX_CHUNK = 2048
 
 
-def check(model, y: str, xs, zs=(), feeds: Mapping | None = None, dy=None, mode: str = "full", order: int = 1,
+def check(model, y: str, xs, zs=(), feeds: Mapping | None = None, dy=None, mode: str = "auto", order: int = 1,
           claimed=None, rtol: float | None = None, atol: float | None = None, seed: int = 0,
           per_node: bool = False, samples: int | None = None, directions: int | None = None,
           time_budget: float | None = None, device="cpu", progress: Callable | None = None,
           should_stop: Callable[[], bool] | None = None, compile: bool = False,
-          dims: Mapping[str, int] | None = None) -> CheckReport:
+          dims: Mapping[str, int] | None = None, locate: bool = True) -> CheckReport:
     """Cross-check dy/dxs against float64 central differences; see docs/check-json.md for the report.
 
     `model` is a Model, a path or a ModelProto. Modes: full (every element), sample (`samples`
-    random elements per x), fast (`directions` random directions per x). A non-scalar y is seeded
+    random elements per x), fast (`directions` random directions per x, the gradient's own, and
+    what resolve.py adds), auto (full where that is affordable, else fast: see `_auto`). A non-scalar y is seeded
     with a random dy (seeded) unless `dy` is given, or with ones when `claimed` gradients are checked.
     Members of xs ∪ zs nobody fed take the engine's defaults, symbolic dims sized by `dims`.
+    `locate`: after a failure, check the nodes alone to name the failing one (off: the verdict only).
     """
     started = time.monotonic()
     opts = _options(mode, order, rtol, atol, seed, samples, directions, time_budget)
@@ -53,7 +57,11 @@ def check(model, y: str, xs, zs=(), feeds: Mapping | None = None, dy=None, mode:
     if compile:  # the forwards run under torch.compile
         model = model.compiled()
     claimed_map = parse_claimed(claimed)
+    building = time.monotonic()
     ctx = build(model, y, xs, zs, feeds, dy, seed, device, ones_dy=bool(claimed_map), dims=dims)
+    auto = opts.mode == "auto"
+    if auto:
+        opts.mode = _auto(ctx, time.monotonic() - building)
     for x in claimed_map:
         if x not in ctx.spec.xs:
             raise OnnxGradError(f"claimed gradient for {x!r}: {x!r} is not in xs")
@@ -119,7 +127,7 @@ def check(model, y: str, xs, zs=(), feeds: Mapping | None = None, dy=None, mode:
     # conditioned, and when every node on the path passes the gradient they compose is right.
     unsettled = [r.name for r in results if r.status == INCONCLUSIVE and r.name in probes]
     nodes = ()
-    if (per_node or failed or unsettled) and deterministic and not control.halted():
+    if (per_node or (failed and locate) or (unsettled and not failed)) and deterministic and not control.halted():
         nodes = check_nodes(ctx, opts, control)
     if unsettled and not failed and not control.halted() and nodes_settle(ctx, nodes):
         results = [settled_by_nodes(r, len(nodes)) if r.name in unsettled else r for r in results]
@@ -132,7 +140,7 @@ def check(model, y: str, xs, zs=(), feeds: Mapping | None = None, dy=None, mode:
                if r.status in (INCONCLUSIVE, CANCELLED) else r for r in results]
     verdict = _overall(results, second, claimed_results, nodes, control, deterministic)
     return CheckReport(
-        ok=verdict == PASS, verdict=verdict, mode=opts.mode, seed=seed, order=order, results=tuple(results),
+        ok=verdict == PASS, verdict=verdict, mode=opts.mode, auto=auto, seed=seed, order=order, results=tuple(results),
         nodes=tuple(nodes), first_failing_node=first_failing, findings=tuple(findings),
         elapsed_s=time.monotonic() - started, model=model.name, y=ctx.spec.y, xs=ctx.spec.xs, zs=ctx.spec.zs,
         dy=ctx.dy_label, rtol=opts.rtol if opts.rtol is not None else _default_rtol(), atol=atol,
@@ -181,6 +189,17 @@ def _options(mode, order, rtol, atol, seed, samples, directions, time_budget) ->
         raise OnnxGradError(f"seed must be an integer, not {seed!r}")
     return Options(mode=mode, samples=int(samples or DEFAULT_SAMPLES), directions=int(directions or DEFAULT_DIRECTIONS),
                    rtol=rtol, atol=atol, seed=int(seed), chunk=64)
+
+
+def _auto(ctx: Context, gradient_s: float) -> str:
+    """Full mode where every element costs little in all (AUTO_FULL_ELEMENTS at most, and 2 forwards
+    per element within AUTO_FULL_SECONDS, a forward taken as a third of the analytic gradient's
+    time), else fast mode, which resolve.py and the nodes make work to a resolved verdict."""
+    elements = sum(ctx.grads64[x].numel() for x in ctx.spec.xs if x not in ctx.disconnected)
+    forward_s = gradient_s / 3
+    if elements <= AUTO_FULL_ELEMENTS and 2 * elements * forward_s <= AUTO_FULL_SECONDS:
+        return "full"
+    return "fast"
 
 
 def _planned(numel: int, opts: Options) -> int:
@@ -242,7 +261,7 @@ def _overall(results, second, claimed, nodes, control: fd.Control, deterministic
         return CANCELLED
     if FAIL in statuses or any(n.status == FAIL for n in nodes):
         return FAIL
-    if INCONCLUSIVE in statuses or CANCELLED in statuses or not deterministic:
+    if INCONCLUSIVE in statuses or CANCELLED in statuses or not deterministic or control.stopped:
         return INCONCLUSIVE
     if not any(s == PASS for s in statuses):
         return INCONCLUSIVE

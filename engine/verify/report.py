@@ -131,6 +131,7 @@ class CheckReport:
     seed: int
     order: int
     results: tuple[XCheck, ...]
+    auto: bool = False  # the mode was chosen by size (no mode asked for)
     nodes: tuple[NodeCheck, ...] = ()
     first_failing_node: str | None = None
     findings: tuple[Finding, ...] = ()

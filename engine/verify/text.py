@@ -25,8 +25,9 @@ def _x_line(prefix: str, r: XCheck) -> list[str]:
     counts = f"{r.checked}/{r.total if r.kind == 'elements' else r.checked} {what}"
     if r.failed or r.inconclusive:
         counts += f", {r.failed} failed, {r.inconclusive} inconclusive"
+    settled = f"  (resolved: {r.resolved_by})" if r.resolved_by else ""
     lines = [f"  {MARK.get(r.status, r.status):12} {prefix}{r.name}  {counts}  max abs {_num(r.max_abs_err)} "
-             f"rel {_num(r.max_rel_err)}{where}"]
+             f"rel {_num(r.max_rel_err)}{where}{settled}"]
     if r.native_dtype:
         judged = ""
         if r.native_status:
@@ -36,11 +37,13 @@ def _x_line(prefix: str, r: XCheck) -> list[str]:
                      f"rel {_num(r.native_max_rel_err)}{judged}")
     if r.reason and (r.status != PASS or not r.checked):  # a pass with nothing perturbed says why
         lines.append(f"               {r.reason}")
+    if r.advice:
+        lines.append(f"               to settle it: {r.advice}")
     return lines
 
 
 def format_report(report: CheckReport) -> str:
-    head = (f"check d{report.y}/d[{', '.join(report.xs)}]  mode {report.mode}"
+    head = (f"check d{report.y}/d[{', '.join(report.xs)}]  mode {report.mode}{' (auto)' if report.auto else ''}"
             f"{f' ({report.samples} samples)' if report.samples else ''}"
             f"{f' ({report.directions} direction{_s(report.directions)})' if report.directions else ''}  "
             f"order {report.order}  "

@@ -116,9 +116,8 @@ class XProbe:
                 self.directions = torch.cat([self.directions, extra.to(self.directions).reshape((1,) + tuple(x.shape))])
                 order = torch.arange(len(self.directions))
             return fd.direction_perturbations(x, self.directions), order
-        rng = np.random.default_rng([opts.seed, salt])
+        chosen, rng = sample_elements(n, opts.samples if opts.mode == "sample" else n, opts.seed, salt)
         if opts.mode == "sample" and opts.samples < n:
-            chosen = np.sort(rng.choice(n, size=opts.samples, replace=False))
             groups = torch.as_tensor(chosen, device=x.device).reshape(-1, 1)
         else:
             groups = torch.arange(n, device=x.device).reshape(self.rows, n // self.rows).T.contiguous()
@@ -392,9 +391,11 @@ class XProbe:
         reason = ""
         if len(status) == 0:  # an empty x: nothing to check, nothing wrong
             overall, reason = PASS, f"skipped: empty ({self.name!r} has no elements)"
-        if checked < len(status):
+        if checked < len(status):  # a cut-off check passes nothing: what was not checked may be wrong
             unit = 'directions' if self.pert.kind == 'directions' else 'elements'
             reason = f"checked {checked} of {len(status)} {unit} ({self.control.stopped or 'stopped'})"
+            if overall == PASS:
+                overall = INCONCLUSIVE
         fields = dict(name=self.name, status=overall, max_abs_err=None, max_rel_err=None, worst_index=None,
                       analytic=None, numeric=None, fd_error=None, checked=checked, failed=failed,
                       inconclusive=inconclusive, reason=reason, kind=self.pert.kind,
@@ -439,6 +440,15 @@ class XProbe:
                                    abs_err=float(v.abs_err[i]), rel_err=float(v.rel_err[i]),
                                    fd_error=float(v.fd_error[i]), reason=v.reasons.get(int(i), "")))
         return tuple(out)
+
+
+def sample_elements(n: int, samples: int, seed: int, salt: int) -> tuple[np.ndarray, np.random.Generator]:
+    """(the flat elements sample mode checks of an x with n elements, the generator drawn from): the
+    same seed and salt (the x's place in xs) draw the same elements, so a report can be replayed."""
+    rng = np.random.default_rng([seed, salt])
+    if samples < n:
+        return np.sort(rng.choice(n, size=samples, replace=False)), rng
+    return np.arange(n), rng
 
 
 def _coarse(v: verdict.Verdicts, m: fd.Measurement, truncation: bool) -> list[int]:
