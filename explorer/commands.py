@@ -17,7 +17,7 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("Next tensor of this node", "cycle through the node's outputs and inputs", "next_tensor"),
     ("Feed the current tensor…", "random, zeros, ones, constant, .npy or an expression", "feed"),
     ("Run: compute the gradients", "dy/dx for every x, in the background", "run"),
-    ("Verify the gradients…", "finite differences: full, sample or fast mode", "verify"),
+    ("Verify the gradients…", "finite differences: auto, full, sample or fast mode", "verify"),
     ("Step mode", "forward, then reverse mode node by node with the local rules", "step"),
     ("Go to the culprit", "the first failing node, or where NaN/Inf starts", "go_to_culprit"),
     ("Switch view: forward / backward / combined", "the graph drawn", "cycle_view"),

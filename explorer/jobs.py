@@ -16,7 +16,7 @@ VALUES_BUDGET = 256 << 20
 
 @dataclass(frozen=True)
 class CheckOptions:
-    mode: str = "full"
+    mode: str = "auto"  # the engine picks full or fast by the size of xs
     rtol: float | None = None
     atol: float | None = None
     order: int = 1

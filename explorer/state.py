@@ -22,7 +22,7 @@ from .summaries import SummaryCache, summarize
 
 VIEWS = ("forward", "backward", "combined")
 DTYPES = ("float32", "float64")
-CHECK_MODES = ("full", "sample", "fast")
+CHECK_MODES = ("auto", "full", "sample", "fast")  # engine.verify.MODES, without importing the verifier here
 
 
 def available_devices() -> tuple[str, ...]:

@@ -25,6 +25,7 @@ class VerifyRow:
     tensor: str | None = None  # Enter goes to this tensor...
     node: str | None = None  # ...or to this node (with `tensor` as its tensor when both are set)
     index: tuple[int, ...] | None = None
+    resolved_by: str = ""  # an x's: what settled it when the first comparison did not (engine XCheck.resolved_by)
 
 
 NONFINITE = ("nonfinite-gradient", "nonfinite-value", "nonfinite-native")
@@ -48,6 +49,25 @@ def _counts(r) -> str:
             f"{getattr(r, 'inconclusive', 0)} inconclusive")
 
 
+def mode_text(report) -> str:
+    """The mode the check used, "(auto)" when the engine chose it by size: "full (auto)"."""
+    mode = getattr(report, "mode", "") or ""
+    return f"{mode} (auto)" if mode and getattr(report, "auto", False) else mode
+
+
+def _x_detail(report, r) -> str:
+    """Why an x has its verdict: the mode that checked it and what resolved it, the engine's reason
+    (else what was checked) and, for one left inconclusive (or cancelled), what would settle it."""
+    mode = getattr(report, "mode", "")
+    how = f"{mode} mode{' (auto)' if getattr(report, 'auto', False) else ''}" if mode else ""
+    if settled := getattr(r, "resolved_by", ""):
+        how += f", resolved by {settled}"
+    text = ": ".join(t for t in (how, getattr(r, "reason", "") or _counts(r)) if t)
+    if advice := getattr(r, "advice", ""):
+        text += f"\nto settle it: {advice}"
+    return text
+
+
 def x_rows(report) -> list[VerifyRow]:
     rows = []
     for prefix, results in (("", report.results), ("d2/", getattr(report, "second_order", ()))):
@@ -56,8 +76,9 @@ def x_rows(report) -> list[VerifyRow]:
             rows.append(VerifyRow(f"x:{prefix}{r.name}", prefix + r.name, _status(r.status),
                                   getattr(r, "max_abs_err", None), getattr(r, "max_rel_err", None),
                                   "" if worst is None else str(tuple(worst)), getattr(r, "analytic", None),
-                                  getattr(r, "numeric", None), getattr(r, "reason", "") or _counts(r),
-                                  tensor=r.name, index=None if worst is None else tuple(int(i) for i in worst)))
+                                  getattr(r, "numeric", None), _x_detail(report, r), tensor=r.name,
+                                  index=None if worst is None else tuple(int(i) for i in worst),
+                                  resolved_by=getattr(r, "resolved_by", "")))
     return rows
 
 

@@ -11,6 +11,7 @@ import threading
 import time
 
 import numpy as np
+from textual.widgets import Input
 from textual.worker import Worker, WorkerState, get_current_worker
 
 import engine
@@ -18,7 +19,7 @@ from engine.errors import OnnxGradError
 
 from . import messages as m
 from .guard import guarded, in_background, one_line
-from .jobs import CheckJob, CheckOptions, GradientJob
+from .jobs import CheckJob, GradientJob
 from .screens.export import ExportScreen, mismatch
 from .screens.step import StepScreen
 from .screens.verify import VerifyScreen
@@ -34,7 +35,6 @@ TRACE_CHUNK_S = 0.1  # seconds between the chunks of frames step mode receives
 FIRST_PAINT_WAIT_S = 2.0  # the tracing thread pauses until step mode is drawn, at most this long
 SMALL_MODEL = 300  # nodes: up to this, values are computed as soon as the cursor lands
 VALUES_DEBOUNCE_S = 0.3
-FULL_CHECK_ELEMENTS = 20_000  # beyond this many x elements the verify dialog proposes fast mode
 
 
 @guarded
@@ -78,11 +78,8 @@ class Workers:
                 return
             self.run_check(job)
 
-        options = self.session.check_options
-        elements = self.session.x_elements()
-        if options == CheckOptions() and elements > FULL_CHECK_ELEMENTS:
-            options = CheckOptions(mode="fast")  # full mode would take minutes: offer the quick one
-        self.push_screen(VerifyScreen(options, elements), done)
+        # Auto (the default) leaves full or fast to the engine, which knows what a forward costs.
+        self.push_screen(VerifyScreen(self.session.check_options, self.session.x_elements()), done)
 
     def action_step(self) -> None:
         s = self.session
@@ -337,8 +334,14 @@ class Workers:
         ok = self.session.accept_check(message.generation, message.report)
         if ok:
             self.results_changed()
-            self.query_one("#results").show_tab("verify")
+            results = self.query_one("#results")
+            results.show_tab("verify")
             self.go_to_culprit(quiet=True)
+            # The table takes the keys, so its rows work without a tab first; not from a dialog or
+            # step mode opened meanwhile, nor from a text box being typed in (its next letters
+            # would become app keys).
+            if len(self.screen_stack) == 1 and not isinstance(self.focused, Input):
+                results.focus_check()
         verdict = str(getattr(message.report.verdict, "value", message.report.verdict))
         self._finish("check", ok, "check cancelled: partial results" if verdict == "cancelled" else f"check: {verdict}")
 

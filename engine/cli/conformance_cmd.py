@@ -32,6 +32,9 @@ def add_parser(sub) -> None:
     p.add_argument("--show", choices=["failures", "all", "none"], default="failures",
                    help="which cases to list (default: mismatches, errors and gradient failures)")
     p.add_argument("--slowest", type=int, default=5, metavar="N", help="list the N slowest cases (default 5)")
+    from .mutants_cmd import add_arguments
+
+    add_arguments(p)
     p.set_defaults(handler=run)
 
 
@@ -52,6 +55,10 @@ def run(args) -> int:
     from ..conformance.report import counts, failures_markdown, localize
     from ..conformance.suite import conformance, sample_per_op
 
+    if args.mutants is not None:
+        from .mutants_cmd import run_mutants_command
+
+        return run_mutants_command(args)
     if args.contrib and args.dtype:
         raise OnnxGradError("--dtype makes variants of onnx's node cases; --contrib runs float32 and float16 already")
     if args.contrib and args.lower:

@@ -2,8 +2,9 @@
 
 For each mutant the model is loaded with the mutant's VJP in place, and the float64 gradient the
 check compares (its own context: same feeds, same dy) is measured against the right one. A mutant
-counts when it moves that gradient by at least COUNTED (1%) in relative L2 norm over all xs; the
-others cannot be told from the right gradient and are listed, not judged. Each counted mutant is
+counts when it moves that gradient by at least COUNTED (1%) in relative L2 norm over all xs, and by
+more than the gradient's own rounding; the others cannot be told from the right gradient and are
+listed, not judged. Each counted mutant is
 then checked in every mode asked for:
 - killed: the check failed;
 - inconclusive: it did not decide (allowed, though the default should kill nearly all);
@@ -22,6 +23,7 @@ from ..errors import OnnxGradError
 from .mutants import Mutant, candidates, injected
 
 COUNTED = 0.01
+ROUNDOFF_MARGIN = 100.0  # times the reference gradient's own rounding error
 MODES = ("auto", "full", "fast", "sample")
 KILLED, INCONCLUSIVE, SURVIVED, UNSEEN, ERROR = "killed", "inconclusive", "survived", "unseen", "error"
 
@@ -90,6 +92,10 @@ def run_mutants(load: Callable[[], object], y: str, xs: Sequence[str], zs: Seque
     model = load()
     ctx = build(model, y, xs, zs, feeds, None, seed, "cpu", False)
     right = _flat(ctx)
+    # A change no larger than the gradient's own rounding is no change (x / x's gradient is 1e-16 of
+    # roundoff, and a mutant that zeroes it is "100% off"): a mutant must move it beyond that too.
+    roundoff = ctx.analytic_roundoff()
+    noise = float(np.sqrt(sum(float((r ** 2).sum()) for r in roundoff.values()))) if roundoff else 0.0
     spec = ctx.spec
     todo = list(mutants) if mutants is not None else candidates(ctx)
     verdicts = {m: check(model, y, xs, zs, feeds, mode=m, seed=seed, **extra).verdict for m in modes}
@@ -97,7 +103,7 @@ def run_mutants(load: Callable[[], object], y: str, xs: Sequence[str], zs: Seque
     for k, mutant in enumerate(todo):
         if progress is not None:
             progress(k, len(todo), mutant.label)
-        outcomes.append(_one(mutant, load, y, xs, zs, feeds, seed, right, modes, extra))
+        outcomes.append(_one(mutant, load, y, xs, zs, feeds, seed, right, noise, modes, extra))
     return MutationReport(model.name, spec.y, spec.xs, tuple(modes), tuple(outcomes), verdicts)
 
 
@@ -106,7 +112,7 @@ def _flat(ctx) -> np.ndarray:
         if ctx.spec.xs else np.zeros(0)
 
 
-def _one(mutant, load, y, xs, zs, feeds, seed, right, modes, extra) -> MutantOutcome:
+def _one(mutant, load, y, xs, zs, feeds, seed, right, noise, modes, extra) -> MutantOutcome:
     from ..verify.check import check
     from ..verify.context import build
 
@@ -119,7 +125,8 @@ def _one(mutant, load, y, xs, zs, feeds, seed, right, modes, extra) -> MutantOut
         scale = float(np.linalg.norm(right))
         with np.errstate(invalid="ignore"):
             moved = float(np.linalg.norm(wrong - right) / scale) if scale > 0 else float(np.any(wrong != right))
-        counted = bool(np.isfinite(moved) and moved >= COUNTED and np.isfinite(wrong).all())
+        counted = bool(np.isfinite(moved) and moved >= COUNTED and np.isfinite(wrong).all()
+                       and np.linalg.norm(wrong - right) > ROUNDOFF_MARGIN * noise)
         outcomes, seconds = {}, {}
         if counted:
             for mode in modes:

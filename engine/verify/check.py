@@ -57,11 +57,10 @@ def check(model, y: str, xs, zs=(), feeds: Mapping | None = None, dy=None, mode:
     if compile:  # the forwards run under torch.compile
         model = model.compiled()
     claimed_map = parse_claimed(claimed)
-    building = time.monotonic()
     ctx = build(model, y, xs, zs, feeds, dy, seed, device, ones_dy=bool(claimed_map), dims=dims)
     auto = opts.mode == "auto"
     if auto:
-        opts.mode = _auto(ctx, time.monotonic() - building)
+        opts.mode = _auto(ctx)
     for x in claimed_map:
         if x not in ctx.spec.xs:
             raise OnnxGradError(f"claimed gradient for {x!r}: {x!r} is not in xs")
@@ -191,15 +190,16 @@ def _options(mode, order, rtol, atol, seed, samples, directions, time_budget) ->
                    rtol=rtol, atol=atol, seed=int(seed), chunk=64)
 
 
-def _auto(ctx: Context, gradient_s: float) -> str:
-    """Full mode where every element costs little in all (AUTO_FULL_ELEMENTS at most, and 2 forwards
-    per element within AUTO_FULL_SECONDS, a forward taken as a third of the analytic gradient's
-    time), else fast mode, which resolve.py and the nodes make work to a resolved verdict."""
+def _auto(ctx: Context) -> str:
+    """Full mode where every element costs little in all (AUTO_FULL_ELEMENTS at most, and their 2
+    forwards each within AUTO_FULL_SECONDS, timed on one forward), else fast mode, which resolve.py
+    and the nodes carry to a resolved verdict."""
     elements = sum(ctx.grads64[x].numel() for x in ctx.spec.xs if x not in ctx.disconnected)
-    forward_s = gradient_s / 3
-    if elements <= AUTO_FULL_ELEMENTS and 2 * elements * forward_s <= AUTO_FULL_SECONDS:
-        return "full"
-    return "fast"
+    if elements > AUTO_FULL_ELEMENTS:
+        return "fast"
+    started = time.monotonic()
+    ctx.y_again()
+    return "full" if 2 * elements * (time.monotonic() - started) <= AUTO_FULL_SECONDS else "fast"
 
 
 def _planned(numel: int, opts: Options) -> int:

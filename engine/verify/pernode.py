@@ -19,6 +19,7 @@ from .report import FAIL, INCONCLUSIVE, PASS, SKIPPED, NodeCheck, XCheck
 from .xcheck import XProbe
 
 NODE_FULL_LIMIT = 4096  # node inputs up to this many elements are checked element by element
+NO_FLOAT_OUTPUT = "no float output"
 COMPOSED_REL = 1e-9  # fused and unfused float64 backwards agree to rounding: far inside this
 RANDOM_OPS = {"Dropout", "RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike",
               "Multinomial", "Bernoulli"}
@@ -84,7 +85,7 @@ def _check_node(ctx, step, ins, live, opts, control) -> NodeCheck:
     outs = [(k, ctx.keep_plan.names[s]) for k, s in enumerate(step.out_slots)
             if s is not None and _is_float(values.get(ctx.keep_plan.names[s]))]
     if not outs:
-        return NodeCheck(status=SKIPPED, max_abs_err=None, max_rel_err=None, reason="no float output", **base)
+        return NodeCheck(status=SKIPPED, max_abs_err=None, max_rel_err=None, reason=NO_FLOAT_OUTPUT, **base)
     ranks = [values[name].dim() for _, name in outs]
     dys = [normal(values[name].shape, [opts.seed, step.node_index, k], values[name]) for k, name in outs]
     dy_flat = torch.cat([d.reshape(-1) for d in dys])
@@ -136,7 +137,8 @@ def nodes_settle(ctx, nodes) -> bool:
     """Whether passing node checks settle the gradient: every node on the path passed alone, and the
     engine's gradient is the node-by-node composition they verified (the run plan may fuse chains,
     engine/fusion.py, whose backward no node check saw: the unfused backward must agree with it)."""
-    if not nodes or any(n.status != PASS for n in nodes):
+    # A node with no float output passes no gradient on (Greater, Shape): nothing there to verify.
+    if not nodes or any(n.status != PASS and n.reason != NO_FLOAT_OUTPUT for n in nodes):
         return False
     plan = getattr(ctx.gradient, "plan", None)
     if plan is None or plan.run_steps is plan.steps:

@@ -109,7 +109,7 @@ def merge(base: XCheck, extras: list[XCheck], how: str) -> XCheck:
 
 ADVICE = {
     verdict.KINK: "the point sits on or near a kink or jump (Relu at 0, a Max tie, Floor): choose other feeds "
-                  "(--feeds, or --seed for made-up ones), or see which node with --per-node",
+                  "(--feeds, or --seed for made-up ones); the node checks show which op sits on it",
     verdict.UNDEFINED: "the model is NaN/Inf, or changes shape, within a step of this point: choose other feeds",
     verdict.UNRESOLVED: "more directions (--directions N), full mode on this x, a dy of your own (--dy), or an "
                         "absolute tolerance you accept (--atol)",

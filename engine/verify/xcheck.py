@@ -489,8 +489,9 @@ def _direction_items(g: torch.Tensor, directions: torch.Tensor) -> tuple[np.ndar
 
 
 def _worst(status: np.ndarray, ratio: np.ndarray) -> int | None:
-    """The failing item furthest out of tolerance; else the worst conclusive one; else an inconclusive one."""
-    for wanted in (FAIL, PASS, INCONCLUSIVE):
+    """The failing item furthest out of tolerance; else an inconclusive one (what the x's verdict is
+    about); else the worst passing one."""
+    for wanted in (FAIL, INCONCLUSIVE, PASS):
         mask = status == wanted
         if mask.any():
             r = np.where(mask, np.where(np.isnan(ratio), np.inf, ratio), -np.inf)

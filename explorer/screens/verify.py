@@ -10,7 +10,8 @@ from textual.widgets import Button, Checkbox, Input, Label, RadioButton, RadioSe
 from ..guard import guarded
 from ..state import CHECK_MODES, CheckOptions
 
-MODE_HELP = {"full": "every element of every x (exact, slowest)",
+MODE_HELP = {"auto": "full where affordable, else fast; resolves coarse directions and falls back to per-node checks",
+             "full": "every element of every x (exact, slowest)",
              "sample": "a seeded random sample of elements per x",
              "fast": "random directions: ⟨grad, u⟩ against the directional derivative"}
 
@@ -29,6 +30,7 @@ class VerifyScreen(ModalScreen):
     VerifyScreen Input { width: 1fr; }
     VerifyScreen #verify-error { color: $error; text-style: bold; }
     VerifyScreen #verify-mode-help, VerifyScreen .verify-caption, VerifyScreen #verify-cost { color: $text-muted; }
+    VerifyScreen #verify-mode-help { width: 100%; }  /* auto's help takes two lines: wrapped, not cut */
     VerifyScreen Button { margin-right: 2; margin-top: 1; }
     """
 

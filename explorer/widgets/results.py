@@ -13,12 +13,12 @@ from textual.widgets import DataTable, Static, TabbedContent, TabPane
 
 from ..guard import guarded
 from ..summaries import summarize
-from ..verdicts import VerifyRow, verify_rows
+from ..verdicts import VerifyRow, mode_text, verify_rows
 from .sizing import FixedBoxTable
 from .text import set_text
 
-STATUS_STYLE = {"pass": "bold green", "fail": "bold red", "inconclusive": "bold yellow", "NaN/Inf": "bold red",
-                "note": "bold"}
+STATUS_STYLE = {"pass": "bold green", "fail": "bold red", "inconclusive": "bold yellow", "cancelled": "bold yellow",
+                "NaN/Inf": "bold red", "note": "bold"}
 
 
 def _num(v) -> str:
@@ -39,7 +39,10 @@ class Results(Vertical):
     Results DataTable { height: 1fr; }
     Results #verify-summary { height: auto; max-height: 2; padding: 0 1; }
     Results #gradient-note { height: auto; max-height: 3; padding: 0 1; }
-    Results #verify-detail { height: auto; max-height: 2; padding: 0 1; color: $text-muted; }
+    /* An inconclusive x's reason and what would settle it take up to four lines: the table keeps
+       its header and a row on the smallest terminals, the detail is cut there instead. */
+    Results #verify-table { min-height: 2; }
+    Results #verify-detail { height: auto; max-height: 4; padding: 0 1; color: $text-muted; }
     Results #gradient-note { display: none; }
     Results #gradient-note.-shown { display: block; }
     """
@@ -67,7 +70,7 @@ class Results(Vertical):
         self.query_one("#gradient-table", DataTable).add_columns(
             "x", "shape", "norm", "max|g|", "mean", "NaN/Inf", "disconnected")
         self.query_one("#verify-table", DataTable).add_columns(
-            "x / finding / node", "status", "max abs err", "max rel err", "worst", "analytic", "numeric")
+            "x / finding / node", "status", "resolved by", "max abs err", "max rel err", "worst", "analytic", "numeric")
         self._rows: dict[str, VerifyRow] = {}
         self.show_gradient(None)
 
@@ -106,8 +109,7 @@ class Results(Vertical):
             return
         verdict = str(getattr(report.verdict, "value", report.verdict))
         text = Text.assemble("verdict ", (verdict, STATUS_STYLE.get(verdict, "bold")))
-        mode = getattr(report, "mode", None)
-        if mode:
+        if mode := mode_text(report):
             text.append(f"  mode {mode}", style="dim")
         first = getattr(report, "first_failing_node", None)
         if first:
@@ -119,7 +121,7 @@ class Results(Vertical):
         set_text(summary, text)
         for row in rows:
             self._rows[row.key] = row
-            table.add_row(row.label, _status(row.status), _num(row.abs_err), _num(row.rel_err), row.where,
+            table.add_row(row.label, _status(row.status), row.resolved_by, _num(row.abs_err), _num(row.rel_err), row.where,
                           _num(row.analytic), _num(row.numeric), key=row.key)
         if rows:
             self._show_detail(rows[0])
@@ -136,8 +138,17 @@ class Results(Vertical):
         """Bring "gradients" or "verify" to the front (when its results arrive)."""
         self.query_one(TabbedContent).active = f"tab-{which}"
 
+    def focus_check(self) -> None:
+        """The verify table takes the keys (up/down through the rows, enter to go there)."""
+        table = self.query_one("#verify-table", DataTable)
+        if table.row_count:
+            table.move_cursor(row=0)
+            table.focus()
+
     def _show_detail(self, row: VerifyRow) -> None:
-        set_text(self.query_one("#verify-detail", Static), Text(row.detail or row.status))
+        text = Text(row.detail or row.status)
+        text.highlight_words(["to settle it:"], "bold")
+        set_text(self.query_one("#verify-detail", Static), text)
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         event.stop()

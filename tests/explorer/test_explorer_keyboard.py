@@ -38,7 +38,7 @@ async def test_verify_options_are_all_reachable_by_tab_and_app_keys_stay_out(rec
         assert not of_type(seen[messages:], m.SelectionChanged) and not of_type(seen[messages:], m.WorkStarted)
         await pilot.press("shift+tab", "shift+tab", "shift+tab", "shift+tab")
         assert isinstance(app.focused, RadioSet)
-        await pilot.press("right", "right", "enter")  # full -> sample -> fast
+        await pilot.press("right", "right", "right", "enter")  # auto -> full -> sample -> fast
         await pilot.press("tab", *"1e-3", "tab", *"1e-6", "tab", "ctrl+u", "5", "tab", "space", "tab", "space")
         assert [c.value for c in screen.query(Checkbox)] == [True, True]
         await pilot.press("tab")

@@ -1,6 +1,6 @@
 """SVG snapshots (pytest-textual-snapshot) of the main screen, the backward view, the verify table
-and step mode. Deterministic: float64, fixed seeds, 120x40, the pure-Python layered placement,
-no timings or paths on screen.
+(failing, and inconclusive with its advice) and step mode. Deterministic: float64, fixed seeds,
+120x40, the pure-Python layered placement, no timings or paths on screen.
 
 Update after an intended change with `pytest tests/explorer --snapshot-update` and review the SVGs.
 """
@@ -55,7 +55,7 @@ def _fixed_report() -> CheckReport:
                          reason=f"{name}: {status}", worst_input="H" if op == "Gemm" else "W", worst_index=(0, 1))
 
     # Rows after the verdicts, worst first: the failing conv, the finding, then the passing gemm.
-    return CheckReport(ok=False, verdict="fail", mode="full", seed=0, order=1,
+    return CheckReport(ok=False, verdict="fail", mode="full", auto=True, seed=0, order=1,
                        results=(x("W", "fail", 0.25, (1, 0, 2, 2), 1.5, 1.25), x("Z", "pass", 2e-9, (3, 1), 0.07, 0.07)),
                        nodes=(node("gemm", "Gemm", "pass", 1e-9), node("conv", "Conv", "fail", 0.25)),
                        findings=(Finding("native-precision", "the float32 gradient of 'W' differs", x="W"),),
@@ -67,6 +67,38 @@ def test_verify_table(snap_compare):
         await _ready(pilot)
         app = pilot.app
         app.session.accept_check(app.session.generation, _fixed_report())
+        app.post_message(CheckReady(app.session.generation, app.session.check))
+        await settle(app, pilot)
+
+    assert snap_compare(_app(), terminal_size=SIZE, run_before=verified)
+
+
+def _inconclusive_report() -> CheckReport:
+    """W left inconclusive at a kink, with why and what would settle it; Z resolved by aligning dy."""
+    w = XCheck(name="W", status="inconclusive", max_abs_err=3e-10, max_rel_err=2e-9, worst_index=(0, 0, 1, 1),
+               analytic=0.5, numeric=0.5, fd_error=1e-9, checked=3, failed=0, inconclusive=1, kind="directions",
+               reason="direction 0: not differentiable here: one-sided derivatives 0.2 (left) and 0.9 (right) "
+                      "disagree, also at half the step (a kink such as Relu/Abs at 0, a Max/Min tie or a Clip bound)",
+               advice="the point sits on or near a kink or jump (Relu at 0, a Max tie, Floor): choose other feeds "
+                      "(--feeds, or --seed for made-up ones), or see which node with --per-node")
+    z = XCheck(name="Z", status="pass", max_abs_err=4e-10, max_rel_err=1e-8, worst_index=(1, 2), analytic=0.07,
+               numeric=0.07, fd_error=1e-9, checked=3, failed=0, inconclusive=0, kind="directions",
+               resolved_by="aligned dy", reason="1 of 2 directions were too coarse to resolve with the check's dy; "
+                                                "compared again (aligned dy): pass")
+    nodes = (NodeCheck(node_name="conv", op_type="Conv", status="inconclusive", max_abs_err=1e-10, max_rel_err=1e-9,
+                       reason="input 'W': element [0, 0, 1, 1]: not differentiable here", worst_input="W",
+                       worst_index=(0, 0, 1, 1)),
+             NodeCheck(node_name="gemm", op_type="Gemm", status="pass", max_abs_err=1e-11, max_rel_err=1e-10,
+                       worst_input="H", worst_index=(0, 1)))
+    return CheckReport(ok=False, verdict="inconclusive", mode="fast", auto=True, seed=0, order=1, results=(w, z),
+                       nodes=nodes, directions=1, y="Y", xs=("W", "Z"), zs=("X",))
+
+
+def test_verify_inconclusive(snap_compare):
+    async def verified(pilot):
+        await _ready(pilot)
+        app = pilot.app
+        app.session.accept_check(app.session.generation, _inconclusive_report())
         app.post_message(CheckReady(app.session.generation, app.session.check))
         await settle(app, pilot)
 
