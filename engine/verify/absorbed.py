@@ -78,9 +78,11 @@ def settle(probe: "XProbe", a: np.ndarray, tolerance: Callable[..., verdict.Tole
     with np.errstate(invalid="ignore"):
         fine = (v.status == PASS) & ~zero_readings(probe.m) & (ulp / steps <= verdict.RTOL * np.maximum(
             np.abs(a), np.abs(v.numeric)))
-        # ... nor does one whose both values are inside its absolute tolerance: far below the rest of
-        # its gradient, it cannot matter, however its quotient was rounded.
-        negligible = (v.status == PASS) & (np.maximum(np.abs(a), np.abs(v.numeric)) <= v.atol)
+        # ... nor does one whose both values are a thousandth of the rest of its gradient or less: it
+        # cannot matter, however its quotient was rounded (a gradient that is all zero has no rest).
+        size = np.maximum(np.abs(a), np.abs(v.numeric))
+        top = float(np.nanmax(size)) if len(size) else 0.0
+        negligible = (v.status == PASS) & (size <= verdict.RESOLUTION_REL * top) & (top > 0)
     items = np.nonzero(suspect & ~fine & ~negligible & (steps < ABSORB_ULPS * ulp))[0]
     if len(items) == 0:
         return None

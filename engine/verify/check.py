@@ -30,7 +30,7 @@ DEFAULT_DIRECTIONS = 1
 # Bytes of forward values per batched call. Batching pays for per-call overhead, but past a few
 # MB the working set leaves the cache and a batched conv gets slower per entry than single calls.
 AUTO_FULL_ELEMENTS = 4096  # auto mode checks every element of xs up to this many ...
-AUTO_FULL_SECONDS = 20.0  # ... when their forwards are estimated under this
+AUTO_FULL_BYTES = 2**32  # ... while elements times the bytes a forward reads stays under this
 MEMORY_BUDGET = 16 * 2**20
 MAX_CHUNK = 2048
 
@@ -92,7 +92,8 @@ def check(model, y: str, xs, zs=(), feeds: Mapping | None = None, dy=None, mode:
         probe = XProbe(name, ctx.x_function(name), x, ctx.y0, ctx.dy, opts, salt=k, control=control,
                        memo=ctx.x_memo(name, x.shape), magnitude=lambda name=name: ctx.downstream_magnitude(name),
                        split=lambda name=name: ctx.row_split(name),
-                       along=ctx.grads64[name] if opts.mode == "fast" else None)
+                       along=ctx.grads64[name] if opts.mode == "fast" else None,
+                       retry_coarse=opts.mode != "fast" or ctx.y0.numel() == 1)
         probes[name] = probe
         results.append(probe.result(probe.judge(ctx.grads64[name]), **native.get(name, {})))
 
@@ -191,15 +192,13 @@ def _options(mode, order, rtol, atol, seed, samples, directions, time_budget) ->
 
 
 def _auto(ctx: Context) -> str:
-    """Full mode where every element costs little in all (AUTO_FULL_ELEMENTS at most, and their 2
-    forwards each within AUTO_FULL_SECONDS, timed on one forward), else fast mode, which resolve.py
-    and the nodes carry to a resolved verdict."""
+    """Full mode where every element costs little in all, else fast mode (which resolve.py and the
+    nodes carry to a resolved verdict). By size alone, so the same check picks the same mode on any
+    machine: AUTO_FULL_ELEMENTS elements at most, and elements times the bytes a forward reads
+    (the model's weights and the values of xs and zs) within AUTO_FULL_BYTES."""
     elements = sum(ctx.grads64[x].numel() for x in ctx.spec.xs if x not in ctx.disconnected)
-    if elements > AUTO_FULL_ELEMENTS:
-        return "fast"
-    started = time.monotonic()
-    ctx.y_again()
-    return "full" if 2 * elements * (time.monotonic() - started) <= AUTO_FULL_SECONDS else "fast"
+    weights = ctx.model.graph.weights.total_bytes() + sum(t.numel() * t.element_size() for t in ctx.tensors64)
+    return "full" if elements <= AUTO_FULL_ELEMENTS and elements * weights <= AUTO_FULL_BYTES else "fast"
 
 
 def _planned(numel: int, opts: Options) -> int:

@@ -17,6 +17,7 @@ MAX_RETRIES = 64  # vectors per x re-measured at another step
 ROUNDOFF_SAFETY = 4.0  # the analytic gradient's rounding error: a bound over one sample of it
 PERSIST_SCALE = 1 / 16  # a failure must persist at a step at most this fraction of the one it was found at ...
 PERSIST_ULPS = 1e3  # ... and at least this many ulps of x
+ROUNDING_ULPS = 4.0  # a failure must exceed this many ulps of the values downstream, over the step
 MAX_PERSIST = 16  # failing vectors per x measured again at the smaller step
 
 
@@ -38,19 +39,22 @@ class XProbe:
                  y0: torch.Tensor, dy: torch.Tensor, opts: Options, salt: int, control: fd.Control,
                  stage: str = "finite differences", compress: bool = True, memo: dict | None = None,
                  magnitude: Callable[[], float] | None = None, split: Callable[[], RowSplit | None] | None = None,
-                 along: torch.Tensor | None = None, directions: torch.Tensor | None = None):
+                 along: torch.Tensor | None = None, directions: torch.Tensor | None = None,
+                 retry_coarse: bool = True):
         """`memo`: a dict kept across checks of the same graph, x and x shape: the batching strategy
         and whether rows mix are properties of the graph, measured once. `magnitude`: the largest
         value downstream of x (asked only when a verdict may rest on a step it rounds away).
         `split`: <dy, y> read before y's trailing reduction, for rows that mix only there
         (see structure.py); asked only in full mode when y's own rows mix. `along`: in fast mode, one
         more direction after the random ones (the gradient's own: its slope |g|^2 cannot cancel).
-        `directions`: in fast mode, these directions instead of random ones."""
+        `directions`: in fast mode, these directions instead of random ones. `retry_coarse`: measure
+        coarse items (unresolved, inaccurate) at other steps (off where a better comparison follows)."""
         self.name, self.x, self.opts, self.control, self.stage = name, x, opts, control, stage
         self._magnitude, self._largest = magnitude, None
         self.laddered = np.zeros(0, np.int64)  # items absorbed.settle measured at larger steps
         self.unresolved = False  # whether the last judge left items absorbed.settle could not resolve
         self._done_before = control.done
+        self.retry_coarse = retry_coarse
         memo = {} if memo is None else memo
         self._memo = memo
         self.evaluator = BatchEvaluator(fn, shape=y0.shape, state=memo.setdefault("batching", {}))
@@ -233,8 +237,12 @@ class XProbe:
         machine's summation order, so one rung settles an item on one CPU and not on another).
         """
         adopted = False
-        # Items measured at larger steps (absorbed.py) would read the same rounding again here.
+        # Items measured at larger steps (absorbed.py) would read the same rounding again here; and
+        # coarse directions that resolve.py compares again with a dy aligned to J u (which removes
+        # the cancellation that made them coarse) are not worth more steps first.
         skip = set(self.laddered.tolist())
+        if not self.retry_coarse:
+            skip |= {i for i, c in v.causes.items() if c in (verdict.UNRESOLVED, verdict.INACCURATE)}
         down = [i for i in _coarse(v, self.m, truncation=True) if i not in skip]
         floor = self.smallest_scale(np.array(down, dtype=np.int64)) if down else 0.0
         for scale in (s for s in (1 / 4, 1 / 32, 1 / 256) if s >= floor):
@@ -285,6 +293,9 @@ class XProbe:
         fails = np.setdiff1d(fails, self.laddered)  # measured at larger steps, against another rung already
         if len(fails) == 0 or self.control.stopped == "cancelled":
             return
+        fails = self._above_rounding(a, v, fails)
+        if len(fails) == 0:
+            return
         worst = fails[np.argsort(-np.nan_to_num(v.ratio[fails], nan=np.inf))]
         vectors = np.array(list(dict.fromkeys((worst // self.rows).tolist()))[:MAX_PERSIST], dtype=np.int64)
         items = worst[np.isin(worst // self.rows, vectors)]
@@ -323,6 +334,10 @@ class XProbe:
                 v.reasons.pop(i, None)
             elif again.status[i] == FAIL and not moved:
                 confirmed += 1
+            elif again.causes.get(i) == verdict.INACCURATE and abs(again.numeric[i] - v.numeric[i]) <= 2 * v.fd_error[i]:
+                # Noisier at the smaller step (its roundoff is the pessimistic bound), yet reading what
+                # step h read to within h's own error: a jump or a saturation would have moved it.
+                confirmed += 1
             else:
                 v.status[i] = INCONCLUSIVE
                 v.causes[i] = verdict.KINK
@@ -335,6 +350,24 @@ class XProbe:
                 v.causes[i] = verdict.KINK
                 v.reasons[i] = ("not confirmed: none of the worst failures persisted at a smaller step, so this "
                                 "one is not trusted either")
+
+    def _above_rounding(self, a: np.ndarray, v: verdict.Verdicts, fails: np.ndarray) -> np.ndarray:
+        """The failing items whose discrepancy the network could have shown: over a step h, the
+        values y is computed from change in steps of their ulp, so a quotient resolves nothing finer
+        than ulp / h (an erf at 16 has slope 1e-110 and an output that moves by none of it). Items
+        below that are inconclusive; the rest are returned."""
+        magnitude = self.downstream_magnitude()
+        if not magnitude or not np.isfinite(magnitude):
+            return fails
+        grain = ROUNDING_ULPS * float(np.spacing(magnitude)) / self.pert.step.reshape(-1)[fails]
+        below = v.abs_err[fails] <= grain
+        for i, g in zip(fails[below].tolist(), grain[below].tolist()):
+            v.status[i] = INCONCLUSIVE
+            v.causes[i] = verdict.INACCURATE
+            v.reasons[i] = (f"analytic {a[i]:.6g} vs numeric {v.numeric[i]:.6g}: a difference below what the network "
+                            f"can show over the step ({g:.3g}: the ulp of the values downstream, up to "
+                            f"{magnitude:.3g}, over h), so no failure")
+        return fails[~below]
 
     def _confirm_directions(self, grad: torch.Tensor, v: verdict.Verdicts) -> None:
         """A failing direction is re-measured along two nearby directions before it counts.
