@@ -90,9 +90,11 @@ def _dropped(index, true, grads, inputs, fn, attrs, g):
         if first is not None and first.shape == g.shape:
             return first.to(g.dtype)
         return g
+    if fn is None or first is None:  # nothing to recompute the product with: not applicable
+        return g
     # The other operands as ones: Mul's dy * b becomes dy, MatMul's dy @ b^T a row sum, Conv's a box sum.
     ones = [torch.ones_like(t) if k in floats and k != index else t for k, t in enumerate(inputs)]
-    return _vjps(fn, ones, grads, attrs)[index] if first is not None else g
+    return _vjps(fn, ones, grads, attrs)[index]
 
 
 def _vjps(fn, inputs, grads, attrs) -> list:

@@ -55,6 +55,7 @@ class XProbe:
         self.unresolved = False  # whether the last judge left items absorbed.settle could not resolve
         self._done_before = control.done
         self.retry_coarse = retry_coarse
+        self._persisted: dict = {}  # the last persistence measurement (see _persist)
         memo = {} if memo is None else memo
         self._memo = memo
         self.evaluator = BatchEvaluator(fn, shape=y0.shape, state=memo.setdefault("batching", {}))
@@ -318,10 +319,15 @@ class XProbe:
                                 "rounds smaller steps away")
             return
         scale = float(min(max(needed if np.isfinite(needed) else 0.0, floor), PERSIST_SCALE))
-        self.control.plan(4 * len(vectors))
-        m = fd.measure(self.objective, self.x, self.pert, torch.as_tensor(np.sort(vectors)), self.opts.chunk,
-                       self.control, "confirming", scale=scale, budget_applies=False)
-        fd.refine(self.objective, self.x, self.pert, m, items, self.opts.chunk, self.control, "confirming")
+        # A second judge of the same x (with the analytic roundoff, check.py) reuses the measurement.
+        key = (tuple(np.sort(vectors).tolist()), scale)
+        m = self._persisted.get(key)
+        if m is None:
+            self.control.plan(4 * len(vectors))
+            m = fd.measure(self.objective, self.x, self.pert, torch.as_tensor(np.sort(vectors)), self.opts.chunk,
+                           self.control, "confirming", scale=scale, budget_applies=False)
+            fd.refine(self.objective, self.x, self.pert, m, items, self.opts.chunk, self.control, "confirming")
+            self._persisted = {key: m}
         again = verdict.classify(a, m, tol)
         confirmed = 0
         for i in items.tolist():
