@@ -29,9 +29,10 @@ def add_parser(sub) -> None:
     add_feed_arguments(p)
     p.add_argument("--dy", metavar="SPEC", help="seed for a non-scalar y (default: random, seeded by --seed; "
                                                 "ones when --claimed is given)")
-    p.add_argument("--mode", choices=["full", "sample", "fast"], default="full",
+    p.add_argument("--mode", choices=["auto", "full", "sample", "fast"], default="auto",
                    help="full: every element; sample: --samples random elements per x; "
-                        "fast: --directions random directions per x (default full)")
+                        "fast: --directions random directions per x and the gradient's own; "
+                        "auto (default): full where affordable, else fast")
     p.add_argument("--samples", type=int, default=None, metavar="N", help="elements per x in sample mode (64)")
     p.add_argument("--directions", type=int, default=None, metavar="K", help="directions per x in fast mode (1)")
     p.add_argument("--order", type=int, choices=[1, 2], default=1, help="2 also checks the gradient of the gradient")
