@@ -34,6 +34,7 @@ import engine  # noqa: E402
 from engine.conformance.mutants import spoil  # noqa: E402
 from engine.conformance.mutation import COUNTED, KILLED, run_mutants  # noqa: E402
 from tests import nnsmith_graphs as ng  # noqa: E402
+from tests.nnsmith_sweep import checked_selections  # noqa: E402
 
 DTYPES = {"f32-64": ("float32", "float64"), "f16": ("float16", "float32", "float64")}
 SLOW_LIMIT = 10_000  # slow gradcheck builds the whole Jacobian: xs of at most this many elements
@@ -46,18 +47,10 @@ def _seeds(text: str) -> range:
 
 def unmutated(seeds: range, dtypes) -> dict:
     counts, notes = collections.Counter(), []
-    for seed in seeds:
-        graph = ng.generate(seed, dtypes=dtypes)
-        if graph is None:
-            continue
-        agree = ng.engine_gradient_matches_torch(graph)
-        model = engine.load(graph.proto)
-        for y, xs, zs in ng.selections(graph):
-            report = engine.check(model, y, xs, zs, feeds=graph.feeds)
-            agrees = all((y, x) not in agree.failures for x in xs)
-            counts[f"{report.verdict}{'' if agrees else ' (engine and torch disagree)'}"] += 1
-            if report.verdict != "pass":
-                notes.append(f"seed {seed} {y}: {report.verdict}: {report.results[0].reason[:160]}")
+    for seed, y, report, agrees in checked_selections(seeds, dtypes):
+        counts[f"{report.verdict}{'' if agrees else ' (engine and torch disagree)'}"] += 1
+        if report.verdict != "pass":
+            notes.append(f"seed {seed} {y}: {report.verdict}: {report.results[0].reason[:160]}")
     total = sum(counts.values())
     return {"counts": dict(counts), "selections": total,
             "resolved_pass": counts["pass"] / total if total else None, "notes": notes}

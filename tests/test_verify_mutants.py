@@ -17,6 +17,7 @@ from engine.conformance.mutants import KINDS, Mutant, candidates, injected, spoi
 from engine.conformance.mutation import KILLED, SURVIVED, run_mutants
 from engine.verify.context import build
 from tests import nnsmith_graphs as ng
+from tests.nnsmith_sweep import checked_selections
 from tests.verify_models import SAMPLES
 
 SAMPLE_CASES = {  # name: (y, xs, zs, feeds, kinds)
@@ -124,16 +125,8 @@ def test_random_graphs_are_never_failed_and_mostly_resolved(seeds, dtypes):
     if not ng.available():
         pytest.skip("nnsmith is not installed")
     verdicts = []
-    for seed in range(*seeds):
-        graph = ng.generate(seed, dtypes=dtypes)
-        if graph is None:
-            continue
-        agree = ng.engine_gradient_matches_torch(graph)
-        model = engine.load(graph.proto)
-        for y, xs, zs in ng.selections(graph):
-            report = engine.check(model, y, xs, zs, feeds=graph.feeds)
-            if all((y, x) not in agree.failures for x in xs):
-                assert report.verdict != "fail", (seed, report.summary())
-            verdicts.append(report.verdict)
+    for seed, _, report, agrees in checked_selections(range(*seeds), dtypes):
+        assert not (agrees and report.verdict == "fail"), (seed, report.summary())
+        verdicts.append(report.verdict)
     assert len(verdicts) >= 40
     assert verdicts.count("pass") >= 0.95 * len(verdicts), {v: verdicts.count(v) for v in set(verdicts)}

@@ -322,3 +322,12 @@ def _quotient_inputs(objective: Objective, pert: Perturbations, ids: np.ndarray,
 
 def _items(vectors: np.ndarray, rows: int) -> np.ndarray:
     return (np.asarray(vectors, dtype=np.int64)[:, None] * rows + np.arange(rows)[None, :]).reshape(-1)
+
+def direction_items(g: torch.Tensor, directions: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+    """(<g, u>, sum |g * u|) for each direction u: the analytic slope and the scale of its terms."""
+    u = directions.to(torch.float64).reshape(directions.shape[0], -1)
+    flat = g.reshape(-1)
+    if u.device.type == "cpu":  # numpy: torch's dispatch costs more than these products
+        u, flat = u.numpy(), flat.detach().numpy()
+        return u @ flat, np.abs(u) @ np.abs(flat)
+    return (u @ flat).cpu().numpy(), (u.abs() @ flat.abs()).cpu().numpy()
