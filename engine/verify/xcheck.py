@@ -198,10 +198,10 @@ class XProbe:
     def smallest_scale(self, items: np.ndarray) -> float:
         """The smallest step scale (times h) not rounded away for `items`: ABSORB_ULPS ulps of the
         largest value downstream of x (absorbed.py), and steps.PERSIST_ULPS ulps of x itself."""
-        steps = self.pert.step.reshape(-1)[items]
-        if len(steps) == 0:
+        taken = self.pert.step.reshape(-1)[items]
+        if len(taken) == 0:
             return 0.0
-        h = float(steps.min())
+        h = float(taken.min())
         big = float(self.x.detach().abs().max()) if self.x.numel() else 0.0
         floor = steps.PERSIST_ULPS * float(np.spacing(big)) / h
         magnitude = self.downstream_magnitude()
