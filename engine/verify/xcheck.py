@@ -266,7 +266,8 @@ class XProbe:
                           signal=None if v.signal is None else float(v.signal[worst]))
             if fields["max_abs_err"] is None:
                 fields["max_abs_err"], fields["max_rel_err"] = float(v.abs_err[worst]), float(v.rel_err[worst])
-        explain = worst if worst is not None and status[worst] != PASS else None
+        # A failure is explained by the worst one; an inconclusive x by its first inconclusive item.
+        explain = worst if worst is not None and status[worst] == FAIL else None
         if explain is None and inconclusive:
             explain = int(np.nonzero(status == INCONCLUSIVE)[0][0])
         if explain is not None:
