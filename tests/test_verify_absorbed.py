@@ -86,9 +86,9 @@ def test_over_scales_right_never_fails_and_wrong_never_passes(scale, kind, mode,
     wrong one fails. One random direction (fast mode) may stay inconclusive, never wrongly decided;
     a direction along which softmax does not move (all signs equal) cannot tell gradients apart."""
     right = _check(scale, kind, "right", mode, seed)
-    # At 1e11 (ulp 1.5e-5) softmax's curvature leaves no step that resolves 1e-3 of the gradient:
-    # a pass there would not be resolved, so it may be inconclusive, never failed.
-    resolvable = mode == "full" and scale <= 1e10
+    # Where the logits' ulp meets softmax's curvature (1e8 and up: some element's best step resolves
+    # only a few 1e-3 of the gradient) a pass would not be resolved: inconclusive, never failed.
+    resolvable = mode == "full" and (scale <= 1e10 if kind == "cancel" else scale <= 1e6)
     assert right.verdict in (("pass",) if resolvable else ("pass", "inconclusive")), right.summary()
     blind = mode == "fast" and abs(right.results[0].analytic) < 1e-12
     for vjp in ("scaled_1.01", "zero"):
