@@ -62,7 +62,8 @@ def _torch_side(graph, y, xs, mutant, dy):
         return tuple(spoil(mutant.kind, mutant.input, list(true), grads, inputs, None, {}))
 
     right = np.concatenate([g.reshape(-1) for g in ng.torch_gradient(graph, y, xs, dy).values()])
-    try:
+    try:  # ValueError: the exporter merged or dropped nodes of that type; RuntimeError: the op's torch
+        # form cannot take the swap (BatchNorm's running statistics would need gradients): no torch twin
         with ng.mutate_torch_module(graph, mutant.op_type, mutate) as swapped:
             if not swapped:
                 return None
@@ -74,7 +75,7 @@ def _torch_side(graph, y, xs, mutant, dy):
             out = [_gradcheck(f, values, True)]
             out.append(_gradcheck(f, values, False) if sum(v.numel() for v in values) <= SLOW_LIMIT else (None, 0.0))
             return out
-    except ValueError:  # the exporter merged or dropped nodes of that type: no torch twin
+    except (ValueError, RuntimeError):
         return None
 
 
