@@ -30,7 +30,7 @@ DEFAULT_DIRECTIONS = 1
 # Bytes of forward values per batched call. Batching pays for per-call overhead, but past a few
 # MB the working set leaves the cache and a batched conv gets slower per entry than single calls.
 AUTO_FULL_ELEMENTS = 4096  # auto mode checks every element of xs up to this many ...
-AUTO_FULL_BYTES = 2**32  # ... while elements times the bytes a forward reads stays under this
+AUTO_FULL_BYTES = 2**32  # ... while elements times the bytes of a forward's values stays under this
 MEMORY_BUDGET = 16 * 2**20
 MAX_CHUNK = 2048
 
@@ -194,11 +194,13 @@ def _options(mode, order, rtol, atol, seed, samples, directions, time_budget) ->
 def _auto(ctx: Context) -> str:
     """Full mode where every element costs little in all, else fast mode (which resolve.py and the
     nodes carry to a resolved verdict). By size alone, so the same check picks the same mode on any
-    machine: AUTO_FULL_ELEMENTS elements at most, and elements times the bytes a forward reads
-    (the model's weights and the values of xs and zs) within AUTO_FULL_BYTES."""
+    machine: AUTO_FULL_ELEMENTS elements at most, and elements times the bytes of values a forward
+    of the slice holds within AUTO_FULL_BYTES (a UNet's 1,280 inputs at 65 MB a forward would take
+    minutes in full mode; a language model's 1,280 embedding values at 1 MB, seconds)."""
     elements = sum(ctx.grads64[x].numel() for x in ctx.spec.xs if x not in ctx.disconnected)
-    weights = ctx.model.graph.weights.total_bytes() + sum(t.numel() * t.element_size() for t in ctx.tensors64)
-    return "full" if elements <= AUTO_FULL_ELEMENTS and elements * weights <= AUTO_FULL_BYTES else "fast"
+    if elements > AUTO_FULL_ELEMENTS:
+        return "fast"
+    return "full" if elements * ctx.bytes_per_forward() <= AUTO_FULL_BYTES else "fast"
 
 
 def _planned(numel: int, opts: Options) -> int:
