@@ -81,7 +81,8 @@ def settle(probe: "XProbe", a: np.ndarray, tolerance: Callable[..., verdict.Tole
         # ... nor does one whose both values are a thousandth of the rest of its gradient or less: it
         # cannot matter, however its quotient was rounded (a gradient that is all zero has no rest).
         size = np.maximum(np.abs(a), np.abs(v.numeric))
-        top = float(np.nanmax(size)) if len(size) else 0.0
+        finite = size[np.isfinite(size)]
+        top = float(finite.max()) if len(finite) else 0.0
         negligible = (v.status == PASS) & (size <= verdict.RESOLUTION_REL * top) & (top > 0)
     items = np.nonzero(suspect & ~fine & ~negligible & (steps < ABSORB_ULPS * ulp))[0]
     if len(items) == 0:
