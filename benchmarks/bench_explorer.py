@@ -128,7 +128,7 @@ def import_time() -> float:
 
 async def ready_run(model_path: str) -> dict:
     """One real-size run (see the module's docstring), the model loaded inside the timed start."""
-    from engine.feeds import declared_shape
+    from engine.gradient.feeds import declared_shape
     from explorer.app import make_app
 
     clock = FrameClock()

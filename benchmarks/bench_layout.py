@@ -31,12 +31,12 @@ import onnx
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from _results import write_json  # noqa: E402
 
-from engine import loader  # noqa: E402
 from engine.errors import OnnxGradError  # noqa: E402
+from engine.gradient.selection import validate  # noqa: E402
 from engine.graphs import layout as layout_module  # noqa: E402
 from engine.graphs.terminal import Canvas  # noqa: E402
 from engine.graphs.view import build_view  # noqa: E402
-from engine.selection import validate  # noqa: E402
+from engine.modelfile import index as loader  # noqa: E402
 
 BUDGET_S = 2.0
 PEER_CAP_S = 60.0

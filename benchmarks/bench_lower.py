@@ -34,7 +34,7 @@ sys.path.insert(0, ROOT)
 from _results import write_json  # noqa: E402
 
 import engine  # noqa: E402
-from engine.lower.lowering import upgraded  # noqa: E402
+from engine.lowering.build import upgraded  # noqa: E402
 from tests.test_light_models import _weights, _with_random_feeds  # noqa: E402
 from tests.test_lower_light import _weights_as_inputs  # noqa: E402
 

@@ -33,7 +33,7 @@ import _real_models as real_models  # noqa: E402
 from _results import write_json  # noqa: E402
 
 import engine  # noqa: E402
-from engine import plan as plan_module  # noqa: E402
+from engine.run import plan as plan_module  # noqa: E402
 
 
 def gradient_xs(model, module, x_name: str) -> list[str]:

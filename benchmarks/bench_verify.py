@@ -32,7 +32,7 @@ from _results import write_json  # noqa: E402
 from _timing import WALL, interleaved, median_time  # noqa: E402
 
 import engine  # noqa: E402
-from engine.lower.lowering import as_proto  # noqa: E402
+from engine.lowering.build import as_proto  # noqa: E402
 from engine.verify import structure  # noqa: E402
 from engine.verify.batching import BatchEvaluator  # noqa: E402
 from tests import verify_models as vm  # noqa: E402

@@ -12,7 +12,7 @@ Public API:
         interactive front end go first
     GradManager(model, device=, dtype=) -> attach / record / run / backward / grad / params / save
     lower(model, y=None, xs=None, zs=None, dy=None, names=None) -> onnx.ModelProto (gradients as plain ONNX;
-        a callable package, so engine.lower.<family> holds the backward rules)
+        engine.lowering.<family> holds the backward rules)
     engine.distributed: init / broadcast_params / make_allreduce_cb, data-parallel GradManager training
         on torch.distributed (docs/gradmanager.md)
 
@@ -37,20 +37,21 @@ from .errors import (
 
 _LAZY = {
     "backend": ("OnnxGradBackend", "OnnxGradRep"),
-    "gradient": ("GradientOutput", "GradientResult", "PreparedGradient"),
+    "gradient.prepared": ("GradientOutput", "GradientResult", "PreparedGradient"),
     "gradmanager": ("Gradients", "GradManager", "Parameters"),
     "graphs": ("BackwardGraph", "Canvas", "GraphLayout", "GraphStats", "LayoutEdge", "LayoutNode", "TensorStats",
                "build_backward_graph", "gradient_with_stats", "layout_graph", "layout_near", "LocalLayout", "render",
                "render_graph", "to_dot"),
-    "loader": ("GraphIndex", "TensorInfo"),
+    "modelfile.index": ("GraphIndex", "TensorInfo"),
+    "lowering": ("lower",),
     "model": ("Model",),
-    "pacing": ("pause_point", "paced", "set_pause_hook"),
+    "run.pacing": ("pause_point", "paced", "set_pause_hook"),
     "registry": ("OpImpl", "register", "supported_ops"),
-    "selection": ("GradientSpec",),
+    "gradient.selection": ("GradientSpec",),
     "verify": ("CheckReport", "ClaimedCheck", "Finding", "NodeCheck", "XCheck", "check", "register_op_with_vjp",
                "unregister_op", "nonfinite_origin"),
 }
-_SUBPACKAGES = ("ops", "verify", "graphs", "conformance", "cli", "lower", "distributed")
+_SUBPACKAGES = ("modelfile", "run", "gradient", "ops", "verify", "graphs", "conformance", "cli", "lowering", "distributed")
 _HOME = {name: module for module, names in _LAZY.items() for name in names}
 
 __all__ = [
@@ -74,7 +75,7 @@ def load(source, *, check: bool = True, compile: bool = False):
 
     The file is read and checked before torch is imported, so a bad file costs no torch start-up.
     """
-    from .loader import load as read_graph
+    from .modelfile.index import load as read_graph
 
     graph = read_graph(source, check=check)
     from .model import Model

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import ModelProto, TensorProto, helper, numpy_helper
 
-from .loader import TRAINING_DOMAIN
+from .modelfile.index import TRAINING_DOMAIN
 
 OPSET = 17
 

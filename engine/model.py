@@ -9,20 +9,20 @@ import numpy as np
 import torch
 from onnx import ModelProto, helper
 
-from . import loader
-from .attributes import array_to_tensor, tensor_from_proto
 from .dtypes import parse_device, parse_float_dtype, read_only, to_numpy
 from .errors import FeedError, OnnxGradError, SelectionError, UnsupportedOpError
-from .feeds import check_feed
-from .gradient import GradientResult, PreparedGradient
-from .gradient_call import GradientCall
-from .loader import TRAINING_DOMAIN, GraphIndex, node_inputs
-from .pacing import paced, pause_point
-from .plan import Plan, needed_nodes
-from .recent import Recent
+from .gradient.call import GradientCall
+from .gradient.feeds import check_feed
+from .gradient.prepared import GradientResult, PreparedGradient
+from .gradient.selection import GradientSpec, names, validate
+from .modelfile import index as loader
+from .modelfile.index import TRAINING_DOMAIN, GraphIndex, node_inputs
 from .registry import require
 from .registry import version as registry_version
-from .selection import GradientSpec, names, validate
+from .run.attributes import array_to_tensor, tensor_from_proto
+from .run.pacing import paced, pause_point
+from .run.plan import Plan, needed_nodes
+from .run.recent import Recent
 
 PLANS_KEPT = 64  # plans and prepared gradients per model, the most recently used
 SELECTIONS_KEPT = 512
@@ -210,7 +210,7 @@ class Model:
 
     def needed_inputs(self, y: str, xs=(), zs=()) -> tuple[str, ...]:
         """Graph inputs y depends on around xs ∪ zs that are in neither (what zs still lacks)."""
-        from .selection import needed_inputs
+        from .gradient.selection import needed_inputs
 
         return needed_inputs(self.graph, y, xs, zs) if self.graph.has_tensor(y) else ()
 
@@ -256,8 +256,8 @@ class Model:
         """A value for every member of xs ∪ zs (or of `names`): the feed, else the shared default
         (`feeds.defaults_for`: the initializer, a seeded default for a graph input, the forward
         value for an intermediate)."""
-        from .dims import check_dims
-        from .feeds import defaults_for
+        from .gradient.dims import check_dims
+        from .gradient.feeds import defaults_for
 
         names = spec.inputs if names is None else names
         defaults, _ = defaults_for(self, names, feeds, seed=seed, dims=check_dims(self.graph, dims))

@@ -1,5 +1,5 @@
 """Padding geometry of ONNX's convolution and pooling ops, shared by the torch kernels (engine/ops)
-and the ONNX backward rules (engine/lower); plain Python, so lowering stays free of torch."""
+and the ONNX backward rules (engine/lowering); plain Python, so lowering stays free of torch."""
 from __future__ import annotations
 
 from .errors import UnsupportedOpError

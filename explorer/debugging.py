@@ -2,8 +2,8 @@
 culprit (the first failing node, else where NaN/Inf starts) and Enter on a result row."""
 from __future__ import annotations
 
-from engine.dims import symbolic_dims
 from engine.errors import OnnxGradError
+from engine.gradient.dims import symbolic_dims
 
 from .guard import guarded
 from .screens.dims import DimsScreen

@@ -12,9 +12,9 @@ from typing import Callable, Mapping
 
 import numpy as np
 
-from engine.dims import dims_from_feeds
 from engine.errors import FeedError
-from engine.feeds import declared_dtype, declared_shape, parse_spec
+from engine.gradient.dims import dims_from_feeds
+from engine.gradient.feeds import declared_dtype, declared_shape, parse_spec
 
 FEED_KINDS = ("random", "zeros", "ones", "constant", "npy", "expression")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from onnx import defs, helper
 
-from engine.contrib_schema import signature
+from engine.modelfile.contrib_schema import signature
 
 from .rules_contrib import CONTRIB_RULES
 

@@ -1,6 +1,6 @@
 """Step mode's rule lines for onnxruntime's contrib ops (com.microsoft, and the two it adds to the default
 domain), in rules.py's conventions: one line per input in schema order, None where no gradient flows
-(integer weights, ids, masks, lengths). Input names come from engine.contrib_schema."""
+(integer weights, ids, masks, lengths). Input names come from engine.modelfile.contrib_schema."""
 from __future__ import annotations
 
 _ATTENTION_BACKWARD = "dS = P ⊙ (dP − rowsum(P ⊙ dP)), dP = dO · Vᵀ, P the attention probabilities"

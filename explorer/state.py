@@ -14,7 +14,7 @@ import numpy as np
 
 import engine
 from engine.errors import FeedError, SelectionError
-from engine.feeds import default_spec
+from engine.gradient.feeds import default_spec
 
 from .feeding import FeedSource, materialize, source_from
 from .jobs import VALUES_BUDGET, CheckJob, CheckOptions, GradientJob, ValuesJob, intermediate_bytes
@@ -136,7 +136,7 @@ class Session:
 
     def x_elements(self) -> int:
         """How many elements the members of xs hold (declared shapes; unknown dims count 1)."""
-        from engine.feeds import declared_shape
+        from engine.gradient.feeds import declared_shape
 
         total = 0
         for x in self.xs:
@@ -157,7 +157,7 @@ class Session:
 
     # --- feeds -------------------------------------------------------------------------------
     def default_source(self, name: str) -> FeedSource | None:
-        """A graph input nobody fed gets the engine's default (`engine.feeds.default_spec`, as the CLI):
+        """A graph input nobody fed gets the engine's default (`engine.gradient.feeds.default_spec`, as the CLI):
         seeded random floats, zeros for integer and bool inputs."""
         if name in self.graph.inputs:
             return source_from("", default_spec(self.graph, name, self.seed))
@@ -181,7 +181,7 @@ class Session:
     def set_dims(self, dims: Mapping[str, int]) -> None:
         """Size the model's symbolic dims; raises FeedError (nothing changed) for an unknown name or a
         size a fed value contradicts."""
-        from engine.dims import check_dims
+        from engine.gradient.dims import check_dims
 
         dims = check_dims(self.graph, dims)
         self._materialize(self._sources(), dims)
@@ -190,7 +190,7 @@ class Session:
 
     def dims_text(self) -> str | None:
         """"batch=1 seq=16" for every symbolic dim of the inputs, or None when they have none."""
-        from engine.dims import symbolic_dims
+        from engine.gradient.dims import symbolic_dims
 
         names = symbolic_dims(self.graph)
         return " ".join(f"{d}={self.dims.get(d, 1)}" for d in names) or None

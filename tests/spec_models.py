@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
-from engine.loader import TRAINING_DOMAIN
+from engine.modelfile.index import TRAINING_DOMAIN
 
 F = TensorProto.FLOAT
 

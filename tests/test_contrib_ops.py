@@ -20,8 +20,8 @@ from engine.conformance.contrib import ContribCase, case_model, node_model
 from engine.conformance.contrib_cases import all_cases
 from engine.conformance.contrib_cases_quant import pack_bits
 from engine.conformance.contrib_report import BEGIN, END
-from engine.contrib_schema import SIGNATURES
 from engine.errors import OnnxGradError, UnsupportedOpError
+from engine.modelfile.contrib_schema import SIGNATURES
 from engine.registry import supported_ops
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -189,7 +189,7 @@ LOWERED = ("Gelu", "BiasGelu", "FastGelu", "QuickGelu", "BiasAdd", "BiasSplitGel
 
 
 def _lowered_gradients_match(proto, y, xs, zs, feeds):
-    from engine.lower import lower
+    from engine.lowering import lower
 
     lowered = lower(proto, y=y, xs=",".join(xs), zs=",".join(zs) if zs else None)
     assert not any(n.domain == MS for n in lowered.graph.node)  # it runs on any runtime
@@ -222,7 +222,7 @@ def test_lowering_expands_quantized_weights_held_as_initializers(tmp_path):
 
 
 def test_lowering_refuses_a_contrib_op_without_an_expansion_in_one_line():
-    from engine.lower import lower
+    from engine.lowering import lower
 
     case = next(c for c in all_cases() if c.op == "Attention")
     feeds = case.feeds()

@@ -190,7 +190,7 @@ def test_lowered_contrib_model_runs_its_gradient_in_onnxruntime(source):
     """The contrib ops expand into ai.onnx ops: the lowered file's gradients, run by onnxruntime, are the engine's.
     (GPT-2 and BERT also hold a plain LayerNormalization, whose lowering rule writes ReduceMean's opset-17 form
     into these opset-18 exports: not lowerable yet, with or without contrib ops.)"""
-    from engine.lower import lower
+    from engine.lowering import lower
 
     name, kind = source.split("-")
     model, x = (_optimized(name, "torchscript", 0)[1:] if kind == "optimized"

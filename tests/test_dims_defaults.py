@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 
 import engine
 from engine.cli import main
-from engine.dims import check_dims, dims_from_feeds, parse_dims, symbolic_dims
 from engine.errors import FeedError
-from engine.feeds import default_spec, index_bound, parse_spec
+from engine.gradient.dims import check_dims, dims_from_feeds, parse_dims, symbolic_dims
+from engine.gradient.feeds import default_spec, index_bound, parse_spec
 from tests.debug_models import VOCAB, hidden_nan_attention, token_embeddings
 
 
@@ -46,14 +46,14 @@ def test_dims_size_every_made_up_value_and_feeds_fill_the_rest(lm):
     assert parse_spec(g, "attention_mask", "ones", dims={"seq": 16}).shape == (1, 16)
     ids = np.zeros((2, 9), np.int64)
     assert dims_from_feeds(g, {"input_ids": ids}, {"seq": 4}) == {"seq": 4, "batch": 2}
-    values, chosen = engine.feeds.defaults_for(lm, ["attention_mask"], {"input_ids": ids})
+    values, chosen = engine.gradient.feeds.defaults_for(lm, ["attention_mask"], {"input_ids": ids})
     assert values["attention_mask"].shape == (2, 9) and values["attention_mask"].dtype == np.int64
 
 
 def test_integer_defaults_ones_for_masks_zeros_otherwise(lm):
     assert default_spec(lm.graph, "attention_mask") == "ones"
     assert default_spec(lm.graph, "input_ids") == "zeros"
-    _, chosen = engine.feeds.defaults_for(lm, ["input_ids", "attention_mask"], {})
+    _, chosen = engine.gradient.feeds.defaults_for(lm, ["input_ids", "attention_mask"], {})
     assert [d.note for d in chosen] == [
         "input_ids not fed: using zeros (the integer default; random draws indices over [0, 7))",
         "attention_mask not fed: using ones (an integer input named like a mask)"]

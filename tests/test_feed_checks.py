@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 import engine
 from engine.cli import main
 from engine.errors import FeedError
-from engine.feeds import check_feed, default_spec, defaults_for
+from engine.gradient.feeds import check_feed, default_spec, defaults_for
 
 from .feed_models import int_input_model, matmul_model
 

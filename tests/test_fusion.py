@@ -1,4 +1,4 @@
-"""Plan fusion (engine/fusion.py): fused GELU/attention against the same plan unfused, forward and
+"""Plan fusion (engine/run/fusion.py): fused GELU/attention against the same plan unfused, forward and
 gradients; the tensors that must stop a fusion; patterns that differ; fx vs interpreter."""
 import numpy as np
 import onnxruntime as ort
@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 from onnx import TensorProto
 
 import engine
-from engine.gradient import PreparedGradient
-from engine.plan import Plan, StepObserver
+from engine.gradient.prepared import PreparedGradient
+from engine.run.plan import Plan, StepObserver
 from tests.fusion_models import ATTENTIONS, GELUS, vit_block, vit_input
 from tests.test_fxplan import assert_fx_matches_interpreter, assert_gradients_identical
 
@@ -184,7 +184,7 @@ def test_every_value_and_every_node_stay_visible():
 
 
 def test_fusion_can_be_turned_off(monkeypatch):
-    from engine import plan as plan_module
+    from engine.run import plan as plan_module
 
     monkeypatch.setattr(plan_module, "FUSE", False)
     model = engine.load(vit_block())
@@ -215,7 +215,7 @@ def test_second_order_gradients_run_unfused():
 
 
 def test_a_kernel_that_raises_leaves_the_answer_to_the_chain(monkeypatch):
-    from engine import fusion
+    from engine.run import fusion
 
     def refuse(*args, **kwargs):
         raise RuntimeError("not on this build")

@@ -13,7 +13,7 @@ import engine
 from engine.conformance.cases import case_info, node_cases
 from engine.conformance.gradients import selection_for
 from engine.conformance.runner import RANDOM_OPS, normalize
-from engine.feeds import random_value
+from engine.gradient.feeds import random_value
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SAMPLES = sorted(glob.glob(os.path.join(ROOT, "sample_models", "*.onnx")))

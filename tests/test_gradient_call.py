@@ -1,4 +1,4 @@
-"""Model.gradient's per-call path (engine/gradient_call.py): a numpy feed of exactly the declared
+"""Model.gradient's per-call path (engine/gradient/call.py): a numpy feed of exactly the declared
 type takes the quick path, anything else the general one; both give torch's own gradient, refuse a
 bad feed with check_feed's one-line message whatever the calls before it, and hand back values
 that cannot be written (a feed of the declared type is used in place, other arrays copied)."""
@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import engine
 from engine.errors import FeedError
-from engine.feeds import check_feed
+from engine.gradient.feeds import check_feed
 
 from .feed_models import TANH_W, tanh_matmul_model
 

@@ -21,7 +21,7 @@ from onnx import TensorProto, helper, numpy_helper
 import engine
 from engine.examples import spec_conv_gemm
 from engine.graphs import to_dot
-from engine.loader import TRAINING_DOMAIN
+from engine.modelfile.index import TRAINING_DOMAIN
 
 SNAPSHOTS = pathlib.Path(__file__).parent / "snapshots_graphs"
 F = TensorProto.FLOAT

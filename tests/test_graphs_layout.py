@@ -12,10 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import engine
-from engine import loader
 from engine.examples import spec_conv_gemm
 from engine.graphs import Canvas, layout_graph, render_text
 from engine.graphs.layout import NODE_HEIGHT
+from engine.modelfile import index as loader
 from tests.test_graphs_backward import fan_out
 from tests.test_graphs_diagrams import grad_wrt_h, second_order
 

@@ -1,4 +1,4 @@
-"""engine/lean.py and `gradient.vjp`: Relu and Conv that keep less for autograd give torch's own
+"""engine/run/lean.py and `gradient.vjp`: Relu and Conv that keep less for autograd give torch's own
 gradient bits (against the plain plan and torch code written directly), keep no float activation,
 and a gradient with a seed tensor does not import sympy."""
 import subprocess
@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
 import engine
-from engine.gradient import PreparedGradient, vjp
-from engine.plan import Plan
+from engine.gradient.prepared import PreparedGradient, vjp
+from engine.run.plan import Plan
 
 CPU = torch.device("cpu")
 

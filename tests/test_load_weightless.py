@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from onnx import helper, numpy_helper
 
 import engine
-from engine.lower.lowering import as_proto
-from engine.modelfile import STRIP_BYTES
+from engine.lowering.build import as_proto
+from engine.modelfile.reader import STRIP_BYTES
 
 DTYPES = (np.float32, np.float16, np.float64, np.int64, np.int32, np.int8, np.uint8)
 

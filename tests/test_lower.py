@@ -10,7 +10,7 @@ from onnx import TensorProto, helper, numpy_helper
 import engine
 from engine.cli import main as cli_main
 from engine.errors import LoweringError
-from engine.lower import lower
+from engine.lowering import lower
 from tests.lowering import assert_close, check_valid, ort_run
 from tests.test_samples import SAMPLES, _path
 

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import engine
-from engine.lower.context import attr
+from engine.lowering.context import attr
 from tests.lowering import check_valid, ort_run
 from tests.test_light_models import _weights, _weights_as_inputs, _with_random_feeds
 

@@ -1,4 +1,4 @@
-"""Ops onnxruntime has no kernel for, written out by the lowering (engine/lower/portable.py, training.py):
+"""Ops onnxruntime has no kernel for, written out by the lowering (engine/lowering/portable.py, training.py):
 the lowered model runs in onnxruntime, keeps none of them, recomputes the engine's forward and its gradients;
 a training-mode Dropout without a mask output gets one, and its gradient is the mask that forward drew."""
 from __future__ import annotations
@@ -55,7 +55,7 @@ def test_lowered_runs_in_onnxruntime_and_matches_the_engine(name):
 
 def test_a_wrong_forward_expansion_is_caught(monkeypatch):
     """Swish written out with an offset: its gradient is right, its forward is not; the sweep says wrong."""
-    from engine.lower import portable
+    from engine.lowering import portable
 
     def offset_swish(ctx, node):
         x = node.input[0]

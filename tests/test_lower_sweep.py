@@ -55,7 +55,7 @@ def test_record_meets_the_target():
 
 def test_a_wrong_rule_is_caught():
     """Sin's backward rule swapped for Cos's: the sweep says wrong, and right again once restored."""
-    from engine.lower.registry import BACKWARD
+    from engine.lowering.registry import BACKWARD
 
     case = case_named("test_sin_example")
     assert lower_case(case).status == LOWERED
@@ -85,7 +85,7 @@ def test_docs_table_lists_every_rule_and_refusal():
     """docs/lowering.md's tables name every op that has a rule, and every refusal with its reason."""
     import re
 
-    from engine.lower.registry import BACKWARD, REFUSED
+    from engine.lowering.registry import BACKWARD, REFUSED
 
     text = (ROOT / "docs" / "lowering.md").read_text()
     rules = text[text.index("| Family | Ops |"):text.index("Ops that carry no gradient")]

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 import engine
 from engine import model as model_module
-from engine.recent import Recent
+from engine.run.recent import Recent
 from tests.big_models import residual_chain
 
 

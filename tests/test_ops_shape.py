@@ -10,10 +10,10 @@ from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
 
 import engine
-from engine.attributes import array_to_tensor
 from engine.dtypes import to_numpy
 from engine.errors import OnnxGradError, UnsupportedOpError
 from engine.registry import lookup
+from engine.run.attributes import array_to_tensor
 
 MINE = {
     "Reshape", "Transpose", "Concat", "Split", "Slice", "Gather", "GatherElements", "GatherND",

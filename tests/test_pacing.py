@@ -1,4 +1,4 @@
-"""engine.pacing: the engine's long Python loops call a front end's pause hook, in the thread doing the work."""
+"""engine.run.pacing: the engine's long Python loops call a front end's pause hook, in the thread doing the work."""
 from __future__ import annotations
 
 import threading
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import engine
-from engine import pacing
+from engine.run import pacing
 from tests.big_models import residual_chain
 
 
@@ -51,7 +51,7 @@ def test_a_layout_and_a_forward_pass_pause_often_in_the_thread_that_runs_them(ca
 
 
 def test_the_explorers_gradient_pauses_in_its_backward_pass_too(calls):
-    from engine.gradient import GradientResult
+    from engine.gradient.prepared import GradientResult
 
     model = engine.load(residual_chain(20))  # 81 nodes
     calls.clear()

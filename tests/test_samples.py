@@ -16,7 +16,7 @@ from onnx import numpy_helper
 import engine
 from engine.cli import main as cli_main
 from engine.examples import spec_conv_gemm
-from engine.feeds import parse_spec
+from engine.gradient.feeds import parse_spec
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SAMPLES_DIR = ROOT / "sample_models"

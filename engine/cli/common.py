@@ -12,7 +12,7 @@ import threading
 from typing import TYPE_CHECKING
 
 from ..errors import FeedError
-from ..feed_syntax import SPEC_HELP
+from ..gradient.feed_syntax import SPEC_HELP
 
 if TYPE_CHECKING:
     import numpy as np
@@ -55,7 +55,7 @@ def add_dim_argument(p: argparse.ArgumentParser) -> None:
 
 def parse_dim_arguments(model: Model, args) -> dict[str, int]:
     """--dim seq=32 --dim batch=2 (or seq=32,batch=2), checked against the model's symbolic dims."""
-    from ..dims import check_dims, parse_dims
+    from ..gradient.dims import check_dims, parse_dims
 
     dims: dict[str, int] = {}
     for text in getattr(args, "dim", None) or []:
@@ -74,7 +74,7 @@ def add_selection_arguments(p: argparse.ArgumentParser, required: bool = True) -
 def selection_of(model: Model, args):
     """The validated (y, xs, zs) of --y/--xs/--zs, `inputs` in --zs standing for every graph input
     not in xs (unless the model has a tensor of that name); the extension's notes for the user."""
-    from ..selection import names
+    from ..gradient.selection import names
 
     xs, zs = names(args.xs), names(args.zs)
     if INPUTS in zs and not model.graph.has_tensor(INPUTS):
@@ -113,8 +113,8 @@ def collect_feeds(model: Model, args, seed: int = 0, *, targets=(), members=()) 
     """--feeds and --feed values, plus the engine's default for every unfed member of xs ∪ zs and
     every unfed graph input computing `targets` reads (one note per default on stderr). Symbolic
     dims come from --dim, else from the files fed (so `--feed mask=ones` matches ids.npy)."""
-    from ..dims import describe_dims, dims_from_feeds
-    from ..feeds import check_feed, complete_feeds, is_file_spec, load_npz, parse_assignment, parse_spec
+    from ..gradient.dims import describe_dims, dims_from_feeds
+    from ..gradient.feeds import check_feed, complete_feeds, is_file_spec, load_npz, parse_assignment, parse_spec
 
     dims = parse_dim_arguments(model, args)
     feeds: dict[str, np.ndarray] = {}
@@ -153,7 +153,7 @@ def note(args, text: str) -> None:
 def parse_dy(model: Model, y: str, spec: str | None, seed: int) -> np.ndarray | None:
     if spec is None:
         return None
-    from ..feeds import declared_dtype, parse_spec
+    from ..gradient.feeds import declared_dtype, parse_spec
 
     info = model.graph.types.get(y)
     shape = "unknown shape" if info is None or info.shape is None else f"shape {list(info.shape)}"

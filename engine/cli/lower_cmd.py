@@ -24,8 +24,8 @@ def run(args) -> int:
     import os
 
     from ..errors import LoweringError
-    from ..lower.lowering import lowered
-    from ..modelwrite import write
+    from ..lowering.build import lowered
+    from ..modelfile.writer import write
 
     if (args.y is None) != (args.xs is None):
         raise LoweringError("--y and --xs go together: name the tensor and what to differentiate it by")

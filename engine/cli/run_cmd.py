@@ -51,6 +51,6 @@ def run(args) -> int:
 def _npz_names(args) -> list[str]:
     if not args.feeds:
         return []
-    from ..feeds import load_npz
+    from ..gradient.feeds import load_npz
 
     return list(load_npz(args.feeds))

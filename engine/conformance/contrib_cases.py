@@ -12,7 +12,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..contrib_schema import signature
+from ..modelfile.contrib_schema import signature
 from .contrib import MS, ContribCase
 from .contrib_oracles import bias_add_reference, bias_split_gelu_reference, gemm_fast_gelu_reference
 

@@ -31,7 +31,7 @@ TOLS = {TensorProto.FLOAT16: 5e-3, TensorProto.BFLOAT16: 4e-2}  # a few units in
 
 
 # Disagreements understood and accepted (regex on the case name -> why); any other one is a bug. None today:
-# Attention's fully masked rows, once listed here, have a rule of their own (engine/lower/attention.py).
+# Attention's fully masked rows, once listed here, have a rule of their own (engine/lowering/attention.py).
 DOCUMENTED: dict[str, str] = {}
 
 
@@ -129,7 +129,7 @@ def scaled_error(got, want) -> float:
 def lower_case(case, seed: int = 0) -> LoweringOutcome:
     """Lower one case's gradients, run them in onnxruntime, compare with the engine."""
     from .. import load
-    from ..lower import lower
+    from ..lowering import lower
     from .gradients import selection_for
 
     info = case_info(case)
@@ -235,7 +235,7 @@ def forward_differs(case) -> str:
 
 def _compare_forward(case, got, want) -> str:
     """'' when onnxruntime's y from the lowered model is the engine's y at the same feeds (to the case's
-    tolerances), else how it differs: lowering may write forward nodes out (engine/lower/portable.py), and
+    tolerances), else how it differs: lowering may write forward nodes out (engine/lowering/portable.py), and
     the engine's forward is checked against the case's expected outputs by the forward sweep."""
     from .compare import compare
 

@@ -9,7 +9,7 @@ import onnx
 import torch
 
 from ..dtypes import onnx_to_torch
-from ..plan import StepObserver
+from ..run.plan import StepObserver
 
 
 @dataclass(frozen=True)

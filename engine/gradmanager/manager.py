@@ -21,10 +21,10 @@ import torch
 
 from ..dtypes import parse_device, parse_float_dtype
 from ..errors import FeedError, OnnxGradError, RecordingError, SelectionError
+from ..gradient.selection import names as parse_names
+from ..gradient.selection import unknown_name
 from ..model import Model, load
-from ..plan import StepObserver
-from ..selection import names as parse_names
-from ..selection import unknown_name
+from ..run.plan import StepObserver
 from .chains import Callback, Streams, check_chain
 from .chains import apply as apply_chain
 from .params import Parameters

@@ -10,7 +10,7 @@ from onnx import ModelProto, TensorProto
 from ..dtypes import onnx_to_torch
 from ..errors import ModelLoadError
 from ..model import Model
-from ..modelwrite import write
+from ..modelfile.writer import write
 
 
 class Parameters(Mapping[str, torch.Tensor]):

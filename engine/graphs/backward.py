@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..loader import GraphIndex
-from ..pacing import paced
-from ..plan import needed_nodes
-from ..selection import GradientSpec
+from ..gradient.selection import GradientSpec
+from ..modelfile.index import GraphIndex
+from ..run.pacing import paced
+from ..run.plan import needed_nodes
 from .vjp_needs import vjp_needs
 
 SEED_ID = "seed"

@@ -8,7 +8,7 @@ import subprocess
 import graphviz
 
 from ..errors import OnnxGradError
-from ..selection import GradientSpec
+from ..gradient.selection import GradientSpec
 from .view import ViewEdge, ViewGraph, ViewNode, build_view
 
 

@@ -17,7 +17,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Sequence
 
-from ..pacing import paced, pause_point
+from ..run.pacing import paced, pause_point
 
 Edge = tuple[int, int]
 VIRTUAL_WEIGHT = 4.0  # virtual items pull harder than nodes: long edges come out straight

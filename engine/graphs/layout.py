@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from ..errors import OnnxGradError
-from ..pacing import pause_point
-from ..selection import GradientSpec
+from ..gradient.selection import GradientSpec
+from ..run.pacing import pause_point
 from .backward import graph_of
 from .dot import GraphvizMissingError
 from .layered import Placement, isotonic_place, place

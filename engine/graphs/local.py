@@ -18,7 +18,7 @@ import weakref
 from collections import deque
 from dataclasses import dataclass
 
-from ..selection import GradientSpec
+from ..gradient.selection import GradientSpec
 from .backward import graph_of
 from .layout import GraphLayout, layout_view
 from .view import SMALL_MODEL_NODES, ViewGraph, build_view

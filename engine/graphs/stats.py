@@ -16,9 +16,9 @@ import torch
 
 from ..dtypes import parse_device, parse_float_dtype, to_numpy
 from ..errors import FeedError, SelectionError
-from ..gradient import GradientResult, complete_gradients, vjp
-from ..pacing import pause_point
-from ..plan import StepObserver
+from ..gradient.prepared import GradientResult, complete_gradients, vjp
+from ..run.pacing import pause_point
+from ..run.plan import StepObserver
 from .backward import BackwardEdge, BackwardGraph, build_backward_graph
 
 

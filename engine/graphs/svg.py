@@ -18,7 +18,7 @@ from dataclasses import replace
 from typing import Callable
 
 from ..errors import OnnxGradError
-from ..selection import GradientSpec
+from ..gradient.selection import GradientSpec
 from .dot import (
     CLUSTER_ATTRS,
     EDGE_ATTRS,

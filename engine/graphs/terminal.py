@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..pacing import paced, pause_point
+from ..run.pacing import paced, pause_point
 from .layout import GraphLayout, LayoutNode, gc_paused
 
 UP, DOWN, LEFT, RIGHT = 1, 2, 4, 8

@@ -20,9 +20,9 @@ from dataclasses import dataclass, replace
 from onnx import helper
 
 from ..errors import SelectionError
-from ..loader import TRAINING_DOMAIN, GraphIndex
-from ..pacing import paced
-from ..selection import GradientSpec, validate
+from ..gradient.selection import GradientSpec, validate
+from ..modelfile.index import TRAINING_DOMAIN, GraphIndex
+from ..run.pacing import paced
 from .backward import BackwardGraph, build_backward_graph, graph_of
 
 VIEWS = ("forward", "backward", "combined")

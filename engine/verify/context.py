@@ -11,10 +11,10 @@ import torch
 
 from ..dtypes import parse_device
 from ..errors import FeedError, SelectionError
-from ..gradient import PreparedGradient
+from ..gradient.prepared import PreparedGradient
+from ..gradient.selection import GradientSpec, names
 from ..model import Model
-from ..plan import Plan
-from ..selection import GradientSpec, names
+from ..run.plan import Plan
 from .absorbed import largest
 from .structure import RowSplit, separable_terms, trailing_tail
 

@@ -7,7 +7,7 @@ import numpy as np
 import torch
 
 from ..dtypes import parse_device, parse_float_dtype
-from ..plan import Plan
+from ..run.plan import Plan
 from .report import Finding
 
 

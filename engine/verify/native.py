@@ -16,7 +16,7 @@ import torch
 
 from ..dtypes import HALF_DTYPES
 from ..errors import OnnxGradError
-from ..plan import StepObserver
+from ..run.plan import StepObserver
 from .context import F64, Context
 from .findings import first_nonfinite_value
 from .report import FAIL, PASS, Finding

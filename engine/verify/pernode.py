@@ -12,7 +12,7 @@ import dataclasses
 import numpy as np
 import torch
 
-from ..loader import TRAINING_DOMAIN
+from ..modelfile.index import TRAINING_DOMAIN
 from .absorbed import largest
 from .fd import normal
 from .report import FAIL, INCONCLUSIVE, PASS, SKIPPED, NodeCheck, XCheck
@@ -136,7 +136,7 @@ def _rank(r) -> tuple:
 def nodes_settle(ctx, nodes) -> bool:
     """Whether passing node checks settle the gradient: every node on the path passed alone, and the
     engine's gradient is the node-by-node composition they verified (the run plan may fuse chains,
-    engine/fusion.py, whose backward no node check saw: the unfused backward must agree with it)."""
+    engine/run/fusion.py, whose backward no node check saw: the unfused backward must agree with it)."""
     # A node with no float output passes no gradient on (Greater, Shape): nothing there to verify.
     if not nodes or any(n.status != PASS and n.reason != NO_FLOAT_OUTPUT for n in nodes):
         return False

@@ -23,7 +23,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from ..plan import Plan, Step
+from ..run.plan import Plan, Step
 from .batching import BatchEvaluator
 from .fd import normal
 

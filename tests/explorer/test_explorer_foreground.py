@@ -8,7 +8,7 @@ import threading
 import time
 
 import engine
-from engine import pacing
+from engine.run import pacing
 from explorer import foreground
 from explorer.foreground import Foreground
 

@@ -3,7 +3,7 @@
 A Plan is built once per (sources, targets, device, dtype): constants are converted and placed
 on the device at build time, attributes become keyword arguments. The first call walks the list
 (the interpreter, the reference); later calls run the same steps compiled into one
-`torch.fx.GraphModule` (engine/fxplan.py), optionally under `torch.compile`.
+`torch.fx.GraphModule` (engine/run/fxplan.py), optionally under `torch.compile`.
 """
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ from typing import Callable, Sequence
 
 import torch
 
+from ..dtypes import type_clash
+from ..errors import ExecutionError, FeedError, OnnxGradError, UnsupportedOpError
+from ..modelfile.index import TRAINING_DOMAIN, GraphIndex, implicit_inputs, node_inputs
+from ..registry import parameters, require
 from . import attributes, fusion, lean
-from .dtypes import type_clash
-from .errors import ExecutionError, FeedError, OnnxGradError, UnsupportedOpError
-from .loader import TRAINING_DOMAIN, GraphIndex, implicit_inputs, node_inputs
 from .pacing import pause_point
-from .registry import parameters, require
 from .step_errors import STEP_ERRORS, step_error
 
 
@@ -38,7 +38,7 @@ class Step:
 # every time (the reference, and the "before" of benchmarks); "compile": fx under torch.compile.
 MODES = ("fx", "interpret", "compile")
 DEFAULT_MODE = os.environ.get("ONNXGRAD_PLAN", "fx")
-# Fusion of exported GELU/attention chains (engine/fusion.py) in `run`/`interpret`; "0" turns it off.
+# Fusion of exported GELU/attention chains (engine/run/fusion.py) in `run`/`interpret`; "0" turns it off.
 FUSE = os.environ.get("ONNXGRAD_FUSE", "1") != "0"
 
 
@@ -147,7 +147,7 @@ class Plan:
         self._template = [template.get(k) for k in range(len(slot))]
         # `steps`: one per node, for run_all, run_observed (step mode, recorders) and every reader of
         # the plan's nodes. `run_steps`: what run/interpret execute, with GELU and attention chains
-        # fused unless fusion is off, and Relu/Conv keeping less for autograd (engine/lean.py, opt-in),
+        # fused unless fusion is off, and Relu/Conv keeping less for autograd (engine/run/lean.py, opt-in),
         # unless the caller keeps every value (keep_all).
         self.steps = self._with_frees(steps, keep_all)
         self.run_steps = self.steps
@@ -369,8 +369,8 @@ class _SubgraphCompiler:
     def _compile(self, g) -> tuple["Plan", int]:
         from onnx import ModelProto
 
+        from ..modelfile.index import graph_free_names, index
         from .attributes import tensor_from_proto
-        from .loader import graph_free_names, index
 
         free = graph_free_names(g)
         model = ModelProto()

@@ -13,7 +13,7 @@ from typing import Callable, Sequence
 import onnx
 from onnx import AttributeProto, FunctionProto, GraphProto, NodeProto, helper, numpy_helper
 
-from ..loader import node_inputs, subgraphs
+from ..modelfile.index import node_inputs, subgraphs
 from .core import propagate
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from .errors import SelectionError
-from .loader import GraphIndex, node_inputs
+from ..errors import SelectionError
+from ..modelfile.index import GraphIndex, node_inputs
 
 
 @dataclass(frozen=True)
@@ -113,7 +113,7 @@ def validate(graph: GraphIndex, y: str, xs, zs=(), strict: bool = False) -> Grad
     for n in xs:
         info = graph.types.get(n)
         if info is not None and info.elem_type is not None and not info.is_float:
-            from .dtypes import onnx_type_name
+            from ..dtypes import onnx_type_name
 
             raise SelectionError(
                 f"{n!r} is {onnx_type_name(info.elem_type)}: only float tensors can be in xs (put it in zs)"

@@ -24,8 +24,8 @@ import os
 
 import torch
 
+from ..ops import activation, conv
 from .fusion import RAW_FN, RAW_IN, RAW_KW, RAW_OUT, slot_readers
-from .ops import activation, conv
 
 # Opt-in: on resnet50 (one 224x224 image) it cuts the live peak by 20 MB, but glibc's heap keeps
 # the freed activations' pages either way (peak RSS 200-206 MB against 201-215), and the masks and

@@ -14,10 +14,10 @@ import onnx
 from onnx import ModelProto, helper, version_converter
 
 from ..errors import LoweringError
-from ..loader import TRAINING_DOMAIN, _toposort, subgraphs
-from ..modelfile import checkable
-from ..modelwrite import materialize
-from ..selection import names as split_names
+from ..gradient.selection import names as split_names
+from ..modelfile.index import TRAINING_DOMAIN, _toposort, subgraphs
+from ..modelfile.reader import checkable
+from ..modelfile.writer import materialize
 from .context import Ctx, attr, collect_types, infer_shapes, known_values
 from .contrib import expand_contrib
 from .core import backward, cut_slice
@@ -39,7 +39,7 @@ def as_proto(model) -> ModelProto:
 
 def _graph(model):
     """The loaded graph of an engine Model, or of a path, bytes or proto loaded now (one-line errors)."""
-    from ..loader import load as read_graph
+    from ..modelfile.index import load as read_graph
 
     graph = getattr(model, "graph", None)
     if graph is not None and hasattr(graph, "weights"):
@@ -101,7 +101,7 @@ def _output_shapes(proto: ModelProto) -> dict:
 
 class Lowering:
     """The model being rewritten, re-typed by shape inference after each step. Initializers whose
-    bytes live outside the proto (`weights`, engine/weights.py) stay there: shape inference runs on a
+    bytes live outside the proto (`weights`, engine/modelfile/weights.py) stay there: shape inference runs on a
     copy that declares them as inputs, and a rule reading their values reads them where they are."""
 
     def __init__(self, proto: ModelProto, weights=None):
@@ -188,8 +188,8 @@ class Lowering:
 
     # -- a selection -----------------------------------------------------------------------------
     def add_selection(self, y: str, xs, zs, dy: str | None, outputs: Sequence[str] | None) -> list[str]:
-        from ..loader import index
-        from ..selection import validate
+        from ..gradient.selection import validate
+        from ..modelfile.index import index
 
         spec = validate(index(self.proto), y, xs, zs)
         outputs = list(outputs or [f"d{spec.y}_d{x}" for x in spec.xs])
@@ -287,7 +287,7 @@ def lower(model, y: str | None = None, xs=None, zs=None, *, dy: str | bool | Non
 def lowered(model, y: str | None = None, xs=None, zs=None, *, dy: str | bool | None = None,
             names=None, check: bool = True) -> tuple[ModelProto, dict]:
     """`lower` without putting the weights into the proto: (the lowered model with the large
-    initializers' bytes left out, those bytes by name), for `engine.modelfile.write` to stream."""
+    initializers' bytes left out, those bytes by name), for `engine.modelfile.reader.write` to stream."""
     from ..model import Model
 
     graph = _graph(model)

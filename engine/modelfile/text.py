@@ -5,8 +5,8 @@ from __future__ import annotations
 import onnx
 from onnx import ModelProto
 
-from .errors import ModelLoadError
-from .loader import STANDARD_DOMAINS
+from ..errors import ModelLoadError
+from .index import STANDARD_DOMAINS
 
 
 def require_text(model: ModelProto) -> None:

@@ -23,8 +23,8 @@ from typing import Callable, Sequence
 import torch
 import torch.nn.functional as F
 
+from ..ops import elementwise, nn, reduce
 from .fxplan import RANDOM, SHAPE_OPS
-from .ops import elementwise, nn, reduce
 
 FLOATS = (torch.float32, torch.float64)
 RAW_FN, RAW_IN, RAW_OUT, RAW_KW = 3, 4, 5, 6  # fields of the raw step lists Plan builds

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from .errors import ExecutionError, OnnxGradError
+from ..errors import ExecutionError, OnnxGradError
 
 if TYPE_CHECKING:
     from .plan import Step

@@ -59,7 +59,7 @@ def collect_constants(model: onnx.ModelProto, initializers=None) -> dict[str, np
 
 def known_values(model: onnx.ModelProto, weights=None) -> Mapping[str, np.ndarray]:
     """`collect_constants` over the initializers held in the proto, and the values of those whose bytes
-    are outside it (`weights`, engine/weights.py), read only when a rule asks for one."""
+    are outside it (`weights`, engine/modelfile/weights.py), read only when a rule asks for one."""
     g = model.graph
     detached = weights.detached() if weights is not None else frozenset()
     held = [t for t in g.initializer if t.name not in detached]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto, helper
 
-from ..loader import node_inputs
+from ..modelfile.index import node_inputs
 from .context import TypeInfo, attr
 from .core import propagate
 from .decompose import inline_graph, through

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from .errors import FeedError
-from .loader import GraphIndex
+from ..errors import FeedError
+from ..modelfile.index import GraphIndex
 
 Dims = Mapping[str, int]
 

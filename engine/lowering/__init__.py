@@ -4,11 +4,8 @@
     supported_ops() -> the op types that have a backward rule
 
 The rules live one module per op family, mirroring engine/ops; importing them fills BACKWARD.
-The package itself is callable, so `engine.lower(model, ...)` is `engine.lower.lower(model, ...)`.
+`engine.lower(model, ...)` is this package's `lower`.
 """
-import sys
-import types
-
 from . import (  # noqa: F401  (fill the registry)
     activation,
     attention,
@@ -27,16 +24,9 @@ from . import (  # noqa: F401  (fill the registry)
     shape,
     signal,
 )
+from .build import lower
 from .core import supported_ops
-from .lowering import lower
 from .registry import BACKWARD, rule
 
 __all__ = ["lower", "supported_ops", "BACKWARD", "rule"]
 
-
-class _CallablePackage(types.ModuleType):
-    def __call__(self, *args, **kwargs):
-        return lower(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallablePackage

@@ -11,7 +11,7 @@ from typing import Sequence
 
 from onnx import NodeProto, TensorProto
 
-from ..loader import node_inputs
+from ..modelfile.index import node_inputs
 from .context import Ctx
 from .registry import BACKWARD, REFUSED
 

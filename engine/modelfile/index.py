@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import onnx
 from onnx import ModelProto, NodeProto, TensorProto
 
-from .errors import ModelLoadError
+from ..errors import ModelLoadError
 
 if TYPE_CHECKING:
     from .weights import Weights
@@ -28,7 +28,7 @@ class TensorInfo:
 
     @property
     def is_float(self) -> bool:
-        from .dtypes import FLOAT_ONNX_TYPES
+        from ..dtypes import FLOAT_ONNX_TYPES
 
         return self.elem_type in FLOAT_ONNX_TYPES
 
@@ -49,7 +49,7 @@ class GraphIndex:
     initializers: dict[str, TensorProto]
     outputs: list[str]
     types: dict[str, TensorInfo] = field(default_factory=dict)
-    # Initializer values (engine/weights.py): read on first use, zero-copy where the bytes allow.
+    # Initializer values (engine/modelfile/weights.py): read on first use, zero-copy where the bytes allow.
     # `initializers` holds the protos without the bytes of any tensor of a kilobyte or more.
     weights: Weights | None = None
     # The model as it was read, without the weights and before shape inference added value_info:
@@ -199,7 +199,7 @@ def _check(model: ModelProto) -> None:
     """onnx's checker on `model` (without its weights: `modelfile.checkable`), except that onnxruntime's
     default-domain contrib ops (SimplifiedLayerNormalization, LayerNormalization below opset 17, which
     its optimizer writes) are checked as custom-domain nodes."""
-    from .modelfile import first_line
+    from .reader import first_line
 
     runtime_ops = _default_domain_contrib_nodes(model)
     hidden = "onnxgrad.onnxruntime"
@@ -244,7 +244,7 @@ def load(source: str | os.PathLike | ModelProto | bytes, *, check: bool = True) 
     """Read a model (path, folder holding one .onnx, bytes or proto), check it, infer shapes where
     possible and index it. The checker and shape inference see the model without its weights; the
     weights stay where they are (`GraphIndex.weights`) until something reads them."""
-    from .modelfile import checkable, read
+    from .reader import checkable, read
 
     skeleton, weights, path = read(source)
     if not skeleton.HasField("graph") and skeleton.ir_version == 0:  # protobuf parses b"" and some text "fine"

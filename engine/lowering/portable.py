@@ -11,7 +11,7 @@ that definition. Each expansion writes the node's own output names, so selection
 - Pow with an exponent of an integer type onnxruntime has no kernel for (8- and 16-bit, unsigned):
   the exponent cast to int64.
 - GRU, LSTM and RNN with layout 1 (batch first): Transposes around the same recurrence in layout 0.
-- ai.onnx.preview.training's Momentum, Adagrad and Adam: their formulas (engine/lower/training.py).
+- ai.onnx.preview.training's Momentum, Adagrad and Adam: their formulas (engine/lowering/training.py).
 """
 from __future__ import annotations
 

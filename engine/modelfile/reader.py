@@ -1,9 +1,9 @@
-"""Reading a model without its weights (writing one back: engine/modelwrite.py).
+"""Reading a model without its weights (writing one back: engine/modelfile/writer.py).
 
 `read` gives the model's *skeleton* (the ModelProto with every initializer of a kilobyte or more
 stripped of its bytes: what protobuf parses, the checker checks and shape inference reads) and a
 `Weights` that knows where those bytes are: in the .onnx file (protobuf never sees them; see
-engine/protowire.py) or in external data files, opened through onnx's own path checks and mapped.
+engine/modelfile/protowire.py) or in external data files, opened through onnx's own path checks and mapped.
 `checkable` is the skeleton as the checker and shape inference can take it.
 """
 from __future__ import annotations
@@ -14,9 +14,9 @@ import os
 import onnx
 from onnx import ModelProto, TensorProto, helper
 
+from ..errors import ModelLoadError
 from . import protowire
-from .errors import ModelLoadError
-from .modeltext import require_text
+from .text import require_text
 from .weights import Buffer, DataFile, Span, Weights, describe, expected_bytes
 
 STRIP_BYTES = 1024  # smaller initializers stay in the proto: shape inference reads the shape-like ones

@@ -10,14 +10,14 @@ from typing import TYPE_CHECKING, Iterable, Mapping
 import numpy as np
 from onnx import TensorProto, helper
 
+from ..dtypes import to_numpy
+from ..errors import FeedError, UnsupportedOpError
+from ..modelfile.index import GraphIndex, node_inputs
 from .dims import Dims, dims_from_feeds, sized
-from .dtypes import to_numpy
-from .errors import FeedError, UnsupportedOpError
 from .feed_syntax import SPEC_HELP
-from .loader import GraphIndex, node_inputs
 
 if TYPE_CHECKING:
-    from .model import Model
+    from ..model import Model
 
 
 def declared_shape(graph: GraphIndex, name: str, dims: Dims | None = None) -> tuple[int, ...]:
@@ -174,7 +174,7 @@ def load_npz(path: str) -> dict[str, np.ndarray]:
 # --- checking a value against what the model declares ------------------------------------------
 def _kinds(elem_type: int | None) -> str | None:
     """The numpy kinds a value of this ONNX element type may have (floats of any width for floats)."""
-    from .dtypes import FLOAT_ONNX_TYPES
+    from ..dtypes import FLOAT_ONNX_TYPES
 
     if elem_type is None or elem_type == TensorProto.UNDEFINED:
         return None
@@ -297,12 +297,12 @@ def defaults_for(model: "Model", names: Iterable[str], feeds: Mapping[str, objec
     1. an initializer takes its value (not listed as a choice);
     2. a graph input takes `default_spec` (random floats; ones for integers named like a mask,
        zeros for other integers and bools), its symbolic dims sized by `dims`, else by the feeds
-       that show them, else 1 (`engine.dims`);
+       that show them, else 1 (`engine.gradient.dims`);
     3. an intermediate takes its forward value, computed from the feeds and these same defaults
        for the graph inputs above it (which are returned too); when its producer cannot run
        (an unsupported op upstream), `default_spec` instead.
     """
-    from .plan import needed_nodes
+    from ..run.plan import needed_nodes
 
     graph = model.graph
     values: dict[str, object] = {}
@@ -339,7 +339,7 @@ def complete_feeds(model: "Model", feeds: Mapping[str, object], *, targets: Iter
                    ) -> tuple[dict[str, object], tuple[Default, ...]]:
     """`feeds` plus a default (`defaults_for`) for every unfed member of xs ∪ zs and every unfed
     graph input that computing `targets` reads; and what was chosen, for the user to see."""
-    from .plan import needed_nodes
+    from ..run.plan import needed_nodes
 
     members = list(members)
     needed = needed_nodes(model.graph, set(feeds) | set(members), list(targets))[1] if targets else []

@@ -12,8 +12,8 @@ import numpy as np
 import torch
 from torch.overrides import has_torch_function
 
-from .errors import FeedError, SelectionError
-from .plan import Plan
+from ..errors import FeedError, SelectionError
+from ..run.plan import Plan
 from .selection import GradientSpec
 
 # torch.autograd.grad's own engine call (see `vjp`); None if a torch release renames it.

@@ -18,11 +18,11 @@ import numpy as np
 import torch
 from onnx import TensorProto, helper
 
-from .dtypes import FLOAT_ONNX_TYPES, read_only, to_numpy
-from .gradient import GradientResult
+from ..dtypes import FLOAT_ONNX_TYPES, read_only, to_numpy
+from .prepared import GradientResult
 
 if TYPE_CHECKING:
-    from .model import Model
+    from ..model import Model
     from .selection import GradientSpec
 
 FEED, CONSTANT, DEFAULT = 0, 1, 2

@@ -1,6 +1,6 @@
 """Replace nodes of a model's graph by the ai.onnx nodes an expansion writes, before lowering: the
-contrib ops (engine/lower/contrib.py) and the standard ops onnxruntime has no kernel for
-(engine/lower/portable.py). An expansion writes the node's own output names, so selections naming
+contrib ops (engine/lowering/contrib.py) and the standard ops onnxruntime has no kernel for
+(engine/lowering/portable.py). An expansion writes the node's own output names, so selections naming
 them still resolve; the nodes it adds are offered to the expansions in turn.
 """
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Callable
 import onnx
 from onnx import ModelProto, NodeProto
 
-from ..modelfile import checkable
+from ..modelfile.reader import checkable
 from .context import Ctx, TypeInfo, collect_types, known_values
 
 Expansion = Callable[[Ctx, NodeProto], None]
@@ -25,7 +25,7 @@ def expand_nodes(proto: ModelProto, weights, expansion_for: Callable[[Ctx, NodeP
     """Replace (in place) each node of proto's graph for which `expansion_for(ctx, node)` names an
     expansion by the nodes that expansion adds; whether any was. `types` and `constants`: the graph's
     tensor types and known values when the caller has them (else shape inference finds the types).
-    Initializers whose bytes are in `weights` (engine/weights.py) are read from there when an
+    Initializers whose bytes are in `weights` (engine/modelfile/weights.py) are read from there when an
     expansion needs their values."""
     graph = proto.graph
     if types is None:

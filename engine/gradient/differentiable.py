@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from .loader import GraphIndex, node_inputs
+from ..modelfile.index import GraphIndex, node_inputs
 
 
 @lru_cache(maxsize=None)

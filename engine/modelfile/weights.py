@@ -19,7 +19,7 @@ from typing import Iterator, Mapping
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
-from .errors import ModelLoadError
+from ..errors import ModelLoadError
 
 # Element types whose values are packed below a byte: numpy_helper unpacks them.
 PACKED = frozenset(getattr(TensorProto, n) for n in ("INT4", "UINT4", "FLOAT4E2M1", "INT2", "UINT2", "FLOAT6E2M3",

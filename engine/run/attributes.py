@@ -7,8 +7,8 @@ import numpy as np
 import torch
 from onnx import AttributeProto, TensorProto, numpy_helper
 
-from .dtypes import FLOAT_ONNX_TYPES, onnx_to_torch
-from .errors import OnnxGradError
+from ..dtypes import FLOAT_ONNX_TYPES, onnx_to_torch
+from ..errors import OnnxGradError
 
 # Attributes that name an ONNX element type. When a run promotes floats (say to float64 for
 # finite differences), a cast to a float type must promote too, or the chain drops precision.

@@ -1,7 +1,7 @@
 """Writing a model back from wherever its weights live, never holding a second copy of them.
 
 The skeleton (the model without its large initializers' bytes) is serialized by protobuf; the bytes
-are spliced into it (engine/protowire.py) or, when the model would pass protobuf's 2 GB or when asked,
+are spliced into it (engine/modelfile/protowire.py) or, when the model would pass protobuf's 2 GB or when asked,
 written to one external data file beside it. Bytes still in a file the model was read from are
 copied by the kernel (copy_file_range), holes kept, so a sparse model stays sparse and no page of
 an untouched weight enters this process. Files are replaced atomically: a model mapped from the old
@@ -13,9 +13,9 @@ import os
 
 from onnx import ModelProto, TensorProto
 
+from ..errors import OnnxGradError
 from . import protowire
-from .errors import OnnxGradError
-from .modelfile import STRIP_BYTES
+from .reader import STRIP_BYTES
 from .weights import FileRange
 
 PROTOBUF_LIMIT = 2**31 - 1

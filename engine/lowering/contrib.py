@@ -16,8 +16,8 @@ import numpy as np
 import onnx
 from onnx import ModelProto, NodeProto, TensorProto
 
-from ..contrib_schema import is_default_domain_contrib
 from ..errors import LoweringError
+from ..modelfile.contrib_schema import is_default_domain_contrib
 from .context import Ctx, attr
 from .rewrite import drop_unused_domains, expand_nodes, opset_of
 
@@ -269,7 +269,7 @@ def _contrib(node: NodeProto, opset: int) -> bool:
 
 def expand_contrib(proto: ModelProto, weights=None) -> ModelProto:
     """`proto` with every onnxruntime contrib node replaced by its ai.onnx expansion (in place).
-    Initializers whose bytes are in `weights` (engine/weights.py) are read from there when an
+    Initializers whose bytes are in `weights` (engine/modelfile/weights.py) are read from there when an
     expansion needs their values."""
     opset = opset_of(proto)
     if not any(_contrib(n, opset) for n in proto.graph.node):
