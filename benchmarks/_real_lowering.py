@@ -3,7 +3,7 @@ of the output w.r.t. the input (when float) and every float weight, seeded with 
 plain ONNX, checked (full onnx.checker, strict shape inference) and run by onnxruntime, against the
 engine's own gradients in float32.
 
-The check, as tests/test_lower_light.py's: relative L2 error per gradient <= L2_TOL. A gradient whose
+The check, as tests/lowering/test_light.py's: relative L2 error per gradient <= L2_TOL. A gradient whose
 float32 value is itself round-off (the engine in float32 is more than L2_TOL from the engine in float64,
 e.g. a key bias, whose exact gradient is 0 because softmax ignores a per-row constant) passes when
 onnxruntime is as close to the float64 gradient as the float32 engine is (within twice its distance).
@@ -163,7 +163,7 @@ def judge(model, proto, lowered, y, xs, zs, feeds, dy) -> Judged:
 def lower_real(case, exporter: str, cache: str | None = real_models.CACHE, dynamic: bool = False) -> RealLowering:
     """Lower, check and run one architecture; with `dynamic` (symbolic batch / sequence), the one lowered
     model also runs at a second input size."""
-    from tests.lowering import check_valid
+    from tests.lowering_checks import check_valid
 
     proto, model, y, xs, zs, feeds, dy = prepared(case, exporter, cache, dynamic)
     opset = next(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx"))

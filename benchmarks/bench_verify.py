@@ -184,11 +184,11 @@ FAST_CASES = [("chain", vm.deep_chain(elem=vm.F64), (4, 32)), ("cnn", vm.small_c
 
 
 def detection(seeds: int) -> dict:
-    """The injected-bug catalogue (tests/test_verify_injected.py), each bug at `seeds` points x:
+    """The injected-bug catalogue (tests/verify/test_injected.py), each bug at `seeds` points x:
     how often each checker flags it. gradcheck checks the same float64 plan, whose autograd runs
     the wrong VJP; its fast mode draws its vectors from a fixed generator, so x is what varies."""
     from engine.verify import register_op_with_vjp
-    from tests.test_verify_injected import BUGS, N, _model, _selection
+    from tests.verify.test_injected import BUGS, N, _model, _selection
 
     rows = {}
     for bug in sorted(BUGS):

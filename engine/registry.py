@@ -94,7 +94,7 @@ def _ensure_builtins() -> None:
         return
     _builtins = "loading"
     try:
-        from . import ops  # noqa: F401
+        from . import ops  # noqa: F401  lazy cycle: the families register themselves through this module
     except BaseException:
         _builtins = "absent"
         raise

@@ -6,7 +6,7 @@
 Each model is written with onnx.helper from fixed seeds, with the IR version, opsets and producer
 fixed, so the bytes depend on nothing but this script (never on the installed torch or onnx
 exporter). `SAMPLES` is the catalogue: the selection each sample is meant for, the feeds it needs
-and the verdict `onnxgrad check` should reach on it; tests/test_samples.py reads it.
+and the verdict `onnxgrad check` should reach on it; tests/run/test_samples.py reads it.
 """
 from __future__ import annotations
 

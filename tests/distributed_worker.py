@@ -1,4 +1,4 @@
-"""One rank of the data-parallel tests (tests/test_distributed.py starts it; not a test itself).
+"""One rank of the data-parallel tests (tests/gradmanager/test_distributed.py starts it; not a test itself).
 
     python tests/distributed_worker.py MODE OUT_DIR STORE_FILE      (RANK and WORLD_SIZE in the environment)
 

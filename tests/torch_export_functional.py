@@ -1,4 +1,4 @@
-"""Functional cases for tests/test_torch_export.py: reductions, losses, indexing and shape ops,
+"""Functional cases for tests/run/test_torch_export.py: reductions, losses, indexing and shape ops,
 ops the exporter writes as several nodes, what the exporter (or our engine) cannot handle yet, and
 the elementwise family that the hypothesis test drives. Cases are ExportCases (tests/torch_export_models.py)."""
 from __future__ import annotations

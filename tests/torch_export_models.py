@@ -1,4 +1,4 @@
-"""Small torch nn modules for tests/test_torch_export.py: each is exported with torch's TorchScript
+"""Small torch nn modules for tests/run/test_torch_export.py: each is exported with torch's TorchScript
 exporter, and the engine must reproduce torch's own outputs and gradients on the exported graph.
 
 An ExportCase names the module, how to make its inputs, which parameters to differentiate

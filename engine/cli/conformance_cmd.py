@@ -63,7 +63,7 @@ def run(args) -> int:
         raise OnnxGradError("--dtype makes variants of onnx's node cases; --contrib runs float32 and float16 already")
     if args.contrib and args.lower:
         raise OnnxGradError("--lower sweeps onnx's node cases; contrib ops are lowered by expanding them "
-                            "(tests/test_contrib_ops.py), not by --contrib")
+                            "(tests/ops/test_contrib.py), not by --contrib")
     if args.contrib:
         from .contrib_cmd import run_contrib
 

@@ -18,45 +18,14 @@ import numpy as np
 from onnx import helper
 
 from ..errors import OnnxGradError, UnsupportedOpError
+from .contrib_case import MS, ContribCase
 from .fd import FAIL, PASS, worse
 from .gradients import ERROR, NOT_DIFFERENTIABLE, GradientOutcome
 from .runner import MISMATCH, UNSUPPORTED_OP, CaseOutcome
 
-MS = "com.microsoft"
 TOLERANCES = {"float32": (1e-4, 1e-5), "float16": (5e-3, 5e-3)}
 NO_ORACLE = "no oracle"
 UNINFERRED_OUTPUTS = frozenset({"qk"})
-
-
-@dataclass(frozen=True)
-class ContribCase:
-    """One generated node: inputs by formal name (None = omitted optional input), in schema order."""
-
-    op: str
-    label: str
-    inputs: tuple
-    attrs: tuple = ()
-    outputs: tuple = ("output",)  # formal output names, in order (a prefix of the schema's)
-    xs: tuple = ()  # inputs whose gradient is checked against finite differences
-    domain: str = MS
-    opset: int = 17  # the default domain's opset in the case's model
-    half: bool = True  # also run a float16 variant
-    reference: Callable | None = None  # builds the oracle model when onnxruntime has no CPU kernel
-    straight_through: tuple = ()  # xs whose backward is a documented straight-through estimate
-
-    @property
-    def name(self) -> str:
-        return f"{self.op}/{self.label}"
-
-    def feeds(self, dtype: str = "float32") -> dict:
-        out = {}
-        for name, value in self.inputs:
-            if value is None:
-                continue
-            if dtype == "float16" and value.dtype == np.float32:
-                value = value.astype(np.float16)
-            out[name] = value
-        return out
 
 
 def _value_info(name, value):

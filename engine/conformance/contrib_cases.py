@@ -7,34 +7,14 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import zlib
 from functools import lru_cache
 
 import numpy as np
 
-from ..modelfile.contrib_schema import signature
-from .contrib import MS, ContribCase
+from .contrib_case import ContribCase, make, normal, rng_for
+from .contrib_cases_attention import attention_cases
+from .contrib_cases_quant import quant_cases
 from .contrib_oracles import bias_add_reference, bias_split_gelu_reference, gemm_fast_gelu_reference
-
-
-def rng_for(op: str):
-    return np.random.default_rng(zlib.crc32(op.encode()))
-
-
-def normal(rng, *shape, scale=1.0, shift=0.0):
-    return (rng.standard_normal(shape) * scale + shift).astype(np.float32)
-
-
-def make(op, label, values: dict, attrs=None, n_outputs=1, xs=None, domain=MS, **kw) -> ContribCase:
-    names, outs = signature(domain, op)
-    inputs = [(n, values.get(n)) for n in names]
-    while inputs and inputs[-1][1] is None:
-        inputs.pop()
-    if xs is None:
-        xs = [n for n, v in inputs if v is not None and v.dtype == np.float32]
-    attrs = tuple(sorted((attrs or {}).items()))
-    return ContribCase(op, label, tuple(inputs), attrs, tuple(outs[:n_outputs]), tuple(xs), domain, **kw)
-
 
 SHAPES = [(7,), (2, 5), (2, 3, 8), (1, 4, 2, 6), (3, 16)]
 
@@ -210,9 +190,6 @@ def _embed_layer_norm():
 
 @lru_cache(maxsize=1)
 def all_cases() -> tuple[ContribCase, ...]:
-    from .contrib_cases_attention import attention_cases
-    from .contrib_cases_quant import quant_cases
-
     cases = (_gelu_family() + _bias_ops() + _fused_matmul() + _fused_conv() + _skip_norms() + _layer_norms()
              + _embed_layer_norm() + attention_cases() + quant_cases())
     seen: dict[str, int] = {}

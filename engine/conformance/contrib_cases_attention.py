@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .contrib_cases import make, normal, rng_for
+from .contrib_case import make, normal, rng_for
 from .contrib_oracles import gqa_qk_norm_reference, mha_unpacked_reference
 
 

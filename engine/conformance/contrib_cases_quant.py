@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .contrib_cases import make, normal, rng_for
+from .contrib_case import make, normal, rng_for
 
 
 def pack_bits(values: np.ndarray, bits: int) -> np.ndarray:

@@ -5,7 +5,7 @@ Per case: xs, zs and the ys are the gradient sweep's (`gradients.selection_for`:
 the schema tags differentiable); each y is lowered with a seeded random `dy` input, the lowered
 model must pass onnx's full checker and strict shape inference, and onnxruntime's gradients must
 equal the engine's in the case's own element type to `TOL` of the gradient's scale (the tolerance
-of tests/test_lower.py: `max |ort - engine| <= TOL * max(1, max |engine|)`).
+of tests/lowering/test_lower.py: `max |ort - engine| <= TOL * max(1, max |engine|)`).
 """
 from __future__ import annotations
 

@@ -89,7 +89,7 @@ class _Values(Mapping):
 
 
 # onnx's data propagation spells a 1-D tensor's values as one shape dimension each: a 1-D input of
-# 2**31 elements (the >2 GB int8 table in tests/test_large_models.py) made it allocate 24 GB
+# 2**31 elements (the >2 GB int8 table in tests/modelfile/test_large_models.py) made it allocate 24 GB
 DATA_PROP_MAX_LENGTH = 1 << 16
 
 

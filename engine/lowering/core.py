@@ -75,7 +75,7 @@ def propagate(ctx: Ctx, nodes: Sequence[NodeProto], seeds: dict[str, str], xs: S
 
 def rule_for(ctx: Ctx, node: NodeProto):
     """The node's backward rule: its own, else its ONNX function body's; refusals say why not."""
-    from .decompose import function_rule
+    from .decompose import function_rule  # lazy cycle: a function body is differentiated by propagate, here
 
     standard = node.domain in ("", "ai.onnx")
     fn = BACKWARD.get(node.op_type) if standard else None

@@ -1,6 +1,6 @@
 """The formal input and output names of the onnxruntime contrib ops we run (onnx's own schema registry
 has none of them): step mode names each rule line's tensor with them, and the conformance sweep
-builds its cases from them. tests/test_contrib_ops.py holds this table to onnxruntime's schemas.
+builds its cases from them. tests/ops/test_contrib.py holds this table to onnxruntime's schemas.
 """
 from __future__ import annotations
 

@@ -10,13 +10,11 @@ import onnx
 from onnx import ModelProto, NodeProto, TensorProto
 
 from ..errors import ModelLoadError
+from .domains import STANDARD_DOMAINS, TRAINING_DOMAIN  # noqa: F401  (engine.modelfile.index names them)
 
 if TYPE_CHECKING:
     from .weights import Weights
 
-TRAINING_DOMAIN = "ai.onnx.preview.training"
-# Domains whose nodes the engine interprets itself, string attributes included.
-STANDARD_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", TRAINING_DOMAIN})
 
 
 @dataclass(frozen=True)

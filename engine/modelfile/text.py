@@ -6,7 +6,7 @@ import onnx
 from onnx import ModelProto
 
 from ..errors import ModelLoadError
-from .index import STANDARD_DOMAINS
+from .domains import STANDARD_DOMAINS
 
 
 def require_text(model: ModelProto) -> None:

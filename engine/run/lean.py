@@ -10,7 +10,7 @@ weight; a Conv whose output only a Relu reads is joined with it (rectified in pl
 activation allocated, not two). The gradients are computed by the kernels torch's autograd calls
 (threshold_backward on a bool mask; aten.convolution_backward with an input of the right
 shape and no values, as torch.nn.grad.conv*d_input does): on the CPU they are the same bits
-(tests/test_lean.py); elsewhere the plain ops run.
+(tests/run/test_lean.py); elsewhere the plain ops run.
 
 `Plan` swaps these in for the run that is differentiated once (`Plan.run`, the steps
 `run_steps`); a run whose gradient is differentiated again (`create_graph`, nested Gradient

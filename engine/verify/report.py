@@ -11,9 +11,10 @@ import math
 from dataclasses import dataclass
 from xml.etree import ElementTree as ET
 
-SCHEMA_VERSION = 1
+from .status import CANCELLED, FAIL, INCONCLUSIVE, PASS, SKIPPED  # noqa: F401  (report users read them here)
+from .text import format_report
 
-PASS, FAIL, INCONCLUSIVE, SKIPPED, CANCELLED = "pass", "fail", "inconclusive", "skipped", "cancelled"
+SCHEMA_VERSION = 1
 
 
 @dataclass(frozen=True)
@@ -162,8 +163,6 @@ class CheckReport:
         return junit_xml(self)
 
     def summary(self) -> str:
-        from .text import format_report
-
         return format_report(self)
 
 

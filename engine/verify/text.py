@@ -1,7 +1,12 @@
 """A report as plain text for the terminal: a line per x, per claim, per failing node, then findings."""
 from __future__ import annotations
 
-from .report import PASS, CheckReport, XCheck
+from typing import TYPE_CHECKING
+
+from .status import PASS
+
+if TYPE_CHECKING:
+    from .report import CheckReport, XCheck
 
 MARK = {"pass": "PASS", "fail": "FAIL", "inconclusive": "INCONCLUSIVE", "skipped": "skipped",
         "cancelled": "cancelled"}
