@@ -20,7 +20,7 @@ from onnx.backend.base import Backend, BackendRep, namedtupledict
 from .dtypes import FLOAT_ONNX_TYPES, onnx_to_torch, onnx_type_name, parse_device, parse_float_dtype
 from .errors import FeedError, OnnxGradError
 from .model import Model, load
-from .run.attributes import array_to_tensor
+from .run.values import array_to_tensor
 
 
 class UnsupportedTypeError(OnnxGradError):

@@ -19,10 +19,10 @@ from .modelfile import index as loader
 from .modelfile.index import TRAINING_DOMAIN, GraphIndex, node_inputs
 from .registry import require
 from .registry import version as registry_version
-from .run.attributes import array_to_tensor, tensor_from_proto
 from .run.pacing import paced, pause_point
 from .run.plan import Plan, needed_nodes
 from .run.recent import Recent
+from .run.values import array_to_tensor, tensor_from_proto
 
 PLANS_KEPT = 64  # plans and prepared gradients per model, the most recently used
 SELECTIONS_KEPT = 512

@@ -370,7 +370,7 @@ class _SubgraphCompiler:
         from onnx import ModelProto
 
         from ..modelfile.index import graph_free_names, index
-        from .attributes import tensor_from_proto
+        from .values import tensor_from_proto
 
         free = graph_free_names(g)
         model = ModelProto()

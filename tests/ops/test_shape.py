@@ -13,7 +13,7 @@ import engine
 from engine.dtypes import to_numpy
 from engine.errors import OnnxGradError, UnsupportedOpError
 from engine.registry import lookup
-from engine.run.attributes import array_to_tensor
+from engine.run.values import array_to_tensor
 
 MINE = {
     "Reshape", "Transpose", "Concat", "Split", "Slice", "Gather", "GatherElements", "GatherND",
