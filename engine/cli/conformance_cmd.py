@@ -51,8 +51,7 @@ def _progress():
 
 
 def run(args) -> int:
-    from ..conformance import select_cases
-    from ..conformance.report import counts, failures_markdown, localize
+    from ..conformance.report import failures_markdown
     from ..conformance.suite import conformance, sample_per_op
 
     if args.mutants is not None:
@@ -68,54 +67,14 @@ def run(args) -> int:
         from .contrib_cmd import run_contrib
 
         return run_contrib(args, _progress())
-    if args.max_cases is not None and args.max_cases < 1:
-        raise OnnxGradError(f"--max-cases must be at least 1, not {args.max_cases}")
-    if args.per_op is not None and (args.per_op < 1 or not (args.gradients or args.lower)):
-        raise OnnxGradError("--per-op needs --gradients or --lower and a count of at least 1")
-    if args.lower and args.dtype:
-        raise OnnxGradError("--lower compares float32 cases; --dtype runs float16/bfloat16 variants (use one or the other)")
-    if args.lower:
-        try:
-            import onnxruntime  # noqa: F401
-        except ImportError:
-            raise OnnxGradError("--lower runs the lowered models in onnxruntime: pip install onnxruntime") from None
-    cases = select_cases(args.op, args.case, None if args.dtype else args.max_cases)
-    if not cases:
-        raise OnnxGradError(f"no node test case matches --case {' / '.join(args.case)}")
-    checker = None
-    if args.dtype:
-        from ..conformance.variants import variants_of
-        from ..conformance.verifier import native_check
-
-        cases, checker = variants_of(cases, args.dtype)[: args.max_cases], native_check
-        if not cases:
-            raise OnnxGradError(f"none of the selected cases has a {args.dtype} variant")
+    _refuse_node_case_options(args)
+    cases, checker = _cases_and_checker(args)
     sample = (lambda cs: sample_per_op(cs, args.per_op, args.seed)) if args.per_op else None
     result = conformance(cases, gradients=args.gradients, seed=args.seed, progress=_progress(), checker=checker,
                          gradient_filter=sample, lower=args.lower)
     out = sys.stdout if args.json != "-" else sys.stderr
-    c = counts(result.outcomes)
-    print(f"forward: {c['pass']} / {len(result.outcomes)} pass  ("
-          + ", ".join(f"{n} {s}" for s, n in c.items() if s != "pass") + f")  {result.forward_seconds:.1f}s", file=out)
-    for o in result.outcomes:
-        if args.show == "all" or (args.show == "failures" and o.status in ("mismatch", "error")):
-            accepted = f" (documented: {o.documented})" if o.documented else ""
-            print(f"  {o.status:<16} {o.name}: {o.message}{accepted}", file=out)
-            if o.status == "mismatch" and len(o.ops) > 1:
-                print(f"  {'':<16} {localize(o)}", file=out)
-    bad_gradient = 0
-    if args.gradients:
-        g = {}
-        for o in result.gradients:
-            g[o.status] = g.get(o.status, 0) + 1
-        print(f"gradients ({result.checker}): " + ", ".join(f"{n} {s}" for s, n in sorted(g.items(), key=lambda kv: -kv[1]))
-              + f"  {result.gradient_seconds:.1f}s", file=out)
-        for o in result.gradients:
-            failing = o.status in ("fail", "error", "non-finite")
-            bad_gradient += o.status in ("fail", "error") and not o.documented
-            if args.show == "all" or (args.show == "failures" and (failing or o.status == "inconclusive")):
-                accepted = f" (documented: {o.documented})" if o.documented else ""
-                print(f"  {o.status:<16} {o.name}: {o.reason}{accepted}", file=out)
+    _report_forward(result, args.show, out)
+    bad_gradient = _report_gradients(result, args.show, out) if args.gradients else 0
     bad_lowering = _report_lowering(result, args.show, out) if args.lower else 0
     if args.slowest:
         timed = sorted([(o, "forward") for o in result.outcomes] + [(o, "gradient") for o in result.gradients]
@@ -133,9 +92,78 @@ def run(args) -> int:
     return 1 if (any(o.failed for o in result.outcomes) or bad_gradient or bad_lowering) else 0
 
 
+def _refuse_node_case_options(args) -> None:
+    """The node-case sweep's option errors, before any case runs."""
+    if args.max_cases is not None and args.max_cases < 1:
+        raise OnnxGradError(f"--max-cases must be at least 1, not {args.max_cases}")
+    if args.per_op is not None and (args.per_op < 1 or not (args.gradients or args.lower)):
+        raise OnnxGradError("--per-op needs --gradients or --lower and a count of at least 1")
+    if args.lower and args.dtype:
+        raise OnnxGradError("--lower compares float32 cases; --dtype runs float16/bfloat16 variants (use one or the other)")
+    if args.lower:
+        try:
+            import onnxruntime  # noqa: F401
+        except ImportError:
+            raise OnnxGradError("--lower runs the lowered models in onnxruntime: pip install onnxruntime") from None
+
+
+def _cases_and_checker(args):
+    """The selected node cases (their --dtype variants, checked in that dtype, when asked) and the
+    gradient checker (None: the sweep's default)."""
+    from ..conformance import select_cases
+
+    cases = select_cases(args.op, args.case, None if args.dtype else args.max_cases)
+    if not cases:
+        raise OnnxGradError(f"no node test case matches --case {' / '.join(args.case)}")
+    if not args.dtype:
+        return cases, None
+    from ..conformance.variants import variants_of
+    from ..conformance.verifier import native_check
+
+    cases = variants_of(cases, args.dtype)[: args.max_cases]
+    if not cases:
+        raise OnnxGradError(f"none of the selected cases has a {args.dtype} variant")
+    return cases, native_check
+
+
+def _report_forward(result, show: str, out) -> None:
+    """Print the forward totals and the cases `show` asks for."""
+    from ..conformance.report import counts, localize
+    from ..conformance.status import ERROR, MISMATCH, PASS
+
+    c = counts(result.outcomes)
+    print(f"forward: {c[PASS]} / {len(result.outcomes)} pass  ("
+          + ", ".join(f"{n} {s}" for s, n in c.items() if s != PASS) + f")  {result.forward_seconds:.1f}s", file=out)
+    for o in result.outcomes:
+        if show == "all" or (show == "failures" and o.status in (MISMATCH, ERROR)):
+            accepted = f" (documented: {o.documented})" if o.documented else ""
+            print(f"  {o.status:<16} {o.name}: {o.message}{accepted}", file=out)
+            if o.status == MISMATCH and len(o.ops) > 1:
+                print(f"  {'':<16} {localize(o)}", file=out)
+
+
+def _report_gradients(result, show: str, out) -> int:
+    """Print the gradient sweep's totals and cases; the number of undocumented fail or error cases."""
+    from ..conformance.status import ERROR, FAIL, INCONCLUSIVE, NONFINITE
+
+    g: dict[str, int] = {}
+    for o in result.gradients:
+        g[o.status] = g.get(o.status, 0) + 1
+    print(f"gradients ({result.checker}): " + ", ".join(f"{n} {s}" for s, n in sorted(g.items(), key=lambda kv: -kv[1]))
+          + f"  {result.gradient_seconds:.1f}s", file=out)
+    bad = 0
+    for o in result.gradients:
+        failing = o.status in (FAIL, ERROR, NONFINITE)
+        bad += o.status in (FAIL, ERROR) and not o.documented
+        if show == "all" or (show == "failures" and (failing or o.status == INCONCLUSIVE)):
+            accepted = f" (documented: {o.documented})" if o.documented else ""
+            print(f"  {o.status:<16} {o.name}: {o.reason}{accepted}", file=out)
+    return bad
+
+
 def _report_lowering(result, show: str, out) -> int:
     """Print the lowering sweep's totals and cases; the number of undocumented wrong or error cases."""
-    from ..conformance.lowered import ERROR, LOWERED, WRONG
+    from ..conformance.status import ERROR, LOWERED, WRONG
 
     applicable = [o for o in result.lowered if o.applicable]
     counts: dict[str, int] = {}

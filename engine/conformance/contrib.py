@@ -19,12 +19,12 @@ from onnx import helper
 
 from ..errors import OnnxGradError, UnsupportedOpError
 from .contrib_case import MS, ContribCase
-from .fd import FAIL, PASS, worse
-from .gradients import ERROR, NOT_DIFFERENTIABLE, GradientOutcome
-from .runner import MISMATCH, UNSUPPORTED_OP, CaseOutcome
+from .gradients import GradientOutcome
+from .runner import CaseOutcome
+from .status import ERROR, FAIL, MISMATCH, NO_ORACLE, NOT_DIFFERENTIABLE, PASS, UNSUPPORTED_OP, worse
+from .verifier import default_checker
 
 TOLERANCES = {"float32": (1e-4, 1e-5), "float16": (5e-3, 5e-3)}
-NO_ORACLE = "no oracle"
 UNINFERRED_OUTPUTS = frozenset({"qk"})
 
 
@@ -153,7 +153,6 @@ def _straight_through(model, case, y, feeds, seed) -> tuple[str, str]:
 
 def run_gradient(case: ContribCase, seed: int = 0, checker=None) -> GradientOutcome:
     from .. import load
-    from .verifier import default_checker
 
     checker = checker or default_checker()[1]
     start = time.perf_counter()

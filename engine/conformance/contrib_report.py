@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from .contrib import ContribRun
 from .gradients import op_gradient_status
-from .runner import PASS
+from .status import PASS
 
 BEGIN = "<!-- contrib sweep: begin (python scripts/gen_ops_doc.py --contrib) -->"
 END = "<!-- contrib sweep: end -->"
@@ -92,7 +92,7 @@ def contrib_markdown(run: ContribRun, domains: dict[str, str], oracles: dict[str
     ]
     for r in sorted(table, key=lambda r: r.op.lower()):
         note = NOTES.get(r.op, "")
-        if r.gradient not in ("pass", "") and r.gradient_note:
+        if r.gradient not in (PASS, "") and r.gradient_note:
             note = (note + "; " if note else "") + r.gradient_note
         lines.append(f"| {r.op} | {r.domain or 'ai.onnx'} | {_cell(r.float32)} | {_cell(r.float16)} | "
                      f"{r.gradient or '–'} | {r.oracles} | {note.replace('|', '/')} |")

@@ -19,11 +19,20 @@ from onnx.defs import OpSchema
 
 from ..errors import OnnxGradError
 from .cases import base_name, case_info, case_named
-from .fd import FAIL, INCONCLUSIVE, NONFINITE, PASS, GradCheck, worse
 from .runner import normalize
-
-NOT_DIFFERENTIABLE, NOT_CHECKED, ERROR = "not differentiable", "not checked", "error"
-GRADIENT_STATUSES = (PASS, INCONCLUSIVE, FAIL, NONFINITE, ERROR, NOT_DIFFERENTIABLE, NOT_CHECKED)
+from .status import (  # noqa: F401  (GRADIENT_STATUSES: read here by the sweep's users)
+    ERROR,
+    FAIL,
+    GRADIENT_STATUSES,
+    INCONCLUSIVE,
+    NONFINITE,
+    NOT_CHECKED,
+    NOT_DIFFERENTIABLE,
+    ONLY_DOCUMENTED,
+    PASS,
+    worse,
+)
+from .verifier import GradCheck, default_checker
 
 # Where an op's derivative does not exist; an inconclusive verdict elsewhere is a finding.
 KINKS = {
@@ -145,7 +154,6 @@ def selection_for(case) -> tuple[list[str], list[str], list[str], dict, bool] | 
 
 def check_case(case, checker: Checker | None = None, seed: int = 0) -> GradientOutcome:
     from .. import load
-    from .verifier import default_checker
 
     checker = checker or default_checker()[1]
     info = case_info(case)
@@ -166,7 +174,7 @@ def check_case(case, checker: Checker | None = None, seed: int = 0) -> GradientO
                 evaluations += res.evaluations
                 if worse(res.status, status) != status or (res.status == status and not reason and res.reason):
                     status = worse(res.status, status)
-                    reason = f"d{y}: {res.reason}" + (f" at {res.worst}" if res.worst else "")
+                    reason = f"d{y}: {res.reason}"
         except OnnxGradError as exc:
             status, reason = ERROR, str(exc).splitlines()[0][:300]
         except Exception as exc:  # an op without a working backward: a finding, not a crash
@@ -205,7 +213,7 @@ def op_gradient_status(outcomes: Iterable[GradientOutcome]) -> tuple[str, str]:
     accepted = [o for o in checked if o.documented]
     checked = [o for o in checked if not o.documented]
     if not checked and accepted:
-        return "documented", f"{_cases(len(accepted))}; {accepted[0].name}: {accepted[0].documented}"
+        return ONLY_DOCUMENTED, f"{_cases(len(accepted))}; {accepted[0].name}: {accepted[0].documented}"
     if not checked:
         if any(o.status == NOT_DIFFERENTIABLE for o in outcomes):
             return NOT_DIFFERENTIABLE, next(o.reason for o in outcomes if o.status == NOT_DIFFERENTIABLE)

@@ -21,11 +21,11 @@ import numpy as np
 
 from ..errors import OnnxGradError
 from .mutants import Mutant, candidates, injected
+from .status import ERROR, FAIL, INCONCLUSIVE, KILLED, PASS, SURVIVED, UNSEEN
 
 COUNTED = 0.01
 ROUNDOFF_MARGIN = 100.0  # times the reference gradient's own rounding error
 MODES = ("auto", "full", "fast", "sample")
-KILLED, INCONCLUSIVE, SURVIVED, UNSEEN, ERROR = "killed", "inconclusive", "survived", "unseen", "error"
 
 
 @dataclass(frozen=True)
@@ -143,9 +143,9 @@ def _one(mutant, load, y, xs, zs, feeds, seed, right, noise, modes, extra) -> Mu
 
 
 def _outcome(report, right: np.ndarray, wrong: np.ndarray) -> str:
-    if report.verdict == "fail":
+    if report.verdict == FAIL:
         return KILLED
-    if report.verdict != "pass":
+    if report.verdict != PASS:
         return INCONCLUSIVE
     if report.mode == "sample" and not _sample_saw(report, right, wrong):
         return UNSEEN

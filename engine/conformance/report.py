@@ -8,7 +8,18 @@ from typing import Iterable, Sequence
 
 from ..registry import supported_ops
 from .gradients import GradientOutcome, inconclusive_kind, op_gradient_status
-from .runner import ERROR, MISMATCH, PASS, STATUSES, UNSUPPORTED_OP, UNSUPPORTED_TYPE, CaseOutcome
+from .runner import CaseOutcome
+from .status import (
+    ERROR,
+    FAIL,
+    FORWARD_STATUSES,
+    INCONCLUSIVE,
+    MISMATCH,
+    NONFINITE,
+    PASS,
+    UNSUPPORTED_OP,
+    UNSUPPORTED_TYPE,
+)
 
 
 @dataclass(frozen=True)
@@ -71,7 +82,7 @@ def coverage(outcomes: Sequence[CaseOutcome], gradients: Sequence[GradientOutcom
 
 def counts(outcomes: Iterable) -> dict[str, int]:
     c = collections.Counter(o.status for o in outcomes)
-    return {s: c.get(s, 0) for s in STATUSES}
+    return {s: c.get(s, 0) for s in FORWARD_STATUSES}
 
 
 def _cell(passed: int, total: int) -> str:
@@ -194,10 +205,10 @@ def failures_markdown(outcomes: Sequence[CaseOutcome], peer: Sequence[CaseOutcom
         gc = collections.Counter(o.status for o in gradients)
         lines.extend(["", "## Gradients", "", "Checked: " + ", ".join(f"{n} {s}" for s, n in gc.most_common()) + "."])
         groups = [
-            ("Failing (bugs to fix)", [o for o in gradients if o.status in ("fail", "error", "non-finite")
+            ("Failing (bugs to fix)", [o for o in gradients if o.status in (FAIL, ERROR, NONFINITE)
                                        and not o.documented]),
             ("Documented disagreements", [o for o in gradients if o.documented]),
-            ("Inconclusive", [o for o in gradients if o.status == "inconclusive"]),
+            ("Inconclusive", [o for o in gradients if o.status == INCONCLUSIVE]),
         ]
         for heading, group in groups:
             if not group:
@@ -205,6 +216,6 @@ def failures_markdown(outcomes: Sequence[CaseOutcome], peer: Sequence[CaseOutcom
             lines.extend(["", f"### {heading} ({len(group)})", ""])
             for o in group:
                 why = f" — accepted: {o.documented}" if o.documented else ""
-                kind = f"[{inconclusive_kind(o.reason)}] " if o.status == "inconclusive" else ""
+                kind = f"[{inconclusive_kind(o.reason)}] " if o.status == INCONCLUSIVE else ""
                 lines.append(f"- {o.status}: **{o.op}** `{o.name}`: {kind}{o.reason}{why}")
     return "\n".join(lines) + "\n"

@@ -20,6 +20,7 @@ from onnx import TensorProto, numpy_helper
 from ..errors import OnnxGradError, UnsupportedOpError
 from .cases import case_info, node_cases, tolerances
 from .compare import compare
+from .status import ERROR, MISMATCH, PASS, UNSUPPORTED_OP, UNSUPPORTED_TYPE
 
 # Random ops: the expected values come from numpy's generator, which no backend reproduces;
 # their cases are judged on shape and element type only.
@@ -34,8 +35,6 @@ DOCUMENTED_MISMATCHES = {
         "it holds 1.9e-7, above the case's atol of 1e-7; onnxruntime fails it the same way",
 }
 
-PASS, MISMATCH, UNSUPPORTED_OP, UNSUPPORTED_TYPE, ERROR = "pass", "mismatch", "unsupported op", "unsupported type", "error"
-STATUSES = (PASS, MISMATCH, UNSUPPORTED_OP, UNSUPPORTED_TYPE, ERROR)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""The sweep's checker on top of the verifier (`engine.verify.check`), same interface as `fd.fd_check`.
+"""The sweeps' gradient checker: the verifier (`engine.verify.check`), its reports folded into one
+`GradCheck` per (y, xs).
 
 How much is checked (so the sweep fits a CI budget): every element of an x with at most
 `full_limit` elements; otherwise `samples` seeded random elements plus `directions` seeded random
@@ -6,32 +7,32 @@ directions (the verifier's sample and fast modes). dy is random (seeded) for a n
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 import numpy as np
 
-from .fd import FAIL, INCONCLUSIVE, NONFINITE, PASS, GradCheck, worse
+from .status import FAIL, INCONCLUSIVE, NONFINITE, PASS, SKIPPED, worse
 
 FULL_LIMIT = 64
 SAMPLES = 16
 DIRECTIONS = 4
 
 
-def available() -> bool:
-    try:
-        from ..verify import check  # noqa: F401
-    except ImportError:
-        return False
-    return True
+@dataclass(frozen=True)
+class GradCheck:
+    """One (y, xs) check: the worst verdict over xs and why."""
+
+    status: str
+    reason: str = ""
+    max_abs_err: float = 0.0
+    max_rel_err: float = 0.0
+    evaluations: int = 0  # forward passes spent on finite differences
 
 
 def default_checker():
-    """(name, checker): the verifier when it is importable, else the sweep's own finite differences."""
-    if available():
-        return "engine.verify.check", verifier_check
-    from .fd import fd_check
-
-    return "engine.conformance.fd", fd_check
+    """(name, checker): the name is what reports record as the gradient checker."""
+    return "engine.verify.check", verifier_check
 
 
 def verifier_check(model, y: str, xs: Sequence[str], zs: Sequence[str], feeds: Mapping[str, np.ndarray], *,
@@ -48,13 +49,13 @@ def verifier_check(model, y: str, xs: Sequence[str], zs: Sequence[str], feeds: M
         others = list(zs) + small
         runs.append(check(model, y, large, others, feeds, mode="sample", samples=samples, seed=seed))
         runs.append(check(model, y, large, others, feeds, mode="fast", directions=directions, seed=seed + 1))
-    status, reason, worst, abs_err, rel_err, forwards = PASS, "", "", 0.0, 0.0, 0
+    status, reason, abs_err, rel_err, forwards = PASS, "", 0.0, 0.0, 0
     for report in runs:
         for r in report.results:
             forwards += r.forwards
             abs_err = max(abs_err, r.max_abs_err or 0.0)
             rel_err = max(rel_err, r.max_rel_err or 0.0)
-            s = {"pass": PASS, "fail": FAIL}.get(r.status, INCONCLUSIVE)
+            s = r.status if r.status in (PASS, FAIL) else INCONCLUSIVE
             if s != PASS and worse(s, status) != status:
                 status, reason = s, f"x {r.name!r}: {r.reason or r.status}"
         if report.first_failing_node:
@@ -62,7 +63,7 @@ def verifier_check(model, y: str, xs: Sequence[str], zs: Sequence[str], feeds: M
         for f in report.findings:
             if f.kind.startswith("nonfinite") and f.kind != "nonfinite-native" and status != FAIL:
                 status, reason = NONFINITE, f.message
-    return GradCheck(status, reason, worst, abs_err, rel_err, forwards)
+    return GradCheck(status, reason, abs_err, rel_err, forwards)
 
 
 def native_check(model, y: str, xs: Sequence[str], zs: Sequence[str], feeds: Mapping[str, np.ndarray], *,
@@ -86,9 +87,9 @@ def native_check(model, y: str, xs: Sequence[str], zs: Sequence[str], feeds: Map
             found = INCONCLUSIVE, f"x {r.name!r}: at a kink, where float64 has no derivative for the native dtype to match"
         elif r.native_status == FAIL:
             found = FAIL, next(f.message for f in report.findings if f.kind == "native-precision" and f.x == r.name)
-        elif r.status == "fail":
+        elif r.status == FAIL:
             found = FAIL, f"x {r.name!r}: float64 {r.reason}"
-        elif r.status not in ("pass", "skipped"):
+        elif r.status not in (PASS, SKIPPED):
             found = INCONCLUSIVE, f"x {r.name!r}: float64 {r.reason or r.status}"
         else:
             continue
@@ -96,8 +97,7 @@ def native_check(model, y: str, xs: Sequence[str], zs: Sequence[str], feeds: Map
             status, reason = found
     if overflow and status == PASS:
         status, reason = NONFINITE, overflow
-    return GradCheck(status, reason, "", abs_err, rel_err, sum(r.forwards for r in report.results))
-
+    return GradCheck(status, reason, abs_err, rel_err, sum(r.forwards for r in report.results))
 
 
 def _at_a_kink(model, y: str, x: str, xs, zs, feeds, seed: int) -> bool:

@@ -16,9 +16,10 @@ from .context import Context, build
 from .findings import first_nonfinite_gradient, first_nonfinite_value
 from .native import native_errors
 from .pernode import check_nodes, nodes_settle, settled_by_nodes
-from .report import CANCELLED, FAIL, INCONCLUSIVE, PASS, CheckReport, Finding
+from .report import CheckReport, Finding
 from .resolve import advice, settle_directions
 from .second_order import check_second_order
+from .status import CANCELLED, FAIL, INCONCLUSIVE, PASS
 from .xcheck import Options, XProbe, skipped
 
 MODES = ("auto", "full", "sample", "fast")

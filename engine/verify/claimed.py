@@ -12,7 +12,8 @@ import numpy as np
 import torch
 
 from ..errors import FeedError, OnnxGradError
-from .report import FAIL, INCONCLUSIVE, PASS, ClaimedCheck
+from .report import ClaimedCheck
+from .status import FAIL, INCONCLUSIVE, PASS
 from .verdict import ATOL_REL, RTOL
 
 

@@ -19,7 +19,8 @@ from ..errors import OnnxGradError
 from ..run.plan import StepObserver
 from .context import F64, Context
 from .findings import first_nonfinite_value
-from .report import FAIL, PASS, Finding
+from .report import Finding
+from .status import FAIL, PASS
 
 NATIVE_TOLERANCE = {"float64": (1e-9, 1e-12), "float32": (1e-3, 1e-6)}  # (rtol, atol of the scale)
 # Units of the half type's roundoff allowed beyond what rounding the values explains, relative to

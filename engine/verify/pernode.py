@@ -15,7 +15,8 @@ import torch
 from ..modelfile.index import TRAINING_DOMAIN
 from .absorbed import largest
 from .fd import normal
-from .report import FAIL, INCONCLUSIVE, PASS, SKIPPED, NodeCheck, XCheck
+from .report import NodeCheck, XCheck
+from .status import FAIL, INCONCLUSIVE, PASS, SKIPPED
 from .xcheck import XProbe
 
 NODE_FULL_LIMIT = 4096  # node inputs up to this many elements are checked element by element

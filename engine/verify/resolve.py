@@ -17,7 +17,8 @@ import numpy as np
 import torch
 
 from . import verdict
-from .report import FAIL, INCONCLUSIVE, PASS, XCheck
+from .report import XCheck
+from .status import FAIL, INCONCLUSIVE, PASS
 from .xcheck import XProbe
 
 # Inconclusive only because the comparison was too coarse: another comparison may settle these.

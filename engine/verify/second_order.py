@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from .fd import normal
-from .report import INCONCLUSIVE
+from .status import INCONCLUSIVE
 from .xcheck import XProbe, skipped
 
 

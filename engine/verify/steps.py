@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from . import absorbed, fd, verdict
-from .report import FAIL, INCONCLUSIVE, PASS
+from .status import FAIL, INCONCLUSIVE, PASS
 
 if TYPE_CHECKING:
     from .xcheck import XProbe

@@ -3,13 +3,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .status import PASS
+from .status import CANCELLED, FAIL, INCONCLUSIVE, PASS, SKIPPED
 
 if TYPE_CHECKING:
     from .report import CheckReport, XCheck
 
-MARK = {"pass": "PASS", "fail": "FAIL", "inconclusive": "INCONCLUSIVE", "skipped": "skipped",
-        "cancelled": "cancelled"}
+MARK = {PASS: "PASS", FAIL: "FAIL", INCONCLUSIVE: "INCONCLUSIVE", SKIPPED: "skipped", CANCELLED: "cancelled"}
 
 
 def _s(n: int) -> str:
@@ -69,7 +68,7 @@ def format_report(report: CheckReport) -> str:
             counts[n.status] = counts.get(n.status, 0) + 1
         lines.append("  nodes: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())))
         for n in report.nodes:
-            if n.status in ("fail", "inconclusive"):
+            if n.status in (FAIL, INCONCLUSIVE):
                 lines.append(f"  {MARK[n.status]:12} node {n.node_name} ({n.op_type})  max abs {_num(n.max_abs_err)} "
                              f"rel {_num(n.max_rel_err)}  {n.reason}")
     if report.first_failing_node:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .fd import Measurement
-from .report import FAIL, INCONCLUSIVE, PASS
+from .status import FAIL, INCONCLUSIVE, PASS, UNCHECKED
 
 RTOL = 1e-4  # float64 analytic vs float64 finite differences
 ATOL_REL = 1e-6  # default atol, relative to the gradient's scale (so the check is scale-free)
@@ -32,7 +32,6 @@ RESOLUTION_REL = 1e-3  # default atol may rise to the finite differences' roundo
 # quantity compared: then a pass bounds |a - true| by a few thousandths of it, whatever cancels.
 RESOLVED_REL = 1e-3
 UNCONVERGED = 0.25  # central differences at h and h/2 this far apart (relatively) have not converged
-UNCHECKED = "unchecked"
 MAX_REFINED_FAILS = 256
 # Why an item is inconclusive, for deciding whether another step size could settle it.
 KINK, INACCURATE, UNREFINED, UNDEFINED = "kink", "inaccurate", "unrefined", "undefined"

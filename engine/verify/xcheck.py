@@ -9,7 +9,8 @@ import torch
 
 from . import absorbed, fd, steps, verdict
 from .batching import BatchEvaluator
-from .report import FAIL, INCONCLUSIVE, PASS, SKIPPED, ItemProblem, XCheck
+from .report import ItemProblem, XCheck
+from .status import FAIL, INCONCLUSIVE, PASS, SKIPPED, UNCHECKED
 from .structure import RowSplit, independent_rows, rows_through_tail
 
 MAX_PROBLEMS = 20
@@ -235,7 +236,7 @@ class XProbe:
         status = v.status
         is_fail, is_inconclusive, is_pass = status == FAIL, status == INCONCLUSIVE, status == PASS
         failed, inconclusive = int(is_fail.sum()), int(is_inconclusive.sum())
-        checked = int(np.sum(status != verdict.UNCHECKED))
+        checked = int(np.sum(status != UNCHECKED))
         conclusive = is_pass | is_fail
         worst = _worst(status, v.ratio)
         overall = FAIL if failed else (INCONCLUSIVE if inconclusive or checked == 0 else PASS)

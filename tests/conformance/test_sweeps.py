@@ -6,6 +6,7 @@ passing. Raise it with `python scripts/gen_ops_doc.py --raise-floor` as ops land
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import unittest
@@ -30,9 +31,9 @@ from engine.conformance import (
     run_case,
     select_cases,
 )
-from engine.conformance.fd import fd_check
 from engine.conformance.gradients import NOT_DIFFERENTIABLE, check_case, selection_for
 from engine.conformance.suite import DOC_GRADIENT_SAMPLE, doc_run, render_ops_doc
+from engine.conformance.verifier import FULL_LIMIT, verifier_check
 from engine.errors import OnnxGradError
 from tests import paths
 
@@ -141,13 +142,13 @@ def test_selection_follows_schema_tags():
     assert isinstance(status, str) and status.startswith(NOT_DIFFERENTIABLE)
 
 
-@pytest.mark.parametrize("checker", ["verifier", "fd"])
-def test_sweep_catches_a_wrong_vjp(checker):
-    """Sin's backward replaced by 2·cos: both checkers must call it a fail (and pass the real one)."""
-    from engine.conformance.verifier import verifier_check
+@pytest.mark.parametrize("full_limit", [FULL_LIMIT, 0])
+def test_sweep_catches_a_wrong_vjp(full_limit):
+    """Sin's backward replaced by 2·cos: the sweep's checker must call it a fail (and pass the real one),
+    checking every element (a small x) and sampled elements plus random directions (a large one)."""
     from engine.verify import register_op_with_vjp
 
-    check = verifier_check if checker == "verifier" else fd_check
+    check = functools.partial(verifier_check, full_limit=full_limit)
     case = case_named("test_sin_example")
     assert check_case(case, check).status == PASS
 
