@@ -9,6 +9,7 @@ import torch
 from onnx import TensorProto
 
 from .errors import OnnxGradError
+from .modelfile.elements import FLOAT_ONNX_TYPES, onnx_type_name  # noqa: F401  (the torch-free half)
 
 # torch has no uint16/32/64 arithmetic worth relying on; they are widened to the next signed
 # type and narrowed back when results leave the engine.
@@ -30,9 +31,6 @@ _ONNX_TO_TORCH: dict[int, torch.dtype] = {
     TensorProto.COMPLEX128: torch.complex128,
 }
 
-FLOAT_ONNX_TYPES = frozenset(
-    {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.BFLOAT16}
-)
 
 HALF_DTYPES = (torch.float16, torch.bfloat16)
 
@@ -49,13 +47,6 @@ def onnx_to_torch(elem_type: int) -> torch.dtype:
     except KeyError:
         name = TensorProto.DataType.Name(elem_type) if elem_type in TensorProto.DataType.values() else elem_type
         raise OnnxGradError(f"element type {name} is not supported (only numeric and bool tensors are)") from None
-
-
-def onnx_type_name(elem_type: int) -> str:
-    try:
-        return TensorProto.DataType.Name(elem_type).lower()
-    except ValueError:
-        return f"type{elem_type}"
 
 
 def parse_float_dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:

@@ -113,7 +113,7 @@ def validate(graph: GraphIndex, y: str, xs, zs=(), strict: bool = False) -> Grad
     for n in xs:
         info = graph.types.get(n)
         if info is not None and info.elem_type is not None and not info.is_float:
-            from ..dtypes import onnx_type_name
+            from ..modelfile.elements import onnx_type_name
 
             raise SelectionError(
                 f"{n!r} is {onnx_type_name(info.elem_type)}: only float tensors can be in xs (put it in zs)"
@@ -142,6 +142,42 @@ def validate(graph: GraphIndex, y: str, xs, zs=(), strict: bool = False) -> Grad
         )
     disconnected = frozenset(n for n in xs if n not in reached)
     return GradientSpec(y=y, xs=xs, zs=zs, disconnected=disconnected, determined=tuple(determined))
+
+
+def node_selection(node) -> tuple[str, list[str], list[str]]:
+    """(y, xs, zs) from the attributes of an ai.onnx.preview.training::Gradient node (None for y
+    or xs when the node lacks the attribute)."""
+    from onnx import helper
+
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    xs = [v.decode() for v in attrs["xs"]] if "xs" in attrs else None
+    zs = [v.decode() for v in attrs.get("zs", [])]
+    return (attrs["y"].decode() if "y" in attrs else None), xs, zs
+
+
+def check_gradient_node(graph: GraphIndex, i: int) -> None:
+    """A Gradient node inside a model: its attributes, inputs and outputs agree, and its selection
+    passes the spec's rules strictly; SelectionError (OnnxGradError without xs or y) naming it."""
+    from ..errors import OnnxGradError
+
+    node, name = graph.nodes[i], graph.node_names[i]
+    y, xs, zs = node_selection(node)
+    if xs is None or y is None:
+        raise OnnxGradError(f"Gradient node {name!r} needs the attributes xs and y")
+    if len(node.input) != len(xs) + len(zs):
+        raise SelectionError(
+            f"Gradient node {name!r} has {len(node.input)} inputs but xs and zs name {len(xs) + len(zs)}"
+        )
+    if len(node.output) > len(xs):
+        raise SelectionError(f"Gradient node {name!r} has {len(node.output)} outputs but xs names {len(xs)}")
+    missing = [m for m, t in zip(xs + zs, node.input) if not t]
+    if missing:
+        raise SelectionError(f"Gradient node {name!r} has no input for {missing[0]!r}: every member of xs and zs "
+                             "needs one")
+    try:
+        validate(graph, y, xs, zs, strict=True)
+    except SelectionError as exc:
+        raise SelectionError(f"Gradient node {name!r}: {exc}") from None
 
 
 def around(graph: GraphIndex, y: str, x: str, by: set[str], zs: set[str], members: set[str]) -> Determined | None:

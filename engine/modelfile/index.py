@@ -26,7 +26,7 @@ class TensorInfo:
 
     @property
     def is_float(self) -> bool:
-        from ..dtypes import FLOAT_ONNX_TYPES
+        from .elements import FLOAT_ONNX_TYPES
 
         return self.elem_type in FLOAT_ONNX_TYPES
 
