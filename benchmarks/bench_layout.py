@@ -36,7 +36,7 @@ from engine.gradient.selection import validate  # noqa: E402
 from engine.graphs import layout as layout_module  # noqa: E402
 from engine.graphs.terminal import Canvas  # noqa: E402
 from engine.graphs.view import build_view  # noqa: E402
-from engine.modelfile import index as loader  # noqa: E402
+from engine.modelfile.reader import read_graph  # noqa: E402
 
 BUDGET_S = 2.0
 PEER_CAP_S = 60.0
@@ -102,11 +102,11 @@ def main() -> int:
     if args.blocks:
         from tests.big_models import residual_chain
 
-        graph, name = loader.load(residual_chain(args.blocks)), f"residual_chain({args.blocks})"
+        graph, name = read_graph(residual_chain(args.blocks)), f"residual_chain({args.blocks})"
         spec = validate(graph, "loss", ["input"], [])
         views = ["backward", "forward"] if args.view == "both" else [args.view]
     else:
-        graph, name, views, spec = loader.load(args.model), os.path.basename(args.model), ["forward"], None
+        graph, name, views, spec = read_graph(args.model), os.path.basename(args.model), ["forward"], None
     view = build_view(graph, spec if views[0] != "forward" else None, views[0], needs_edges=False)
     report = {
         "model": name, "view": " and ".join(views), "nodes": len(graph.nodes), "view_nodes": len(view.nodes),

@@ -75,7 +75,7 @@ def load(source, *, check: bool = True, compile: bool = False):
 
     The file is read and checked before torch is imported, so a bad file costs no torch start-up.
     """
-    from .modelfile.index import load as read_graph
+    from .modelfile.reader import read_graph
 
     graph = read_graph(source, check=check)
     from .model import Model

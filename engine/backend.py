@@ -17,9 +17,10 @@ import torch
 from onnx import ModelProto, NodeProto, TensorProto, TypeProto, helper
 from onnx.backend.base import Backend, BackendRep, namedtupledict
 
+from . import load
 from .dtypes import FLOAT_ONNX_TYPES, onnx_to_torch, onnx_type_name, parse_device, parse_float_dtype
 from .errors import FeedError, OnnxGradError
-from .model import Model, load
+from .model import Model
 from .run.values import array_to_tensor
 
 

@@ -39,7 +39,7 @@ def as_proto(model) -> ModelProto:
 
 def _graph(model):
     """The loaded graph of an engine Model, or of a path, bytes or proto loaded now (one-line errors)."""
-    from ..modelfile.index import load as read_graph
+    from ..modelfile.reader import read_graph
 
     graph = getattr(model, "graph", None)
     if graph is not None and hasattr(graph, "weights"):

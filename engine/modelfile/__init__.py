@@ -1,7 +1,7 @@
 """The model file, read without torch: the wire format, the weights where they lie, the graph index.
 
-    index.load(source) -> GraphIndex     the checked graph: producers, consumers, order, declared types
-    reader.read(path)  -> skeleton, Weights   the ModelProto without its large initializers' bytes
+    reader.read_graph(source) -> GraphIndex   read, checked and indexed: producers, consumers, order, types
+    reader.read(source)  -> skeleton, Weights   the ModelProto without its large initializers' bytes
     writer             a model written back without a second copy of its weights
 Nothing here imports torch: `onnxgrad --help`, a bad file's error and the selection stay fast.
 """

@@ -16,6 +16,7 @@ from onnx import ModelProto, TensorProto, helper
 
 from ..errors import ModelLoadError
 from . import protowire
+from .index import GraphIndex, index
 from .text import require_text
 from .weights import Buffer, DataFile, Span, Weights, describe, expected_bytes
 
@@ -255,3 +256,71 @@ def checkable(model: ModelProto, detached) -> ModelProto:
             g.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
             inputs.add(t.name)
     return out
+
+
+def _check(model: ModelProto) -> None:
+    """onnx's checker on `model` (without its weights: `modelfile.checkable`), except that onnxruntime's
+    default-domain contrib ops (SimplifiedLayerNormalization, LayerNormalization below opset 17, which
+    its optimizer writes) are checked as custom-domain nodes."""
+    runtime_ops = _default_domain_contrib_nodes(model)
+    hidden = "onnxgrad.onnxruntime"
+    original = [node.domain for node in runtime_ops]
+    if runtime_ops:
+        for node in runtime_ops:
+            node.domain = hidden
+        model.opset_import.add(domain=hidden, version=1)
+    try:
+        onnx.checker.check_model(model)
+    except Exception as exc:
+        raise ModelLoadError(f"ONNX checker rejected the model: {first_line(exc)}") from None
+    finally:
+        if runtime_ops:
+            for node, domain in zip(runtime_ops, original):
+                node.domain = domain
+            del model.opset_import[len(model.opset_import) - 1]
+
+
+def _default_domain_contrib_nodes(model: ModelProto) -> list:
+    from .contrib_schema import DEFAULT_DOMAIN_OPS, is_default_domain_contrib
+
+    opset = next((i.version for i in model.opset_import if i.domain in ("", "ai.onnx")), 0)
+    found = []
+
+    def walk(graph):
+        for node in graph.node:
+            if node.domain in ("", "ai.onnx") and node.op_type in DEFAULT_DOMAIN_OPS \
+                    and is_default_domain_contrib(node.op_type, opset):
+                found.append(node)
+            for attr in node.attribute:
+                if attr.g.node:
+                    walk(attr.g)
+                for g in attr.graphs:
+                    walk(g)
+
+    walk(model.graph)
+    return found
+
+
+def read_graph(source: str | os.PathLike | ModelProto | bytes, *, check: bool = True) -> GraphIndex:
+    """Read a model (path, folder holding one .onnx, bytes or proto), check it, infer shapes where
+    possible and index it. The checker and shape inference see the model without its weights; the
+    weights stay where they are (`GraphIndex.weights`) until something reads them."""
+    skeleton, weights, path = read(source)
+    if not skeleton.HasField("graph") and skeleton.ir_version == 0:  # protobuf parses b"" and some text "fine"
+        raise ModelLoadError(f"{path or 'the model'} holds no graph and no ir_version: not an ONNX model")
+    bare = checkable(skeleton, weights.detached())
+    if check:
+        _check(bare)
+    model = ModelProto()
+    model.CopyFrom(skeleton)
+    try:  # best effort: shapes only inform messages and the explorer
+        inferred = onnx.shape_inference.infer_shapes(bare, strict_mode=False)
+        model.graph.value_info.extend(inferred.graph.value_info)
+        del model.graph.output[:]
+        model.graph.output.extend(inferred.graph.output)
+    except Exception:  # noqa: BLE001
+        pass
+    graph = index(model, path)
+    graph.weights = weights
+    graph.source = skeleton
+    return graph

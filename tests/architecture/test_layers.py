@@ -119,7 +119,7 @@ def test_the_file_layer_and_the_selection_import_no_torch():
             "import engine.modelfile.index, engine.modelfile.reader, engine.modelfile.writer\n"
             "import engine.modelfile.weights, engine.modelfile.protowire, engine.modelfile.text\n"
             "import engine.gradient.selection, engine.gradient.differentiable, engine.gradient.feed_syntax\n"
-            "graph = engine.modelfile.index.load('sample_models/mlp.onnx')\n"
+            "graph = engine.modelfile.reader.read_graph('sample_models/mlp.onnx')\n"
             "spec = engine.gradient.selection.validate(graph, 'loss', ['W1'], ['X', 'T'])\n"
             "print(json.dumps(sorted(m for m in ('torch', 'textual') if m in sys.modules)))\n")
     out = subprocess.run([sys.executable, "-c", code], cwd=paths.ROOT, capture_output=True, text=True, check=True)

@@ -15,7 +15,7 @@ import engine
 from engine.examples import spec_conv_gemm
 from engine.graphs import Canvas, layout_graph, render_text
 from engine.graphs.layout import NODE_HEIGHT
-from engine.modelfile import index as loader
+from engine.modelfile.reader import read_graph
 from tests.graphs.test_backward import fan_out
 from tests.graphs.test_diagrams import grad_wrt_h, second_order
 
@@ -124,7 +124,7 @@ def test_collapse_chains_folds_linear_runs():
 @pytest.fixture(scope="module")
 def densenet():
     path = pathlib.Path(os.path.dirname(onnx.__file__)) / "backend/test/data/light/light_densenet121.onnx"
-    return loader.load(path)
+    return read_graph(path)
 
 
 @pytest.mark.parametrize("engine_name", ENGINES)
