@@ -1,7 +1,11 @@
-"""The explorer App and `make_app`, the one factory shared by the console script, snapshots and tests."""
-from __future__ import annotations
+"""The explorer App and `make_app`, the one factory shared by the console script, snapshots and tests.
 
-import gc
+The App composes the screen and holds every key's action and every message handler; each hands
+its work to a collaborator (selection, settings, navigation, layouts, work, stepping, debugging,
+keys, pacing), which names what it uses of the App in a Protocol and is tested without one
+(tests/explorer/test_collaborators.py). They share `Shown` (host.py): the session and the cursor.
+"""
+from __future__ import annotations
 
 from textual import events
 from textual.app import App, ComposeResult
@@ -9,25 +13,29 @@ from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.screen import Screen
 from textual.widget import Widget
-from textual.widgets import Input
 
 import engine
-from engine.errors import OnnxGradError
 
+from . import commands as palette
 from . import messages as m
-from .commands import ExplorerCommands, PaletteApp
+from .commands import ExplorerCommands
 from .debugging import Debugging
 from .foreground import Foreground
 from .graph_work import LayoutWork
 from .guard import guarded
+from .host import Shown
+from .keys import Keys
 from .layout import wants_local
 from .marks import graph_marks
-from .screens.feed import CLEAR, FeedScreen
+from .navigation import Navigation, first_output
+from .pacing import Pacing
 from .screens.help import HelpScreen
 from .screens.prompt import PromptScreen
 from .screens.step import StepScreen
-from .selecting import Selecting
-from .state import Session, available_devices, open_session
+from .selecting import Selection
+from .settings import Settings
+from .state import Session, open_session
+from .stepping import Stepping
 from .widgets.footer import FittingFooter
 from .widgets.graph_view import GraphView
 from .widgets.inspector import Inspector
@@ -35,14 +43,13 @@ from .widgets.node_list import NodeList
 from .widgets.results import Results
 from .widgets.selection_bar import SelectionBar
 from .widgets.status import StatusLine
-from .work import CANCELLABLE, Workers
+from .work import Work, live
 
 COLLECT_EVERY_S = 1.0  # how often the garbage collector may run (explorer/foreground.py)
-AFTER_INPUT_S = 0.02  # how often work put off by after_input looks again
 
 
 @guarded
-class ExplorerApp(Selecting, Debugging, LayoutWork, Workers, PaletteApp, App):
+class ExplorerApp(App):
     TITLE = "onnxgrad"
     CSS_PATH = "explorer.tcss"
     COMMANDS = App.COMMANDS | {ExplorerCommands}
@@ -79,111 +86,108 @@ class ExplorerApp(Selecting, Debugging, LayoutWork, Workers, PaletteApp, App):
 
     def __init__(self, session: Session | None, load_error: str | None = None, placement: str = "auto"):
         super().__init__()
-        self.session = session
+        self.shown = Shown(session)
         self.load_error = load_error
-        self.placement = placement  # graph layout: "auto", "dot" or "layered" (see layout.py)
-        self.cursor: tuple[int | None, str | None] = (None, None)
-        self.layouts: dict[tuple, object] = {}
-        self.collect_before_freeze = False  # set when a model replaces another (see open_session)
         self.foreground = Foreground()  # opened on mount, closed on unmount
-        self.put_off = 0  # callbacks after_input holds back: what a settled app (a test) waits for too
+        self.pacing = Pacing(self.foreground)
+        self.selection = Selection(self.shown, self.notify, self.selection_changed)
+        self.settings = Settings(self.shown, self)
+        self.layout_work = LayoutWork(self.shown, self, placement)
+        self.navigation = Navigation(self.shown, self, self.layout_work)
+        self.work = Work(self.shown, self)
+        self.stepping = Stepping(self.shown, self, lambda: self.layout_work.layouts.get(("forward", None)))
+        self.debugging = Debugging(self.shown, self)
+        self.keys = Keys(self.shown, self, self.BINDINGS, self.work.cancellable, self.debugging.culprit)
 
-    def on_unmount(self) -> None:
-        self.foreground.close()
+    # --- the keys: each binding's action ------------------------------------------------------------
+    async def action_quit(self) -> None:
+        """Textual's own, named here beside the binding."""
+        await super().action_quit()
 
-    async def on_event(self, event: events.Event) -> None:
-        # Keys, clicks and wheel turns, not pointer moves: background work waits while they are
-        # answered (explorer/foreground.py): until the frame after the action they ran, or at most
-        # foreground.HOLD_S (input that runs no action).
-        if isinstance(event, (events.Key, events.MouseDown, events.MouseScrollUp, events.MouseScrollDown)) \
-                and not event.is_forwarded:
-            self.foreground.begin()
-        await super().on_event(event)
+    def action_help(self) -> None:
+        groups = [("explorer", list(self.BINDINGS)), ("graph", list(GraphView.BINDINGS)),
+                  ("inspector", list(Inspector.BINDINGS)), ("step mode", list(StepScreen.BINDINGS))]
+        self.push_screen(HelpScreen(groups))
 
-    async def run_action(self, action, default_namespace=None, namespaces=None) -> bool:
-        try:
-            return await super().run_action(action, default_namespace, namespaces)
-        finally:
-            if self.foreground.busy:
-                # A widget's action posts its news (a cursor move) to itself, bubbling up to here.
-                target = default_namespace if isinstance(default_namespace, Widget) else self
-                target.post_message(m.InputAnswered())
+    def action_search(self) -> None:
+        self.query_one(NodeList).open_search()
 
-    def on_input_answered(self, message: m.InputAnswered) -> None:
-        self.call_after_refresh(self.foreground.end)  # what the action changed is dirty: after its frame
+    def action_set_y(self) -> None:
+        self.selection.set_y()
 
-    def after_input(self, callback) -> None:
-        """`callback()` now, or once the input being answered is drawn: one-time work a worker hands
-        over (a listing, the whole layout: 10-30 ms of this thread on GPT-2 large) would otherwise
-        land inside that key's frame."""
-        if self.foreground.busy:
-            self.put_off_for(self, AFTER_INPUT_S, lambda: self.after_input(callback))
-        else:
-            callback()
+    def action_toggle_x(self) -> None:
+        self.selection.toggle_x()
 
-    def put_off_for(self, owner: Widget | App, delay: float, callback) -> None:
-        """`callback()` after `delay` s, on `owner`'s timer, counted in `put_off` until then: work
-        waiting for a timer is still under way, for whoever waits for the app to settle (a test)."""
-        self.put_off += 1
+    def action_toggle_z(self) -> None:
+        self.selection.toggle_z()
 
-        def run():
-            self.put_off -= 1
-            callback()
-        owner.set_timer(delay, run)
+    def action_zs_inputs(self) -> None:
+        self.selection.zs_inputs()
 
-    def get_default_screen(self) -> Screen:
-        # Textual focuses the first focusable widget when a screen shows: here the navigator's search
-        # box, after open_session focused the graph when the model loaded first, so y, x, z and r
-        # were typed into the search. Dialogs and step mode keep the default.
-        screen = super().get_default_screen()
-        screen.AUTO_FOCUS = "#graph"
-        return screen
+    def action_clear_selection(self) -> None:
+        self.selection.clear()
+
+    def action_next_tensor(self) -> None:
+        self.navigation.next_tensor()
+
+    def action_feed(self) -> None:
+        self.settings.feed()
+
+    def action_run(self) -> None:
+        self.work.run()
+
+    def action_verify(self) -> None:
+        self.work.verify()
+
+    def action_step(self) -> None:
+        self.stepping.step()
+
+    def action_export(self, what: str = "gradients") -> None:
+        self.work.export(what)
+
+    def action_go_to_culprit(self) -> None:
+        self.debugging.go_to_culprit()
+
+    def action_cycle_view(self) -> None:
+        self.settings.cycle_view()
+
+    def action_cycle_device(self) -> None:
+        self.settings.cycle_device()
+
+    def action_toggle_dtype(self) -> None:
+        self.settings.toggle_dtype()
+
+    def action_set_dims(self) -> None:
+        self.settings.set_dims()
+
+    def action_heat_source(self) -> None:
+        self.notify(f"heatmap shows the {self.query_one(Inspector).toggle_heat_source()}", timeout=2)
+
+    def action_cancel(self) -> None:
+        self.work.cancel()
+
+    # --- the palette's own actions: every palette the app opens is a commands.Palette -------------------
+    def action_open_model(self) -> None:
+        self.push_screen(PromptScreen("Open an ONNX model (path):", placeholder="model.onnx"),
+                         lambda path: path and self.run_open(path))
+
+    def action_command_palette(self) -> None:
+        palette.open_palette(self)
+
+    def search_commands(self, commands, placeholder: str = "Search for commands…"):
+        return palette.search_commands(self, commands, placeholder)
+
+    def search_themes(self) -> None:
+        palette.search_themes(self)
 
     def check_action(self, action: str, parameters) -> bool | None:
         """Keys that mean nothing right now leave the footer (they still work from ctrl+p when they can)."""
-        s = self.session
-        if len(self.screen_stack) > 1:
-            # Step mode and dialogs own the keys while they are open: the main screen's keys stay off
-            # behind them, Textual's own (tab and shift+tab between fields, ctrl+p, ctrl+q) stay on.
-            return action == "quit" or action not in MAIN_ACTIONS
-        if s is None:
-            return action in ("quit", "help", "open_model", "command_palette") or None
-        if action == "search":  # a "/" typed into a text field is a character
-            return not isinstance(self.focused, Input)
-        if action == "cancel":
-            return any(w.group in CANCELLABLE and w.is_running for w in self.workers)
-        if action == "next_tensor":  # on a lone tensor it steps onto the node reading it
-            return self.cursor[1] is not None
-        if action == "clear_selection":
-            return bool(s.y or s.xs or s.zs)
-        if action == "zs_inputs":
-            return bool(s.missing_inputs)
-        if action == "set_dims":
-            return bool(s.dims_text())
-        if action == "go_to_culprit":
-            return self.culprit() is not None
-        if action == "cycle_device":
-            return len(available_devices()) > 1
-        if action == "heat_source":
-            # On any tensor, not only once its heatmap is drawn: a key that came and went with each
-            # value made the footer recompose twice per arrow press on big models.
-            return self.cursor[1] is not None
-        return True
-
-    _footer_state: tuple = ()
+        return self.keys.applies(action)
 
     def refresh_footer(self, force: bool = False) -> None:
-        """Announce the bindings only when a key appears, leaves or turns dim.
+        self.keys.refresh(force)
 
-        `force` when work starts or ends: Textual also refreshes bindings by itself (a dialog
-        closing), so the state cached here can be stale exactly then.
-        """
-        state = tuple(self.check_action(b.action, ()) for b in self.BINDINGS)
-        if force or state != self._footer_state:
-            self._footer_state = state
-            # The main screen's footer, even while a dialog that is closing is still on top.
-            self.screen_stack[0].refresh_bindings()
-
+    # --- the screen -------------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
         yield SelectionBar(id="selection-bar")
         with Horizontal(id="main"):
@@ -193,6 +197,14 @@ class ExplorerApp(Selecting, Debugging, LayoutWork, Workers, PaletteApp, App):
         yield Results(id="results")
         yield StatusLine(id="status")
         yield FittingFooter()
+
+    def get_default_screen(self) -> Screen:
+        # Textual focuses the first focusable widget when a screen shows: here the navigator's search
+        # box, after open_session focused the graph when the model loaded first, so y, x, z and r
+        # were typed into the search. Dialogs and step mode keep the default.
+        screen = super().get_default_screen()
+        screen.AUTO_FOCUS = "#graph"
+        return screen
 
     def on_mount(self) -> None:
         self.foreground.open()
@@ -204,18 +216,13 @@ class ExplorerApp(Selecting, Debugging, LayoutWork, Workers, PaletteApp, App):
             return
         self.open_session(self.session)
 
+    def on_unmount(self) -> None:
+        self.foreground.close()
+
     def open_session(self, session: Session) -> None:
         replacing = self.session is not None and self.session is not session
-        self.session, self.layouts, self.local = session, {}, None
-        if replacing:
-            # What was frozen for the last model is collectable again; the next layout collects
-            # it, once the widgets have let go of it, then freezes the new model (graph_work.py).
-            gc.unfreeze()
-            self.collect_before_freeze = True
-        else:
-            # The loaded model lives as long as the session: out of the cyclic collector's way, or
-            # its full passes over the model's objects stall the first paint.
-            gc.freeze()
+        self.shown.session = session
+        self.layout_work.new_model(replacing)
         self.sub_title = session.label
         self.query_one(NodeList).set_graph(session.graph, frozenset(session.model.unsupported_nodes()),
                                            later=wants_local(session.model))
@@ -223,67 +230,36 @@ class ExplorerApp(Selecting, Debugging, LayoutWork, Workers, PaletteApp, App):
         graph.set_layout(None, "laying out the graph…")
         graph.focus()
         g = session.graph
-        first = (None, g.inputs[0]) if g.inputs else ((0, _first_output(g, 0)) if g.nodes else (None, None))
+        first = (None, g.inputs[0]) if g.inputs else ((0, first_output(g, 0)) if g.nodes else (None, None))
         self.move_cursor(*first, announce=True)
         self.selection_changed()
         self.request_layout(first=True)
         if summary := session.model.unsupported_summary():
             self.notify(summary, title="unsupported ops", severity="warning", timeout=20)
 
-    # --- cursor --------------------------------------------------------------------------------
+    def on_model_opened(self, message: m.ModelOpened) -> None:
+        old = self.session
+        self.open_session(Session(message.model, message.label, seed=old.seed if old else 0))
+        self.notify(f"opened {message.label}", timeout=3)
+
+    # --- what the collaborators ask of each other through the App --------------------------------------
+    session = property(lambda self: self.shown.session)
+    cursor = property(lambda self: self.shown.cursor)
+    put_off = property(lambda self: self.pacing.put_off)
+    # read by tests, benchmarks/ and measure.py
+    layouts = property(lambda self: self.layout_work.layouts)
+    local = property(lambda self: self.layout_work.local)
+    _values_timer = property(lambda self: self.work.values_timer)
+
     def move_cursor(self, node_index: int | None, tensor: str | None, origin: str = "", announce: bool = True) -> None:
-        if self.session is None or (node_index, tensor) == self.cursor:
-            return
-        if node_index is not None and tensor is None:
-            tensor = _first_output(self.session.graph, node_index)
-        self.cursor = (node_index, tensor)
-        if origin != "graph":
-            self._show_in_graph(node_index, tensor)
-        if origin != "list":
-            self.query_one(NodeList).highlight(node_index, tensor)
-        self.query_one(Inspector).show(self.session, node_index, tensor)
-        if tensor is not None:
-            self.request_values([tensor])
-        self.refresh_footer()
-        if announce:
-            self.post_message(m.CursorMoved(node_index, tensor))
+        self.navigation.move(node_index, tensor, origin, announce)
 
-    def _show_in_graph(self, node_index: int | None, tensor: str | None) -> None:
-        """Select the box of the node, else of the tensor, else of the node producing the tensor;
-        none where the view draws none of them (a box left selected would name another node)."""
-        self.follow_local(node_index, tensor)
-        if ids := self.boxes_for(node_index, tensor):
-            self.query_one(GraphView).select(ids[0])
-        else:
-            self.query_one(GraphView).deselect()
-
-    def on_graph_view_node_chosen(self, event: GraphView.NodeChosen) -> None:
-        event.graph_view.select(event.box, scroll=event.scroll)
-        self.move_cursor(event.node_index, event.tensor, origin="graph")
-        self.follow_local(event.node_index, event.tensor)
-
-    def on_node_list_picked(self, event: NodeList.Picked) -> None:
-        self.query_one(NodeList).show_entry(event)
-        self.move_cursor(event.node_index, event.tensor, origin="list")
-        if event.jump:
-            self.query_one(GraphView).focus()
-
-    def action_next_tensor(self) -> None:
-        node, tensor = self.cursor
-        if node is None:  # a graph input or weight: onto the first node reading it
-            readers = self.session.graph.consumers.get(tensor, [])
-            if readers:
-                self.move_cursor(readers[0], tensor)
-            else:
-                self.notify(f"no node reads {tensor}", severity="warning", timeout=3)
-            return
-        n = self.session.graph.nodes[node]
-        names = [t for t in list(n.output) + list(n.input) if t]
-        k = names.index(tensor) + 1 if tensor in names else 0
-        self.cursor = (node, names[k % len(names)])
-        self.query_one(Inspector).show(self.session, *self.cursor)
-        self.request_values([self.cursor[1]])
-        self.post_message(m.CursorMoved(*self.cursor))
+    def selection_changed(self) -> None:
+        s = self.session
+        self.results_changed()
+        if s.view != "forward":
+            self.request_layout()
+        self.post_message(m.SelectionChanged(s.y, s.xs, s.zs, s.selection_error))
 
     def results_changed(self) -> None:
         """Redraw everything that shows the session: bar, marks, inspector, tables."""
@@ -297,82 +273,105 @@ class ExplorerApp(Selecting, Debugging, LayoutWork, Workers, PaletteApp, App):
         results.show_check(s.check)
         self.refresh_footer()
 
-    # --- feeds, settings, views ---------------------------------------------------------------------
-    def action_feed(self) -> None:
-        tensor = self._tensor_or_warn()
-        if tensor is None:
-            return
-        source, explicit = self.session.feed_source(tensor)
+    def request_values(self, names) -> None:
+        self.work.request_values(names)
 
-        def try_feed(src) -> str | None:
-            try:
-                self.session.set_feed(tensor, src)
-            except OnnxGradError as exc:
-                return str(exc)
-            return None
+    def request_layout(self, first: bool = False) -> None:
+        self.layout_work.request(first)
 
-        def done(result) -> None:
-            if result is None:
-                return
-            if result == CLEAR:
-                self.session.clear_feed(tensor)
-            self.results_changed()
-            self.request_values([tensor])
-            desc = None if result == CLEAR else result.describe()
-            self.post_message(m.FeedChanged(tensor, desc))
-            self.notify(f"{tensor}: {desc or 'feed removed'}", timeout=3)
+    def go_to_culprit(self, quiet: bool = False) -> None:
+        self.debugging.go_to_culprit(quiet)
 
-        g = self.session.graph
-        unfed = (f"computed by {g.node_names[g.producer[tensor]]}" if tensor in g.producer
-                 else "its initializer" if tensor in g.initializers else "not fed")
-        self.push_screen(FeedScreen(tensor, source, explicit, try_feed, unfed), done)
+    def run_check(self, job):
+        return self.work.run_check(job)
 
-    def _settings_changed(self) -> None:
-        s = self.session
-        self.results_changed()
-        self.request_values([self.cursor[1]] if self.cursor[1] else [])
-        self.post_message(m.SettingsChanged(s.device, s.dtype, s.view))
+    def start_export(self, what: str, path: str) -> None:
+        self.work.start_export(what, path)
 
-    def action_cycle_device(self) -> None:
-        self.notify(f"device: {self.session.cycle_device()}", timeout=2)
-        self._settings_changed()
+    def run_open(self, path: str):
+        return self.work.run_open(path)
 
-    def action_toggle_dtype(self) -> None:
-        self.notify(f"dtype: {self.session.toggle_dtype()}", timeout=2)
-        self._settings_changed()
+    def boxes_for(self, node_index: int | None, tensor: str | None) -> list[str]:
+        return self.layout_work.boxes_for(node_index, tensor)
 
-    def action_cycle_view(self) -> None:
-        self.session.cycle_view()
-        self.request_layout()
-        self._settings_changed()
+    def _layout_key(self) -> tuple:
+        return self.layout_work.key()
 
-    def action_heat_source(self) -> None:
-        self.notify(f"heatmap shows the {self.query_one(Inspector).toggle_heat_source()}", timeout=2)
+    def _work_live(self, group: str) -> bool:
+        return live(self, group)
 
-    def action_search(self) -> None:
-        self.query_one(NodeList).open_search()
+    # --- input first (explorer/foreground.py) -------------------------------------------------------------
+    async def on_event(self, event: events.Event) -> None:
+        self.pacing.saw(event)
+        await super().on_event(event)
 
-    def action_help(self) -> None:
-        groups = [("explorer", list(self.BINDINGS)), ("graph", list(GraphView.BINDINGS)),
-                  ("inspector", list(Inspector.BINDINGS)), ("step mode", list(StepScreen.BINDINGS))]
-        self.push_screen(HelpScreen(groups))
+    async def run_action(self, action, default_namespace=None, namespaces=None) -> bool:
+        try:
+            return await super().run_action(action, default_namespace, namespaces)
+        finally:
+            # A widget's action posts its news (a cursor move) to itself, bubbling up to here.
+            self.pacing.action_ran(default_namespace if isinstance(default_namespace, Widget) else self)
 
-    def action_open_model(self) -> None:
-        self.push_screen(PromptScreen("Open an ONNX model (path):", placeholder="model.onnx"),
-                         lambda path: path and self.run_open(path))
+    def on_input_answered(self, message: m.InputAnswered) -> None:
+        self.call_after_refresh(self.foreground.end)  # what the action changed is dirty: after its frame
 
-    def on_model_opened(self, message: m.ModelOpened) -> None:
-        old = self.session
-        session = Session(message.model, message.label, seed=old.seed if old else 0)
-        self.open_session(session)
-        self.notify(f"opened {message.label}", timeout=3)
+    def after_input(self, callback) -> None:
+        self.pacing.after_input(self, callback)
 
+    def put_off_for(self, owner: Widget | App, delay: float, callback) -> None:
+        self.pacing.put_off_for(owner, delay, callback)
 
-MAIN_ACTIONS = frozenset(b.action.split("(")[0] for b in ExplorerApp.BINDINGS)
+    # --- message handlers: Textual calls them on the App; each hands the message on ---------------------
+    def on_graph_view_node_chosen(self, event: GraphView.NodeChosen) -> None:
+        self.navigation.chosen_in_graph(event.graph_view, event.node_index, event.tensor, event.box, event.scroll)
 
+    def on_node_list_picked(self, event: NodeList.Picked) -> None:
+        self.navigation.picked_in_list(event)
 
-def _first_output(graph, i: int) -> str | None:
-    return next((t for t in graph.nodes[i].output if t), None)
+    def on_results_jump(self, event: Results.Jump) -> None:
+        self.debugging.jump(event.node, event.tensor, event.index)
+
+    def on_cursor_moved(self, message: m.CursorMoved) -> None:
+        self.work.cursor_moved(message.tensor)
+
+    def on_inspector_summary_wanted(self, message: Inspector.SummaryWanted) -> None:
+        self.work.summary_wanted(message.kind, message.name, message.array)
+
+    def on_summary_ready(self, message: m.SummaryReady) -> None:
+        self.work.summary_ready(message)
+
+    def on_values_ready(self, message: m.ValuesReady) -> None:
+        self.work.values_ready(message)
+
+    def on_work_started(self, message: m.WorkStarted) -> None:
+        self.work.started(message)
+
+    def on_work_progress(self, message: m.WorkProgress) -> None:
+        self.work.progress(message)
+
+    def on_worker_state_changed(self, event) -> None:
+        self.work.state_changed(event)
+
+    def on_gradient_ready(self, message: m.GradientReady) -> None:
+        self.work.gradient_ready(message)
+
+    def on_check_ready(self, message: m.CheckReady) -> None:
+        self.work.check_ready(message)
+
+    def on_export_done(self, message: m.ExportDone) -> None:
+        self.work.export_done(message)
+
+    def on_trace_ready(self, message: m.TraceReady) -> None:
+        self.stepping.trace_ready(message)
+
+    def on_trace_chunk(self, message: m.TraceChunk) -> None:
+        self.stepping.trace_chunk(message)
+
+    def on_local_layout_ready(self, message: m.LocalLayoutReady) -> None:
+        self.layout_work.local_ready(message)
+
+    def on_layout_ready(self, message: m.LayoutReady) -> None:
+        self.layout_work.layout_ready(message)
 
 
 def make_app(model_path: str | None = None, *, model: engine.Model | None = None, label: str | None = None,

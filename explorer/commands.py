@@ -69,15 +69,15 @@ class Palette(CommandPalette):
             pass  # the list's lines are being rebuilt: this one page key is dropped
 
 
-class PaletteApp:
-    """App mixin: every palette the app opens (ctrl+p, the theme and command searches) is a Palette."""
+def open_palette(app) -> None:
+    """ctrl+p: the command palette, unless it is open already."""
+    if app.use_command_palette and not Palette.is_open(app):
+        app.push_screen(Palette(id="--command-palette"))
 
-    def action_command_palette(self) -> None:
-        if self.use_command_palette and not Palette.is_open(self):
-            self.push_screen(Palette(id="--command-palette"))
 
-    def search_commands(self, commands, placeholder: str = "Search for commands…"):
-        return self.push_screen(Palette(providers=[SimpleProvider(self.screen, commands)], placeholder=placeholder))
+def search_commands(app, commands, placeholder: str = "Search for commands…"):
+    return app.push_screen(Palette(providers=[SimpleProvider(app.screen, commands)], placeholder=placeholder))
 
-    def search_themes(self) -> None:
-        self.push_screen(Palette(providers=[ThemeProvider], placeholder="Search for themes…"))
+
+def search_themes(app) -> None:
+    app.push_screen(Palette(providers=[ThemeProvider], placeholder="Search for themes…"))
