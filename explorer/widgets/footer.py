@@ -1,11 +1,9 @@
-"""The key footer: one line, one widget.
+"""The key footer: the main screen's keys as one line of text, drawn by one widget of fixed size.
 
-Textual's Footer is a container of one widget per key, remounted on every bindings change, and
-every change re-ran the whole screen's layout: on GPT-2 the first key pressed after `r` waited
-~150-300 ms of the main thread for it (the cancel key appearing, the selection's keys changing).
-Here the keys are drawn as one line of text in a widget of fixed size, so a key appearing, leaving
-or turning dim is a repaint of one row. On a narrow terminal the least needed keys leave the row
-(they stay in the help screen and the command palette) instead of the row being cut mid-word.
+A key appearing, leaving or turning dim repaints that one row and never lays out the screen
+(docs/benchmarks.md has what Textual's Footer, a widget per key, cost). On a narrow terminal the
+least needed keys leave the row (they stay in the help screen and the command palette) instead of
+the row being cut mid-word.
 """
 from __future__ import annotations
 

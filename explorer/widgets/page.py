@@ -1,10 +1,8 @@
 """A page of Rich text that scrolls itself, so new content never changes the screen's geometry.
 
-The inspector's content changes on every cursor move. As `height: auto` Statics inside a
-scrolling container, each new height made Textual lay out the whole screen again and render it
-two or three times (about 30 ms a frame on a 10,001-node model): most of an arrow key's latency.
-This widget keeps its size, wraps the content at its width itself and scrolls by moving an
-offset; only its own lines are repainted.
+The inspector's page: its content changes on every cursor move. The page keeps its size, wraps the
+content at its width itself and scrolls by moving an offset, so new content repaints only its own
+lines and never lays out the screen (docs/benchmarks.md: the inspector is a page).
 """
 from __future__ import annotations
 

@@ -1,11 +1,10 @@
 """Scrolling widgets whose virtual size changes without laying out the whole screen.
 
-Setting `virtual_size` makes Textual lay out every widget on the screen, then repaint them and
-every scrollbar: on GPT-2 25-50 ms of the main thread for the navigator's listing arriving, the
-whole graph replacing the cursor's neighbourhood or the gradients' table filling, which a key
-pressed then waited for. These widgets get their box from CSS, never from their content, so a
-new virtual size only moves their scrollbars: the screen is laid out again only when a scrollbar
-appears or goes (through Textual's own `show_*_scrollbar` reactives).
+These widgets get their box from CSS, never from their content, so a new virtual size (the
+navigator's listing arriving, the whole graph replacing the cursor's neighbourhood, the gradients'
+table filling) only moves their scrollbars: the screen is laid out again only when a scrollbar
+appears or goes (through Textual's own `show_*_scrollbar` reactives). docs/benchmarks.md has
+what Textual's `virtual_size` cost.
 """
 from __future__ import annotations
 

@@ -1,9 +1,8 @@
 """The bottom status line: what is running, how far it got with an ETA, and how to cancel it.
 
-One line of text in a widget of fixed size. It was a label beside Textual's ProgressBar, whose
-coming and going re-ran the whole screen's layout when work started and ended (what the first key
-after `r` waited for on big models) and which animated at 60 frames a second meanwhile; here
-the progress is drawn into the line, with the time spent ticking twice a second.
+One line of text in a widget of fixed size: the progress bar is drawn into the line and the time
+spent ticks twice a second, so work starting, moving and ending repaints one row and never lays
+out the screen.
 """
 from __future__ import annotations
 

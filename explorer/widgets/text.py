@@ -1,8 +1,8 @@
 """Text updates that cost a layout only when they can change a widget's size.
 
-`Static.update` re-runs the whole screen's layout every time (on GPT-2 20-70 ms of the main
-thread, which a key pressed meanwhile waits for). Most updates here either change nothing (the
-session redrawn after an unrelated change) or go to a widget whose size CSS fixes.
+`Static.update` lays out the whole screen every time. Most updates here either change nothing
+(the session redrawn after an unrelated change) or go to a widget whose size CSS fixes: those
+only repaint.
 """
 from __future__ import annotations
 
