@@ -73,6 +73,24 @@ def test_the_app_is_one_textual_app_and_each_binding_has_its_action_beside_it():
     assert not missing, missing
 
 
+def test_the_app_provides_what_each_collaborator_asks_of_it():
+    from explorer.app import make_app
+    from explorer.debugging import DebuggingApp
+    from explorer.graph_work import LayoutApp
+    from explorer.keys import KeysApp
+    from explorer.navigation import NavigationApp
+    from explorer.settings import SettingsApp
+    from explorer.stepping import SteppingApp
+    from explorer.work import WorkApp
+
+    provided = set(dir(make_app()))
+    for protocol in (DebuggingApp, LayoutApp, KeysApp, NavigationApp, SettingsApp, SteppingApp, WorkApp):
+        names = {n for c in protocol.__mro__ if c.__module__.startswith("explorer.")
+                 for n in (*vars(c).get("__annotations__", {}), *(k for k, v in vars(c).items() if callable(v)))
+                 if not n.startswith("__")}
+        assert names and names <= provided, (protocol.__name__, sorted(names - provided))
+
+
 def test_selection_changes_the_session_at_the_cursor_and_says_why_when_it_cannot():
     app, changes = FakeApp(), []
     shown = Shown(session())
