@@ -65,6 +65,41 @@ def settle(probe: "XProbe", a: np.ndarray, tolerance: Callable[..., verdict.Tole
     into probe.m what a rung settles; None when nothing was suspect, else {item: reason} for the
     items no rung settled (see `marked`). `tolerance(m, strict)`: the tolerance with m's noise as
     the finite differences' resolution, or without it."""
+    found = _ladder_items(probe, a, v)
+    if found is None:
+        return None
+    items, magnitude, ulp = found
+    steps = probe.pert.step.reshape(-1)
+    probe.laddered = items
+    # Inconclusive at h: a kink or noise there may be rounding, or a function that saturates within
+    # h, which a larger step only makes worse (a quotient ~ 1/H, too small beside a large analytic
+    # value for the kink test to notice). Those fail on a rung only where it measured a slope.
+    doubtful = v.status == INCONCLUSIVE
+    unsettled, widest, fallback, moved = _climb(probe, a, tolerance, items, doubtful, float(steps[items].min()), ulp)
+    # The rest pass as ordinary items do when their discrepancy is under the resolution of the
+    # finite differences at one of the rungs and a thousandth of the gradient's scale: elements
+    # only, since a direction's scale sum |g * u| can dwarf its slope <g, u>, and that allowance
+    # would then hide a wrong gradient.
+    resolved = unsettled[fallback.evaluated[unsettled]]
+    probe.m.take(fallback, resolved)
+    unsettled = np.setdiff1d(unsettled, resolved)
+    # Where no rung moved L either, y does not observably depend on x in float64 up to steps the
+    # size of x (a softmax of equal logits, a dead unit): those items are judged as if the ladder
+    # had not run, except failures while even the largest step may still be rounded away.
+    flat = ~moved[unsettled] & ~((v.status[unsettled] == FAIL) & (widest < ABSORB_ULPS * ulp))
+    probe.laddered = np.setdiff1d(items, unsettled[flat])
+    unsettled = unsettled[~flat]
+    return {i: (f"{v.reasons[i]}; larger steps up to {widest:.3g} did not settle it either (values "
+                f"downstream reach {magnitude:.3g}, ulp {ulp:.3g})" if doubtful[i] else
+                f"the network may round the perturbation away: values downstream reach {magnitude:.3g} "
+                f"(ulp {ulp:.3g}), and steps from {steps[i]:.3g} up to {widest:.3g} did not resolve the "
+                f"gradient here (analytic {a[i]:.6g}, numeric at the first step {v.numeric[i]:.6g})")
+            for i in unsettled.tolist()}
+
+
+def _ladder_items(probe: "XProbe", a: np.ndarray, v: verdict.Verdicts) -> tuple[np.ndarray, float, float] | None:
+    """(items, magnitude, ulp): the suspects whose step is under ABSORB_ULPS ulps of the largest value
+    downstream (magnitude), less the passes no rounding could have faked; None when there are none."""
     suspect = suspects(v)
     if not suspect.any():
         return None
@@ -85,14 +120,14 @@ def settle(probe: "XProbe", a: np.ndarray, tolerance: Callable[..., verdict.Tole
         top = float(finite.max()) if len(finite) else 0.0
         negligible = (v.status == PASS) & (size <= verdict.RESOLUTION_REL * top) & (top > 0)
     items = np.nonzero(suspect & ~fine & ~negligible & (steps < ABSORB_ULPS * ulp))[0]
-    if len(items) == 0:
-        return None
-    probe.laddered = items
-    # Inconclusive at h: a kink or noise there may be rounding, or a function that saturates within
-    # h, which a larger step only makes worse (a quotient ~ 1/H, too small beside a large analytic
-    # value for the kink test to notice). Those fail on a rung only where it measured a slope.
-    doubtful = v.status == INCONCLUSIVE
-    h = float(steps[items].min())
+    return (items, magnitude, ulp) if len(items) else None
+
+
+def _climb(probe: "XProbe", a: np.ndarray, tolerance: Callable[..., verdict.Tolerance], items: np.ndarray,
+           doubtful: np.ndarray, h: float, ulp: float):
+    """(unsettled, widest step, fallback, moved): the rungs in turn, each adopting into probe.m what it
+    decides; `fallback` holds the element passes a rung reached only at its own resolution, `moved`
+    the items whose L some rung moved."""
     # From the first rung whose roundoff probe moves the largest value by an ulp (at unit sensitivity).
     rungs = [s for s in LADDER if s * h * fd.PROBE_SCALE >= ulp] or [LADDER[-1]]
     unsettled, widest = items, 0.0
@@ -102,30 +137,13 @@ def settle(probe: "XProbe", a: np.ndarray, tolerance: Callable[..., verdict.Tole
     for scale in rungs:
         if probe.control.halted():  # a time budget stops the ladder too: what is left is inconclusive
             break
-        vectors = np.unique(unsettled // probe.rows)[:MAX_VECTORS]
-        k = min(fd.PROBES, len(vectors))
-        probe.control.plan(4 * len(vectors) + 2 * k)
-        rung = fd.measure(probe.objective, probe.x, probe.pert, torch.as_tensor(vectors), probe.opts.chunk,
-                          probe.control, "absorbed steps", scale=scale, probes=k)
+        rung = _rung(probe, unsettled, scale)
         widest = scale * h
         if rung.saturated:
             continue
-        fd.refine(probe.objective, probe.x, probe.pert, rung, unsettled[np.isin(unsettled // probe.rows, vectors)],
-                  probe.opts.chunk, probe.control, "absorbed steps")
-        rung.ladder[:] = scale
         moved |= rung.evaluated & ~zero_readings(rung)
-        # Adopted: what the rung decides at the tolerance proper. A pass that needs atol raised
-        # to this rung's resolution waits for a larger step, which may resolve it better.
-        strict, decided = _decide(a, rung, tolerance(rung, strict=True), unsettled)
-        unsound = doubtful & ~_slope(rung, strict)
-        if scale * h < ABSORB_ULPS * ulp:  # a zero reading may still be rounding, not a flat function
-            unsound |= zero_readings(rung)
-        decided = decided[~((strict.status[decided] == FAIL) & unsound[decided])]
-        # Far from h, quotients at H and H/2 can agree by coincidence: a verdict counts only where
-        # the rung's estimate agrees with the previous rung's, within their error estimates.
-        with np.errstate(invalid="ignore"):
-            agree = ~(np.abs(strict.numeric - before) > strict.fd_error + before_err)
-        decided = decided[agree[decided]]
+        strict, decided = _adoptable(a, rung, tolerance(rung, strict=True), unsettled, doubtful, before, before_err,
+                                     maybe_rounded=scale * h < ABSORB_ULPS * ulp)
         measured = rung.evaluated & np.isfinite(strict.numeric)
         before, before_err = np.where(measured, strict.numeric, before), np.where(measured, strict.fd_error, before_err)
         probe.m.take(rung, decided)
@@ -136,25 +154,39 @@ def settle(probe: "XProbe", a: np.ndarray, tolerance: Callable[..., verdict.Tole
             fallback.take(rung, resolved[~fallback.evaluated[resolved]])
         if len(unsettled) == 0:
             break
-    # The rest pass as ordinary items do when their discrepancy is under the resolution of the
-    # finite differences at one of the rungs and a thousandth of the gradient's scale: elements
-    # only, since a direction's scale sum |g * u| can dwarf its slope <g, u>, and that allowance
-    # would then hide a wrong gradient.
-    resolved = unsettled[fallback.evaluated[unsettled]]
-    probe.m.take(fallback, resolved)
-    unsettled = np.setdiff1d(unsettled, resolved)
-    # Where no rung moved L either, y does not observably depend on x in float64 up to steps the
-    # size of x (a softmax of equal logits, a dead unit): those items are judged as if the ladder
-    # had not run, except failures while even the largest step may still be rounded away.
-    flat = ~moved[unsettled] & ~((v.status[unsettled] == FAIL) & (widest < ABSORB_ULPS * ulp))
-    probe.laddered = np.setdiff1d(items, unsettled[flat])
-    unsettled = unsettled[~flat]
-    return {i: (f"{v.reasons[i]}; larger steps up to {widest:.3g} did not settle it either (values "
-                f"downstream reach {magnitude:.3g}, ulp {ulp:.3g})" if doubtful[i] else
-                f"the network may round the perturbation away: values downstream reach {magnitude:.3g} "
-                f"(ulp {ulp:.3g}), and steps from {steps[i]:.3g} up to {widest:.3g} did not resolve the "
-                f"gradient here (analytic {a[i]:.6g}, numeric at the first step {v.numeric[i]:.6g})")
-            for i in unsettled.tolist()}
+    return unsettled, widest, fallback, moved
+
+
+def _rung(probe: "XProbe", unsettled: np.ndarray, scale: float) -> fd.Measurement:
+    """The unsettled items' vectors (MAX_VECTORS at most) measured at scale times the step with fresh
+    roundoff probes, and, unless the quotients saturated, refined at half of it."""
+    vectors = np.unique(unsettled // probe.rows)[:MAX_VECTORS]
+    k = min(fd.PROBES, len(vectors))
+    probe.control.plan(4 * len(vectors) + 2 * k)
+    rung = fd.measure(probe.objective, probe.x, probe.pert, torch.as_tensor(vectors), probe.opts.chunk,
+                      probe.control, "absorbed steps", scale=scale, probes=k)
+    if rung.saturated:
+        return rung
+    fd.refine(probe.objective, probe.x, probe.pert, rung, unsettled[np.isin(unsettled // probe.rows, vectors)],
+              probe.opts.chunk, probe.control, "absorbed steps")
+    rung.ladder[:] = scale
+    return rung
+
+
+def _adoptable(a: np.ndarray, rung: fd.Measurement, tol: verdict.Tolerance, unsettled: np.ndarray,
+               doubtful: np.ndarray, before: np.ndarray, before_err: np.ndarray, maybe_rounded: bool):
+    """(verdicts, the items to adopt): what the rung decides at the tolerance proper. A pass that
+    needs atol raised to this rung's resolution waits for a larger step, which may resolve it better."""
+    strict, decided = _decide(a, rung, tol, unsettled)
+    unsound = doubtful & ~_slope(rung, strict)
+    if maybe_rounded:  # a zero reading may still be rounding, not a flat function
+        unsound |= zero_readings(rung)
+    decided = decided[~((strict.status[decided] == FAIL) & unsound[decided])]
+    # Far from h, quotients at H and H/2 can agree by coincidence: a verdict counts only where
+    # the rung's estimate agrees with the previous rung's, within their error estimates.
+    with np.errstate(invalid="ignore"):
+        agree = ~(np.abs(strict.numeric - before) > strict.fd_error + before_err)
+    return strict, decided[agree[decided]]
 
 
 def _slope(rung: fd.Measurement, v: verdict.Verdicts) -> np.ndarray:

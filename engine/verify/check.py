@@ -8,8 +8,9 @@ from typing import Callable, Mapping
 import numpy as np
 import torch
 
+from .. import load
 from ..errors import OnnxGradError
-from ..model import Model, load
+from ..model import Model
 from . import fd
 from .claimed import check_claimed, parse_claimed
 from .context import Context, build
@@ -53,10 +54,7 @@ def check(model, y: str, xs, zs=(), feeds: Mapping | None = None, dy=None, mode:
     """
     started = time.monotonic()
     opts = _options(mode, order, rtol, atol, seed, samples, directions, time_budget)
-    if not isinstance(model, Model):
-        model = load(model)
-    if compile:  # the forwards run under torch.compile
-        model = model.compiled()
+    model = _loaded(model, compile)
     claimed_map = parse_claimed(claimed)
     ctx = build(model, y, xs, zs, feeds, dy, seed, device, ones_dy=bool(claimed_map), dims=dims)
     auto = opts.mode == "auto"
@@ -70,7 +68,42 @@ def check(model, y: str, xs, zs=(), feeds: Mapping | None = None, dy=None, mode:
     opts.chunk = _chunk_size(ctx)
     _nonfinite(ctx, findings)
     native = native_errors(ctx, findings)
+    results, probes = _check_xs(ctx, opts, control, native)
+    deterministic, results, probes = _if_deterministic(ctx, findings, results, probes,
+                                                       bool(claimed_map) or order == 2 or per_node)
+    claimed_results = check_claimed(ctx, claimed_map, probes, opts) if claimed_map else ()
+    second = ()
+    if order == 2 and deterministic:
+        second = check_second_order(ctx, opts, control)
+    results, nodes = _through_nodes(ctx, opts, control, results, second, probes, findings,
+                                    per_node=per_node, locate=locate, deterministic=deterministic)
+    control.tick(0, "done", force=True)
+    if control.stopped == "time budget":
+        findings.append(Finding("time-budget", f"the time budget of {time_budget:g}s ran out: "
+                                               "what was checked is a random sample"))
+    results = [dataclasses.replace(r, advice=advice(r, probes.get(r.name), control.stopped, deterministic))
+               if r.status in (INCONCLUSIVE, CANCELLED) else r for r in results]
+    verdict = _overall(results, second, claimed_results, nodes, control, deterministic)
+    return CheckReport(
+        ok=verdict == PASS, verdict=verdict, mode=opts.mode, auto=auto, seed=seed, order=order, results=tuple(results),
+        nodes=tuple(nodes), first_failing_node=next((n.node_name for n in nodes if n.status == FAIL), None),
+        findings=tuple(findings), elapsed_s=time.monotonic() - started, model=model.name, y=ctx.spec.y,
+        xs=ctx.spec.xs, zs=ctx.spec.zs, dy=ctx.dy_label, rtol=opts.rtol if opts.rtol is not None else _default_rtol(),
+        atol=atol, samples=opts.samples if opts.mode == "sample" else None,
+        directions=opts.directions if opts.mode == "fast" else None, second_order=tuple(second),
+        claimed=tuple(claimed_results), truncated=bool(control.stopped), stopped=control.stopped,
+        device=str(ctx.device))
 
+
+def _loaded(model, compile: bool) -> Model:
+    if not isinstance(model, Model):
+        model = load(model)
+    return model.compiled() if compile else model  # compiled: the forwards run under torch.compile
+
+
+def _check_xs(ctx: Context, opts: Options, control: fd.Control, native: dict) -> tuple[list, dict]:
+    """(results, probes): each x against finite differences of the whole model, judged again where
+    the first judgement left it failing or unresolved; probes by the name of each x measured."""
     connected = [x for x in ctx.spec.xs if x not in ctx.disconnected]
     control.plan(sum(_planned(ctx.grads64[x].numel(), opts) for x in connected))
     control.tick(0, "finite differences", force=True)
@@ -97,26 +130,31 @@ def check(model, y: str, xs, zs=(), feeds: Mapping | None = None, dy=None, mode:
                        retry_coarse=opts.mode != "fast" or ctx.y0.numel() == 1)
         probes[name] = probe
         results.append(probe.result(probe.judge(ctx.grads64[name]), **native.get(name, {})))
-
     if any(_rejudge(r, probes) for r in results):
         results = _with_analytic_roundoff(ctx, probes, results, native)
     if opts.mode == "fast":  # directions too coarse to mean anything are compared again (resolve.py)
         results = [settle_directions(ctx, k, r.name, probes[r.name], r, opts, control)
                    if r.status == INCONCLUSIVE and r.name in probes else r for k, r in enumerate(results)]
-    # A second forward tells whether the model is deterministic. Finite differences of a random
-    # model cannot pass, so the question only matters when something did not pass, or before the
-    # costlier checks below.
-    deterministic = True
-    if claimed_map or order == 2 or per_node or any(r.status != PASS for r in results):
-        deterministic = _deterministic(ctx, findings)
-    if not deterministic:
-        results = [skipped(r.name, r.shape, "the model is nondeterministic: finite differences are meaningless",
-                           INCONCLUSIVE) if r.name in probes else r for r in results]
-        probes = {}
-    claimed_results = check_claimed(ctx, claimed_map, probes, opts) if claimed_map else ()
-    second = ()
-    if order == 2 and deterministic:
-        second = check_second_order(ctx, opts, control)
+    return results, probes
+
+
+def _if_deterministic(ctx: Context, findings: list[Finding], results: list, probes: dict,
+                      costlier_checks: bool) -> tuple[bool, list, dict]:
+    """(deterministic, results, probes): a nondeterministic model's checked xs become inconclusive.
+
+    A second forward tells whether the model is deterministic. Finite differences of a random
+    model cannot pass, so the question only matters when something did not pass, or before the
+    costlier checks (claimed gradients, second order, per node)."""
+    if not (costlier_checks or any(r.status != PASS for r in results)) or _deterministic(ctx, findings):
+        return True, results, probes
+    return False, [skipped(r.name, r.shape, "the model is nondeterministic: finite differences are meaningless",
+                           INCONCLUSIVE) if r.name in probes else r for r in results], {}
+
+
+def _through_nodes(ctx: Context, opts: Options, control: fd.Control, results: list, second, probes: dict,
+                   findings: list[Finding], *, per_node: bool, locate: bool, deterministic: bool) -> tuple[list, tuple]:
+    """(results, nodes): the nodes on the path checked alone when asked (`per_node`), to locate a
+    failure, or to settle what the whole-model comparison left inconclusive."""
     # A wrong claim lives in the model's own backward graph, not on the y <- xs path: only a
     # failing engine gradient sends the search to the nodes. A gradient that fails by being
     # NaN/Inf does not: the nonfinite-gradient finding names its node, and every node near the
@@ -132,23 +170,7 @@ def check(model, y: str, xs, zs=(), feeds: Mapping | None = None, dy=None, mode:
         nodes = check_nodes(ctx, opts, control)
     if unsettled and not failed and not control.halted() and nodes_settle(ctx, nodes):
         results = [settled_by_nodes(r, len(nodes)) if r.name in unsettled else r for r in results]
-    first_failing = next((n.node_name for n in nodes if n.status == FAIL), None)
-    control.tick(0, "done", force=True)
-    if control.stopped == "time budget":
-        findings.append(Finding("time-budget", f"the time budget of {time_budget:g}s ran out: "
-                                               "what was checked is a random sample"))
-    results = [dataclasses.replace(r, advice=advice(r, probes.get(r.name), control.stopped, deterministic))
-               if r.status in (INCONCLUSIVE, CANCELLED) else r for r in results]
-    verdict = _overall(results, second, claimed_results, nodes, control, deterministic)
-    return CheckReport(
-        ok=verdict == PASS, verdict=verdict, mode=opts.mode, auto=auto, seed=seed, order=order, results=tuple(results),
-        nodes=tuple(nodes), first_failing_node=first_failing, findings=tuple(findings),
-        elapsed_s=time.monotonic() - started, model=model.name, y=ctx.spec.y, xs=ctx.spec.xs, zs=ctx.spec.zs,
-        dy=ctx.dy_label, rtol=opts.rtol if opts.rtol is not None else _default_rtol(), atol=atol,
-        samples=opts.samples if opts.mode == "sample" else None,
-        directions=opts.directions if opts.mode == "fast" else None, second_order=tuple(second),
-        claimed=tuple(claimed_results), truncated=bool(control.stopped), stopped=control.stopped,
-        device=str(ctx.device))
+    return results, nodes
 
 
 def _with_analytic_roundoff(ctx: Context, probes: dict, results: list, native: dict) -> list:

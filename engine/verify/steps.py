@@ -55,6 +55,7 @@ def retry(probe: "XProbe", a: np.ndarray, tol: verdict.Tolerance, v: verdict.Ver
         adopted |= settled
     return adopted
 
+
 def _retry_at(probe: "XProbe", a, tol, items, scale: float, truncation: bool):
     """(items still inconclusive for the same kind of cause, for the next rung of the ladder;
     whether any item settled) after measuring `items` at scale * h."""
@@ -78,6 +79,7 @@ def _retry_at(probe: "XProbe", a, tol, items, scale: float, truncation: bool):
     still = [i for i in coarse(again, m, truncation) if i in wanted and (i // probe.rows) in measured]
     return still, bool(settled)
 
+
 def persist(probe: "XProbe", a: np.ndarray, tol: verdict.Tolerance, v: verdict.Verdicts) -> None:
     """A failure counts only when it persists at a smaller step (PERSIST_SCALE times h or less).
 
@@ -100,17 +102,8 @@ def persist(probe: "XProbe", a: np.ndarray, tol: verdict.Tolerance, v: verdict.V
     worst = fails[np.argsort(-np.nan_to_num(v.ratio[fails], nan=np.inf))]
     vectors = np.array(list(dict.fromkeys((worst // probe.rows).tolist()))[:MAX_PERSIST], dtype=np.int64)
     items = worst[np.isin(worst // probe.rows, vectors)]
-    # As small a step as still resolves every examined discrepancy (its roundoff under an eighth
-    # of it): a saturating or stepped function shows itself only once the step is under its scale.
-    # Roundoff here is the eps * sum |dy * y| bound, never the probes' measure: a probe against a
-    # quotient that has not converged (the case in question) counts the truncation as roundoff,
-    # and that inflated noise would make a saturated quotient look like a settled one. The step
-    # is not so small that x + step rounds: PERSIST_ULPS ulps of x's largest value at least.
-    bound = fd.measure_bound(probe.objective, probe.pert, items)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        needed = float(np.nanmax(8 * bound / v.abs_err[items]))
-    floor = probe.smallest_scale(items)
-    if floor > PERSIST_SCALE:  # every smaller step is rounded away downstream: nothing can confirm it
+    scale = _persist_scale(probe, v, items)
+    if scale is None:  # every smaller step is rounded away downstream: nothing can confirm it
         for i in fails.tolist():
             v.status[i] = INCONCLUSIVE
             v.causes[i] = absorbed.ABSORBED
@@ -118,7 +111,38 @@ def persist(probe: "XProbe", a: np.ndarray, tol: verdict.Tolerance, v: verdict.V
                             f"it: values downstream reach {probe.downstream_magnitude():.3g}, and the network "
                             "rounds smaller steps away")
         return
-    scale = float(min(max(needed if np.isfinite(needed) else 0.0, floor), PERSIST_SCALE))
+    m = _measured_at(probe, vectors, items, scale)
+    confirmed = _compared_again(probe, a, v, m, verdict.classify(a, m, tol), items, scale)
+    if confirmed == 0:
+        for i in np.setdiff1d(fails, items).tolist():
+            v.status[i] = INCONCLUSIVE
+            v.causes[i] = verdict.KINK
+            v.reasons[i] = ("not confirmed: none of the worst failures persisted at a smaller step, so this "
+                            "one is not trusted either")
+
+
+def _persist_scale(probe: "XProbe", v: verdict.Verdicts, items: np.ndarray) -> float | None:
+    """The smaller step for `items`, as a fraction of h; None when every step under PERSIST_SCALE
+    is rounded away downstream.
+
+    As small a step as still resolves every examined discrepancy (its roundoff under an eighth
+    of it): a saturating or stepped function shows itself only once the step is under its scale.
+    Roundoff here is the eps * sum |dy * y| bound, never the probes' measure: a probe against a
+    quotient that has not converged (the case in question) counts the truncation as roundoff,
+    and that inflated noise would make a saturated quotient look like a settled one. The step
+    is not so small that x + step rounds: PERSIST_ULPS ulps of x's largest value at least.
+    """
+    bound = fd.measure_bound(probe.objective, probe.pert, items)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        needed = float(np.nanmax(8 * bound / v.abs_err[items]))
+    floor = probe.smallest_scale(items)
+    if floor > PERSIST_SCALE:
+        return None
+    return float(min(max(needed if np.isfinite(needed) else 0.0, floor), PERSIST_SCALE))
+
+
+def _measured_at(probe: "XProbe", vectors: np.ndarray, items: np.ndarray, scale: float) -> fd.Measurement:
+    """`vectors` measured at scale * h, and `items` refined there."""
     # A second judge of the same x (with the analytic roundoff, check.py) reuses the measurement.
     key = (tuple(np.sort(vectors).tolist()), scale)
     m = probe._persisted.get(key)
@@ -128,7 +152,13 @@ def persist(probe: "XProbe", a: np.ndarray, tol: verdict.Tolerance, v: verdict.V
                        probe.control, "confirming", scale=scale, budget_applies=False)
         fd.refine(probe.objective, probe.x, probe.pert, m, items, probe.opts.chunk, probe.control, "confirming")
         probe._persisted = {key: m}
-    again = verdict.classify(a, m, tol)
+    return m
+
+
+def _compared_again(probe: "XProbe", a: np.ndarray, v: verdict.Verdicts, m: fd.Measurement,
+                    again: verdict.Verdicts, items: np.ndarray, scale: float) -> int:
+    """How many failing `items` the smaller step confirms; those it passes are adopted into probe.m
+    and `v`, those whose estimate moved (or that it cannot decide) become inconclusive."""
     confirmed = 0
     for i in items.tolist():
         moved = abs(again.numeric[i] - v.numeric[i]) > again.fd_error[i] + v.fd_error[i]
@@ -150,12 +180,8 @@ def persist(probe: "XProbe", a: np.ndarray, tol: verdict.Tolerance, v: verdict.V
             v.reasons[i] = (f"the discrepancy does not persist at a smaller step: finite differences give "
                             f"{v.numeric[i]:.6g} at step h and {again.numeric[i]:.6g} at h/{1 / scale:.3g} "
                             f"(a jump, pole or steep feature within the step)")
-    if confirmed == 0:
-        for i in np.setdiff1d(fails, items).tolist():
-            v.status[i] = INCONCLUSIVE
-            v.causes[i] = verdict.KINK
-            v.reasons[i] = ("not confirmed: none of the worst failures persisted at a smaller step, so this "
-                            "one is not trusted either")
+    return confirmed
+
 
 def _above_rounding(probe: "XProbe", a: np.ndarray, v: verdict.Verdicts, fails: np.ndarray) -> np.ndarray:
     """The failing items whose discrepancy the network could have shown: over a step h, the
@@ -174,6 +200,7 @@ def _above_rounding(probe: "XProbe", a: np.ndarray, v: verdict.Verdicts, fails: 
                         f"can show over the step ({g:.3g}: the ulp of the values downstream, up to "
                         f"{magnitude:.3g}, over h), so no failure")
     return fails[~below]
+
 
 def confirm_directions(probe: "XProbe", grad: torch.Tensor, v: verdict.Verdicts) -> None:
     """A failing direction is re-measured along two nearby directions before it counts.

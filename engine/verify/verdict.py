@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -137,7 +138,7 @@ def all_clear(a: np.ndarray, m: Measurement, tol: Tolerance) -> Verdicts | None:
 
     The common case, and what `classify` would conclude for it (nothing to refine, retry or
     explain), without its per-cause bookkeeping: a fast check of a small model is a few
-    milliseconds, and that bookkeeping was a tenth of it.
+    milliseconds, and that bookkeeping would be a tenth of it.
     """
     if not m.evaluated.all() or (m.reshaped is not None and m.reshaped.any()):
         return None
@@ -147,7 +148,7 @@ def all_clear(a: np.ndarray, m: Measurement, tol: Tolerance) -> Verdicts | None:
     if m.refined.any():
         # Measured at h/2 as well (a judge again after the larger steps of absorbed.py): reported
         # as classify reports them, by Richardson's estimate and the gap between the two steps.
-        # The step-h quotient alone was 14% off at 32,768 h, with its roundoff (6e-8) as the error.
+        # The step-h quotient alone can be 14% off (at 32,768 h), with its roundoff (6e-8) as the error.
         v = classify(a, m, tol)
         return v if (v.status == PASS).all() else None
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
@@ -211,13 +212,56 @@ class Verdicts:
 
 
 def classify(a: np.ndarray, m: Measurement, tol: Tolerance) -> Verdicts:
-    n_items = len(a)
-    status = np.full(n_items, UNCHECKED, dtype=object)
-    numeric = m.d1.copy()
-    fd_err = m.noise.copy()
-    kink = np.zeros(n_items, bool)
+    e = _estimates(a, m, tol)
+    r = m.refined
+    ev = m.evaluated
+    nonfinite_fd = ev & ~np.isfinite(m.d1)
+    nonfinite_a = ev & np.isfinite(m.d1) & ~np.isfinite(a)
+    finite = ev & ~nonfinite_fd & ~nonfinite_a
+    _, _, clear_pass, clear_fail = _first_pass(a, m, tol)
+    # Masks first, Python only for the few items that need a reason (a loop over every item costs
+    # more than the finite differences of a small model).
+    with np.errstate(invalid="ignore"):
+        ref_kink = finite & r & e.kink
+        within = finite & r & ~e.kink & (e.diff <= e.thr)
+        ref_pass = within & resolved(a, e.numeric, e.fd_err, tol)
+        ref_unresolved = within & ~ref_pass
+        ref_inaccurate = finite & r & ~e.kink & ~within & (e.diff <= e.fd_err)
+        ref_fail = finite & r & ~e.kink & ~within & ~ref_inaccurate
+    first_pass = finite & ~r
+    status = np.full(len(a), UNCHECKED, dtype=object)
+    status[ref_pass | (first_pass & clear_pass)] = PASS
+    status[ref_fail | (first_pass & ~clear_pass & clear_fail)] = FAIL
+    unrefined = first_pass & ~clear_pass & ~clear_fail
+    status[ref_kink | ref_inaccurate | ref_unresolved | unrefined] = INCONCLUSIVE
+    quantity = signal(a, e.numeric, tol)
     reasons: dict[int, str] = {}
     causes: dict[int, str] = {}
+    for mask, cause in ((ref_unresolved, UNRESOLVED), (ref_kink, KINK), (ref_inaccurate, INACCURATE),
+                        (unrefined, UNREFINED)):
+        for i in np.nonzero(mask)[0].tolist():
+            reasons[i] = _inconclusive_reason(cause, i, e, m, quantity)
+            causes[i] = cause
+    _undefined(a, m, e.numeric, nonfinite_fd, nonfinite_a, status, reasons, causes)
+    return Verdicts(status, e.numeric, e.fd_err, e.diff, e.rel, e.ratio, tol.atol, reasons, causes, quantity)
+
+
+class _Estimates(NamedTuple):
+    numeric: np.ndarray  # the best estimate per item
+    fd_err: np.ndarray
+    kink: np.ndarray  # a kink or jump shows (one_sided, or the two central differences disagree)
+    one_sided: np.ndarray  # the one-sided gap does not halve with the step
+    diff: np.ndarray  # |a - numeric|
+    thr: np.ndarray  # the allowed |a - numeric|
+    rel: np.ndarray
+    ratio: np.ndarray  # diff / thr
+
+
+def _estimates(a: np.ndarray, m: Measurement, tol: Tolerance) -> _Estimates:
+    """Each item's best finite-difference estimate and its error, whether a kink shows, and how far
+    the analytic value is from the estimate."""
+    numeric = m.d1.copy()
+    fd_err = m.noise.copy()
     r = m.refined
     noise2 = 2 * m.noise
     d1, d2 = m.d1, m.d2
@@ -246,52 +290,36 @@ def classify(a: np.ndarray, m: Measurement, tol: Tolerance) -> Verdicts:
         thr = _threshold(a, numeric, tol)
         rel = diff / np.maximum(np.maximum(np.abs(a), np.abs(numeric)), 1e-300)
         ratio = diff / np.maximum(thr, 1e-300)
-    ev = m.evaluated
-    nonfinite_fd = ev & ~np.isfinite(d1)
-    nonfinite_a = ev & np.isfinite(d1) & ~np.isfinite(a)
-    finite = ev & ~nonfinite_fd & ~nonfinite_a
-    _, _, clear_pass, clear_fail = _first_pass(a, m, tol)
-    # Masks first, Python only for the few items that need a reason (a loop over every item costs
-    # more than the finite differences of a small model).
-    with np.errstate(invalid="ignore"):
-        ref_kink = finite & r & kink
-        within = finite & r & ~kink & (diff <= thr)
-        ref_pass = within & resolved(a, numeric, fd_err, tol)
-        ref_unresolved = within & ~ref_pass
-        ref_inaccurate = finite & r & ~kink & ~within & (diff <= fd_err)
-        ref_fail = finite & r & ~kink & ~within & ~ref_inaccurate
-    first_pass = finite & ~r
-    status[ref_pass | (first_pass & clear_pass)] = PASS
-    status[ref_fail | (first_pass & ~clear_pass & clear_fail)] = FAIL
-    unrefined = first_pass & ~clear_pass & ~clear_fail
-    status[ref_kink | ref_inaccurate | ref_unresolved | unrefined] = INCONCLUSIVE
-    quantity = signal(a, numeric, tol)
-    for i in np.nonzero(ref_unresolved)[0].tolist():
-        reasons[i] = unresolved_reason(fd_err[i], thr[i], quantity[i])
-        causes[i] = UNRESOLVED
-    for i in np.nonzero(ref_kink)[0].tolist():
-        reasons[i] = _kink_reason(one_sided[i], m, i)
-        causes[i] = KINK
-    for i in np.nonzero(ref_inaccurate)[0].tolist():
-        reasons[i] = (f"finite differences are not accurate enough here: their error estimate "
-                      f"{fd_err[i]:.3g} exceeds the discrepancy {diff[i]:.3g}")
-        causes[i] = INACCURATE
-    for i in np.nonzero(unrefined)[0].tolist():
-        reasons[i] = "needed a refinement step that was not run (stopped early)"
-        causes[i] = UNREFINED
+    return _Estimates(numeric, fd_err, kink, one_sided, diff, thr, rel, ratio)
+
+
+def _inconclusive_reason(cause: str, i: int, e: _Estimates, m: Measurement, quantity: np.ndarray) -> str:
+    if cause == UNRESOLVED:
+        return unresolved_reason(e.fd_err[i], e.thr[i], quantity[i])
+    if cause == KINK:
+        return _kink_reason(e.one_sided[i], m, i)
+    if cause == INACCURATE:
+        return (f"finite differences are not accurate enough here: their error estimate "
+                f"{e.fd_err[i]:.3g} exceeds the discrepancy {e.diff[i]:.3g}")
+    return "needed a refinement step that was not run (stopped early)"
+
+
+def _undefined(a: np.ndarray, m: Measurement, numeric: np.ndarray, nonfinite_fd: np.ndarray,
+               nonfinite_a: np.ndarray, status: np.ndarray, reasons: dict, causes: dict) -> None:
+    """Items where a derivative is undefined or the analytic value is not finite: NaN/Inf near the
+    point or a shape that changes under perturbation (inconclusive); a NaN/Inf gradient (a failure)."""
     for i in np.nonzero(nonfinite_fd)[0].tolist():
         status[i] = INCONCLUSIVE
         reasons[i] = "the model's value is NaN or Inf near this point, so finite differences are undefined"
         causes[i] = UNDEFINED
     if m.reshaped is not None:
-        for i in np.nonzero(ev & m.reshaped)[0].tolist():
+        for i in np.nonzero(m.evaluated & m.reshaped)[0].tolist():
             status[i] = INCONCLUSIVE
             reasons[i] = "the output shape changes under perturbation (a step in the function)"
             causes[i] = UNDEFINED
     for i in np.nonzero(nonfinite_a & ~(m.reshaped if m.reshaped is not None else False))[0].tolist():
         status[i] = FAIL
         reasons[i] = f"the analytic gradient is {a[i]} where finite differences give {numeric[i]:.6g}"
-    return Verdicts(status, numeric, fd_err, diff, rel, ratio, tol.atol, reasons, causes, quantity)
 
 
 def signal(a: np.ndarray, numeric: np.ndarray, tol: Tolerance) -> np.ndarray:
