@@ -86,7 +86,7 @@ def load(source, *, check: bool = True, compile: bool = False):
 def __getattr__(name: str):
     module = _HOME.get(name)
     if module is None:
-        if name in _SUBPACKAGES:  # `import engine; engine.verify.fd` worked when everything was eager
+        if name in _SUBPACKAGES:  # `import engine; engine.verify.fd` works as with eager imports
             return importlib.import_module(f".{name}", __name__)
         raise AttributeError(f"module 'engine' has no attribute {name!r}")
     value = getattr(importlib.import_module(f".{module}", __name__), name)

@@ -1,5 +1,5 @@
 """The inspector's page: it scrolls itself, starts at the top for a new subject, and a cursor move
-never makes the screen lay out again (that layout was most of an arrow key's time on big models)."""
+never makes the screen lay out again (that layout would be most of an arrow key's time on big models)."""
 from __future__ import annotations
 
 from textual import events

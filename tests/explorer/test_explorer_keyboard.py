@@ -215,7 +215,7 @@ async def test_q_in_a_dialog_does_not_end_the_app_but_q_on_the_main_screen_does(
 
 async def test_the_main_screen_shows_with_the_graph_focused_not_the_search_box():
     """In a terminal the screen can show (and Textual focus the first focusable widget, the
-    navigator's search box) after the model opened and focused the graph: y, x, r were then typed
+    navigator's search box) after the model opened and focused the graph: y, x, r would then be typed
     into the search. Shown again, the main screen focuses the graph; a dialog keeps its own focus."""
     from textual import events
 

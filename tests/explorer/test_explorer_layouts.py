@@ -122,7 +122,7 @@ async def test_the_gradients_arriving_fill_their_table_without_a_screen_layout(m
 
 async def test_an_arrow_key_repaints_the_rows_that_change_and_the_screen_is_what_a_full_repaint_draws(monkeypatch):
     """Unscrolled, a cursor move repaints the two boxes' rows in the graph and the two entries in
-    the navigator (each pane re-rendered whole was a third of a key's frame on GPT-2); the picture
+    the navigator (each pane re-rendered whole would be a third of a key's frame on GPT-2); the picture
     must be exactly what repainting everything gives."""
     from explorer.widgets.entry_list import EntryList
     from explorer.widgets.graph_view import GraphView

@@ -76,7 +76,7 @@ async def test_a_weight_reached_from_elsewhere_opens_its_group():
 ])
 async def test_enter_on_a_search_hit_shows_it_selected_in_the_whole_list(query):
     """Enter closes the search: the list shows every row again, scrolled to the hit, highlighted
-    (it used to highlight the row at the hit's place among the hits: the top heading)."""
+    (not the row at the hit's place among the hits: the top heading)."""
     app = app_on(residual_chain(20), "chain")
     async with app.run_test(size=SIZE) as pilot:
         await started(app, pilot)

@@ -271,7 +271,7 @@ def test_external_data_read_without_mapping_gives_the_same_weights(tmp_path, mon
 
 def test_lowering_leaves_a_long_vector_to_plain_shape_inference(monkeypatch):
     """onnx's data propagation spells a 1-D tensor's values as one dimension each: on the >2 GB int8
-    table it allocated 24 GB (the lower test above was killed). Such models are inferred without it."""
+    table it allocates 24 GB. Such models are inferred without it."""
     from engine.lowering.context import infer_shapes
 
     asked = []

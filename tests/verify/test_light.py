@@ -51,7 +51,7 @@ def test_squeezenet_with_its_constant_weights_is_no_false_alarm():
     """The shipped weights are ConstantOfShape 0.02: every class gets the same logit, softmax is
     1/1000 whatever the image, so d softmax / d image is exactly 0. Finite differences see y not
     move; the float64 VJP keeps the roundoff of cancelling terms (about 5e-10 on one direction),
-    above what those exact zeros resolve: it failed before the analytic side's own roundoff was
+    above what those exact zeros resolve: it would fail without the analytic side's own roundoff
     allowed for (Context.analytic_roundoff)."""
     path = light_path("squeezenet")
     if not os.path.exists(path):
@@ -69,8 +69,8 @@ def test_squeezenet_with_its_constant_weights_is_no_false_alarm():
 
 def test_squeezenet_last_bias_with_its_own_values_is_no_false_alarm():
     """With the shipped constant weights the logits are 6.7e9 (ulp 1e-6): the default step of 1e-6
-    on conv10's bias is rounded away and finite differences read 0 against a gradient of 7e-4. It
-    failed until larger steps were tried where values downstream are that large (verify/absorbed.py)."""
+    on conv10's bias is rounded away and finite differences read 0 against a gradient of 7e-4; larger
+    steps, taken where values downstream are that large (verify/absorbed.py), resolve it."""
     path = light_path("squeezenet")
     if not os.path.exists(path):
         pytest.skip("onnx's light/ data is not installed")

@@ -24,7 +24,7 @@ SIGMOID_SEED, SIGMOID_Y = 12, "v9_0"  # a float64 graph: Cos, Resize, Sigmoid, R
 @pytest.fixture(scope="module")
 def graphs() -> dict[int, ng.RandomGraph]:
     made = {seed: ng.generate(seed) for seed in SWEEP}
-    assert sum(g is not None for g in made.values()) >= 25, "nnsmith generated far fewer graphs than it used to"
+    assert sum(g is not None for g in made.values()) >= 25, "nnsmith generated fewer than 25 of the graphs"
     return {seed: g for seed, g in made.items() if g is not None}
 
 
