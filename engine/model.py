@@ -2,27 +2,26 @@
 from __future__ import annotations
 
 import copy
-import os
 from typing import Mapping, Sequence
 
 import numpy as np
 import torch
-from onnx import ModelProto, helper
+from onnx import helper
 
-from .dtypes import parse_device, parse_float_dtype, read_only, to_numpy
-from .errors import FeedError, OnnxGradError, SelectionError, UnsupportedOpError
+from .dtypes import parse_device, parse_float_dtype, to_numpy
+from .errors import FeedError, UnsupportedOpError
 from .gradient.call import GradientCall
 from .gradient.feeds import check_feed
 from .gradient.prepared import GradientResult, PreparedGradient
-from .gradient.selection import GradientSpec, names, validate
-from .modelfile import index as loader
+from .gradient.selection import GradientSpec, check_gradient_node, names, node_selection, validate
 from .modelfile.index import TRAINING_DOMAIN, GraphIndex, node_inputs
 from .registry import require
 from .registry import version as registry_version
+from .run.constants import Constants
 from .run.pacing import paced, pause_point
 from .run.plan import Plan, needed_nodes
 from .run.recent import Recent
-from .run.values import array_to_tensor, tensor_from_proto
+from .run.values import array_to_tensor
 
 PLANS_KEPT = 64  # plans and prepared gradients per model, the most recently used
 SELECTIONS_KEPT = 512
@@ -37,16 +36,15 @@ class Model:
         self.compile = compile  # plans run their fx module under torch.compile (see docs/compile.md)
         for i, node in enumerate(graph.nodes):
             if node.domain == TRAINING_DOMAIN and node.op_type == "Gradient":
-                self._check_gradient_node(i)
+                check_gradient_node(graph, i)
         self._unsupported: tuple[int, dict[int, str]] | None = None
-        self._constants: dict[tuple, LazyValues] = {}
-        self._arrays: dict[tuple, LazyValues] = {}
+        self._constants = Constants(graph)
         self._plans: Recent[tuple, Plan] = Recent(PLANS_KEPT)
         self._grads: Recent[tuple, PreparedGradient] = Recent(PLANS_KEPT)
         # Per-call overhead of `gradient`: validation and the cut-graph walk depend only on names.
         self._selections: Recent[tuple, GradientSpec] = Recent(SELECTIONS_KEPT)
         self._extras: Recent[tuple, tuple[str, ...]] = Recent(SELECTIONS_KEPT)
-        self._calls: Recent[tuple, GradientCall] = Recent(PLANS_KEPT)  # Model.gradient's, per names
+        self._calls: Recent[tuple, GradientCall] = Recent(PLANS_KEPT)  # gradient_call's, per names
 
     # --- description -------------------------------------------------------------------------
     @property
@@ -175,29 +173,7 @@ class Model:
         """Initializers as torch tensors on `device` (floats promoted to `dtype` when given), each
         converted when first looked up and cached: on the CPU in the model's own types they share
         memory with the weights as read (no copy), and what no plan reads is never read."""
-        dev, fdt = parse_device(device), parse_float_dtype(dtype)
-        key = (str(dev), fdt)
-        if key not in self._constants:
-            self._constants[key] = LazyValues(self.graph.initializers, lambda name: self._constant(name, dev, fdt))
-        return self._constants[key]
-
-    def _constant(self, name: str, device: torch.device, float_dtype) -> torch.Tensor:
-        weights = self.graph.weights
-        if weights is None:
-            base = os.path.dirname(self.graph.path) if self.graph.path else None
-            return tensor_from_proto(self.graph.initializers[name], device, float_dtype, base)
-        proto = self.graph.initializers[name]
-        return array_to_tensor(weights.array(name), device, float_dtype, onnx_type=proto.data_type, copy=False)
-
-    def _constant_arrays(self, device, dtype) -> Mapping[str, np.ndarray]:
-        """`constants(device, dtype)` as read-only numpy arrays, cached: `gradient` reports the
-        values it used, and converting every initializer per call costs more than small models run."""
-        key = (str(device), dtype)
-        arrays = self._arrays.get(key)
-        if arrays is None:
-            consts = self.constants(device, dtype)
-            arrays = self._arrays[key] = LazyValues(consts, lambda name: read_only(to_numpy(consts[name])))
-        return arrays
+        return self._constants.tensors(parse_device(device), parse_float_dtype(dtype))
 
     # --- gradients -------------------------------------------------------------------------------
     def selection(self, y: str, xs, zs=()) -> GradientSpec:
@@ -239,6 +215,14 @@ class Model:
         graph is refused, since it would silently change what is differentiated.
         """
         feeds = feeds if feeds is not None else {}
+        return self.gradient_call(y, xs, zs, feeds, device=device, dtype=dtype, compile=compile)(feeds, dy, seed, dims)
+
+    def gradient_call(self, y: str, xs, zs=(), feeds=(), *, device="cpu", dtype=None,
+                      compile: bool | None = None) -> GradientCall:
+        """The call `gradient` makes for these names and the names of `feeds` (a mapping or names):
+        `call(feeds, dy, seed, dims)` -> GradientResult; `call.inputs(feeds, seed, dims)` -> the
+        tensors `call.prepared` (the PreparedGradient) takes, and the values they hold. Checked here
+        once: the selection, the feed names, and no feed inside the cut graph."""
         xs, zs = names(xs), names(zs)
         compile = self.compile if compile is None else compile
         key = (y, xs, zs, tuple(feeds), str(device), str(dtype), compile)
@@ -246,9 +230,13 @@ class Model:
         if call is None:
             spec = self.selection(y, xs, zs)
             self.check_feed_names(feeds)
-            call = GradientCall(self, spec, tuple(feeds), parse_device(device), parse_float_dtype(dtype), compile)
+            dev, fdt = parse_device(device), parse_float_dtype(dtype)
+            extras = self.gradient_extras(spec, dict.fromkeys(feeds))
+            prepared = self.prepare_gradient(y, xs, zs, device=dev, dtype=fdt, extra_inputs=extras, compile=compile)
+            call = GradientCall(self, prepared, tuple(feeds), self._constants.tensors(dev, fdt),
+                                self._constants.arrays(dev, fdt))
             self._calls[key] = call
-        return call(feeds, dy, seed, dims)
+        return call
 
     def selection_values(self, spec: GradientSpec, feeds: Mapping[str, object], seed: int = 0,
                          names: Sequence[str] | None = None, dims: Mapping[str, int] | None = None
@@ -269,25 +257,13 @@ class Model:
 
     def gradient_extras(self, spec: GradientSpec, feeds: Mapping[str, object]) -> tuple[str, ...]:
         """Fed initializers the cut graph reads (overrides, passed after xs and zs); refuses interior feeds."""
+        from .gradient.feeds import gradient_extras
+
         key = (spec, tuple(sorted(feeds)))
         extras = self._extras.get(key)
         if extras is None:
-            extras = self._extras[key] = self._gradient_extras(spec, feeds)
+            extras = self._extras[key] = gradient_extras(self.graph, spec, feeds)
         return extras
-
-    def _gradient_extras(self, spec: GradientSpec, feeds) -> tuple[str, ...]:
-        members = set(spec.inputs)
-        interior, read = set(), set()
-        for i in paced(needed_nodes(self.graph, members, [spec.y])[0]):
-            interior.update(t for t in self.graph.nodes[i].output if t)
-            read.update(t for t in loader.node_inputs(self.graph.nodes[i]) if t)
-        bad = sorted(n for n in feeds if n in interior and n not in members)
-        if bad:
-            raise SelectionError(
-                f"feed {bad[0]!r} is computed inside the differentiated graph; "
-                "put it in xs or zs to set its value"
-            )
-        return tuple(sorted(n for n in feeds if n in read and n in self.graph.initializers and n not in members))
 
     # --- helpers ---------------------------------------------------------------------------------
     def compiled(self) -> "Model":
@@ -343,64 +319,8 @@ class Model:
                 arr = arr.astype(want)
         return arr
 
-    def _check_gradient_node(self, i: int) -> None:
-        node, name = self.graph.nodes[i], self.graph.node_names[i]
-        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-        if "xs" not in attrs or "y" not in attrs:
-            raise OnnxGradError(f"Gradient node {name!r} needs the attributes xs and y")
-        xs = [v.decode() for v in attrs["xs"]]
-        zs = [v.decode() for v in attrs.get("zs", [])]
-        y = attrs["y"].decode()
-        if len(node.input) != len(xs) + len(zs):
-            raise SelectionError(
-                f"Gradient node {name!r} has {len(node.input)} inputs but xs and zs name {len(xs) + len(zs)}"
-            )
-        if len(node.output) > len(xs):
-            raise SelectionError(f"Gradient node {name!r} has {len(node.output)} outputs but xs names {len(xs)}")
-        missing = [m for m, t in zip(xs + zs, node.input) if not t]
-        if missing:
-            raise SelectionError(f"Gradient node {name!r} has no input for {missing[0]!r}: every member of xs and zs "
-                                 "needs one")
-        try:
-            validate(self.graph, y, xs, zs, strict=True)
-        except SelectionError as exc:
-            raise SelectionError(f"Gradient node {name!r}: {exc}") from None
-
     def _gradient_step(self, device, float_dtype):
-        def make(node):
-            attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-            xs = [v.decode() for v in attrs["xs"]]
-            zs = [v.decode() for v in attrs.get("zs", [])]
-            return self.prepare_gradient(attrs["y"].decode(), xs, zs, device=device, dtype=float_dtype).node_step()
+        def make(node):  # a Gradient node inside the model: its own prepared gradient, as a step
+            return self.prepare_gradient(*node_selection(node), device=device, dtype=float_dtype).node_step()
 
         return make
-
-
-class LazyValues(Mapping):
-    """A read-only mapping over `keys` whose values `make(key)` computes on first lookup and keeps."""
-
-    def __init__(self, keys, make):
-        self._keys, self._make, self._values = keys, make, {}
-
-    def __getitem__(self, key):
-        value = self._values.get(key)
-        if value is None:
-            if key not in self._keys:
-                raise KeyError(key)
-            value = self._values[key] = self._make(key)
-        return value
-
-    def __contains__(self, key) -> bool:
-        return key in self._keys
-
-    def __iter__(self):
-        return iter(self._keys)
-
-    def __len__(self) -> int:
-        return len(self._keys)
-
-
-def load(source: str | os.PathLike | ModelProto | bytes, *, check: bool = True, compile: bool = False) -> Model:
-    """Load an ONNX model from a path, bytes or ModelProto (ops it cannot run: `Model.unsupported_nodes`).
-    `compile=True`: plans run under torch.compile (optional, never required; docs/compile.md)."""
-    return Model(loader.load(source, check=check), compile=compile)

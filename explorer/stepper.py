@@ -1,6 +1,9 @@
 """Step mode's trace: the forward pass, then reverse mode node by node. No Textual here.
 
-The reverse pass is done here one node at a time (each node's VJP through torch autograd on the
+Built on the engine's stepping API (docs/python-api.md): the call `Model.gradient` makes
+(`Model.gradient_call`) gives the inputs, its prepared gradient's `forward` walks the nodes with an
+observer, `seed` starts the reverse pass and `nodes` lists what ran. The reverse pass is done here
+one node at a time (each node's VJP through torch autograd on the
 values it saw), not by one autograd call, so every frame can show what arrived, what the local
 rule sent to each input and how fan-out gradients add up. The sum it ends with is checked in the
 tests against `Model.gradient`.
@@ -119,17 +122,16 @@ class Tracer:
     def __init__(self, model: engine.Model, spec: engine.GradientSpec, feeds: Mapping[str, np.ndarray], *,
                  device: str = "cpu", dtype: str | None = None, seed: int = 0):
         self.graph, self.spec, self.model = model.graph, spec, model
-        # The plan `Model.gradient` uses (cached on the model): run_observed keeps every value anyway.
-        self.plan = model.prepare(list(spec.inputs), [spec.y], device=device, dtype=dtype)
-        values_np = model.selection_values(spec, feeds, seed=seed)
-        self.inputs = [model.to_tensor(n, values_np[n], self.plan.device, self.plan.float_dtype)
-                       for n in spec.inputs]
-        self.steps = self.plan.steps
+        # The call `Model.gradient` makes for these names (cached on the model): same inputs, same checks.
+        call = model.gradient_call(spec.y, spec.xs, spec.zs, feeds, device=device, dtype=dtype)
+        self.prepared = call.prepared
+        self.inputs, _ = call.inputs(feeds, seed)
+        self.nodes = self.prepared.nodes  # graph node indices, in the order the forward pass runs them
         self.values: dict[str, torch.Tensor] = {}  # filled as the forward pass reaches each tensor
         self.live = set(spec.xs)  # tensors that depend on some x: only they receive gradient
         self.tape: dict[int, tuple] = {}  # node index -> (leaves, outputs) on autograd's tape
-        self.head = Trace(spec, (), self.values, len(self.steps))
-        self.total = len(self.steps)
+        self.head = Trace(spec, (), self.values, len(self.nodes))
+        self.total = len(self.nodes)
         self.done = 0
         self.grads: dict[str, np.ndarray] | None = None
 
@@ -139,33 +141,32 @@ class Tracer:
         the last frame has been emitted."""
         stop = should_stop or (lambda: False)
         try:
-            with torch.enable_grad():  # only the nodes _Recorder gives leaves are taped
-                # Observed, not run_all: each frame leaves as soon as its node ran, and run_all's
-                # fx module costs more to build (0.3 s on densenet) than the pass itself.
-                self.plan.run_observed(self.inputs, _Recorder(self, emit, stop))
+            # Node by node through the observer, not one compiled pass: each frame leaves as soon as
+            # its node ran; only the nodes _Recorder gives leaves are taped.
+            forward = self.prepared.forward(*self.inputs, observer=_Recorder(self, emit, stop))
         except _Stopped:
             return
         if forward_done is not None:
             forward_done()
-        for frame in self._reverse(stop):
+        for frame in self._reverse(stop, self.prepared.seed(forward.y)):
             emit(frame)
 
-    def _reverse(self, should_stop) -> Iterator[Frame]:
+    def _reverse(self, should_stop, seed: torch.Tensor) -> Iterator[Frame]:
         graph, values, live = self.graph, self.values, self.live
         opset = graph.opset("")
-        in_plan = {s.node_index for s in self.steps}
+        in_plan = set(self.nodes)
         fan_in = {t: len({i for i in graph.consumers.get(t, ()) if i in in_plan}) for t in live}
-        grads: dict[str, torch.Tensor] = {self.spec.y: torch.ones_like(values[self.spec.y])}
+        grads: dict[str, torch.Tensor] = {self.spec.y: seed}
         received: dict[str, int] = {}
-        for step in reversed(self.steps):
+        for index in reversed(self.nodes):
             if should_stop():
                 return
             self.done += 1
-            node = graph.nodes[step.node_index]
+            node = graph.nodes[index]
             arriving = [(t, grads[t]) for t in node.output if t in grads]
             if not arriving or not any(t in live for t in node.input):
                 continue
-            sent = _vjp(self.tape.pop(step.node_index, None), node, dict(arriving))
+            sent = _vjp(self.tape.pop(index, None), node, dict(arriving))
             outgoing, counted = [], set()
             for (sym, rule), t in zip(rule_lines(node, opset), list(node.input) + [""] * 8):
                 if not t:
@@ -189,7 +190,7 @@ class Tracer:
                     if fan_in.get(t, 1) > 1:
                         note = f"fan-out: contribution 1 of {fan_in[t]}; the others add to it"
                 outgoing.append(Outgoing(sym, t, rule, g, note))
-            yield Frame("reverse", step.node_index, step.name, step.op_type,
+            yield Frame("reverse", index, graph.node_names[index], node.op_type,
                         tuple(t for t in node.input if t in values),
                         tuple(t for t in node.output if t in values), tuple(arriving), tuple(outgoing))
         out = {}
@@ -200,10 +201,11 @@ class Tracer:
 
 
 class _Recorder:
-    """The plan's observer: keeps every value the forward pass reads or makes, emits a frame per node,
-    and records each node that has a live float input on autograd's tape, with those inputs as
-    leaves: the reverse pass then runs each node's backward without running its forward again
-    (that second forward was a third of the reverse pass on densenet)."""
+    """The forward pass's observer (a StepObserver, docs/python-api.md): keeps every value the pass
+    reads or makes, emits a frame per node, and records each node that has a live float input on
+    autograd's tape, with those inputs as leaves: the reverse pass then runs each node's backward
+    without running its forward again (that second forward was a third of the reverse pass on
+    densenet)."""
 
     def __init__(self, tracer: Tracer, emit, stop):
         self.tracer, self.emit, self.stop = tracer, emit, stop

@@ -8,21 +8,22 @@ gradient, where each input comes from (a feed, a cached constant, a seeded defau
 feed what the model declares (its numpy dtype and shape), so that a numpy array of exactly that
 type is checked with a few comparisons and used in place, not copied (the result's `values`
 show it through a read-only view); any other value takes `Model.to_tensor`, which converts it
-or says in one line why not.
+or says in one line why not. The backward graph's statistics and the explorer's step mode take
+their inputs from the same call (`Model.gradient_call`), so a feed means the same to all of them.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Mapping, Protocol, Sequence
 
 import numpy as np
 import torch
 from onnx import TensorProto, helper
 
 from ..dtypes import FLOAT_ONNX_TYPES, read_only, to_numpy
-from .prepared import GradientResult
+from ..modelfile.index import GraphIndex
+from .prepared import GradientOutput, GradientResult, PreparedGradient
 
 if TYPE_CHECKING:
-    from ..model import Model
     from .selection import GradientSpec
 
 FEED, CONSTANT, DEFAULT = 0, 1, 2
@@ -52,27 +53,41 @@ class _Declared:
         return len(shape) == len(self.dims) and all(d is None or d == s for d, s in zip(self.dims, shape))
 
 
-class GradientCall:
-    """dy/dxs for one selection, feed names, device and dtype; call with the feeds' values."""
+class Feeder(Protocol):
+    """What a GradientCall needs of its model besides the pieces it is given (engine.Model is one):
+    declared types, the general conversion of a feed, and the shared defaults."""
 
-    def __init__(self, model: "Model", spec: "GradientSpec", feed_names: tuple[str, ...], dev, fdt, compile):
-        self.model, self.spec, self.dev, self.fdt = model, spec, dev, fdt
-        fed = dict.fromkeys(feed_names)
-        extras = model.gradient_extras(spec, fed)
-        self.prepared = model.prepare_gradient(spec.y, spec.xs, spec.zs, device=dev, dtype=fdt, extra_inputs=extras,
-                                               compile=compile)
-        consts = model.constants(dev, fdt)
-        arrays = model._constant_arrays(dev, fdt)
+    graph: GraphIndex
+
+    def to_tensor(self, name: str, value, device: torch.device, float_dtype) -> torch.Tensor: ...
+
+    def selection_values(self, spec: "GradientSpec", feeds: Mapping[str, object], seed: int = ...,
+                         names: Sequence[str] | None = ..., dims: Mapping[str, int] | None = ...
+                         ) -> dict[str, np.ndarray]: ...
+
+
+class GradientCall:
+    """dy/dxs for one selection, feed names, device and dtype; call with the feeds' values.
+
+    `inputs(feeds)` are the tensors `prepared` takes and the values they hold; `result(out, values)`
+    what a call returns. `constants` and `arrays`: the initializers as tensors and as read-only
+    arrays on the prepared gradient's device and dtype."""
+
+    def __init__(self, model: Feeder, prepared: PreparedGradient, feed_names: tuple[str, ...],
+                 constants: Mapping[str, torch.Tensor], arrays: Mapping[str, np.ndarray]):
+        self.model, self.prepared, self.spec = model, prepared, prepared.spec
+        self.dev, self.fdt = dev, fdt = prepared.device, prepared.float_dtype
+        spec, fed = self.spec, dict.fromkeys(feed_names)
         # (name, FEED/CONSTANT/DEFAULT, a constant tensor or the feed's _Declared, kept in `values`?)
         self.sources = []
         for n in spec.inputs:
             if n in fed:
                 self.sources.append((n, FEED, self._declared(n), True))
-            elif n in consts:
-                self.sources.append((n, CONSTANT, (consts[n], arrays[n]), True))
+            elif n in constants:
+                self.sources.append((n, CONSTANT, (constants[n], arrays[n]), True))
             else:
                 self.sources.append((n, DEFAULT, None, True))
-        self.sources += [(n, FEED, self._declared(n), False) for n in extras]
+        self.sources += [(n, FEED, self._declared(n), False) for n in prepared.extra_inputs]
         self.unfed = [n for n, kind, _, _ in self.sources if kind == DEFAULT]
         self.device_label = str(dev)
         self.dtype_label = str(fdt).removeprefix("torch.") if fdt else "native"
@@ -98,7 +113,7 @@ class GradientCall:
             return None
 
     def _feed(self, name: str, value, declared: _Declared | None) -> tuple[torch.Tensor, np.ndarray]:
-        """(the tensor, the values as used: writable still, `__call__` hands them out read-only)."""
+        """(the tensor, the values as used: writable still, `result` hands them out read-only)."""
         if declared is None or not declared.fits(value):
             t = self.model.to_tensor(name, value if isinstance(value, torch.Tensor) else np.asarray(value), self.dev,
                                      self.fdt)
@@ -117,8 +132,10 @@ class GradientCall:
             used = to_numpy(t)
         return t, used
 
-    def __call__(self, feeds: Mapping[str, object], dy=None, seed: int = 0,
-                 dims: Mapping[str, int] | None = None) -> GradientResult:
+    def inputs(self, feeds: Mapping[str, object], seed: int = 0, dims: Mapping[str, int] | None = None
+               ) -> tuple[list[torch.Tensor], dict[str, np.ndarray]]:
+        """The tensors `prepared` takes (xs, zs, then the fed initializers it reads), each from its
+        feed, the model's constant or the shared default; and the values of xs ∪ zs as used."""
         spec = self.spec
         defaults = self.model.selection_values(spec, feeds, seed=seed, names=self.unfed, dims=dims) \
             if self.unfed else None
@@ -134,11 +151,16 @@ class GradientCall:
             tensors.append(t)
             if kept:
                 values[name] = used
-        if dy is None:
-            out = self.prepared(*tensors)
-        else:
-            dy_t = dy if isinstance(dy, torch.Tensor) else torch.as_tensor(np.asarray(dy))
-            out = self.prepared(*tensors, dy=dy_t.to(self.dev))
+        return tensors, values
+
+    def __call__(self, feeds: Mapping[str, object], dy=None, seed: int = 0,
+                 dims: Mapping[str, int] | None = None) -> GradientResult:
+        tensors, values = self.inputs(feeds, seed, dims)
+        out = self.prepared(*tensors) if dy is None else self.prepared(*tensors, dy=dy)
+        return self.result(out, values, dy is not None)
+
+    def result(self, out: GradientOutput, values: dict[str, np.ndarray], seeded: bool = False) -> GradientResult:
+        """What a call returns for the prepared gradient's `out` (`seeded`: a dy was given)."""
         # Everything per call that is not the prepared call itself costs far more in a loop than
         # alone: the prepared call's forward and backward sweep megabytes through the core's caches,
         # so this code and its data are fetched again on every call (under callgrind's cache model
@@ -146,6 +168,7 @@ class GradientCall:
         # 68.6k more instructions, before the trims here brought that to 1.2k and 40k:
         # docs/benchmarks.md). Hence the work above is only what the call needs, and the views of
         # the values are made here, next to the conversions of y and the gradients.
+        spec = self.spec
         for name, v in values.items():
             values[name] = read_only(v)
         if self.plain_out:
@@ -154,7 +177,7 @@ class GradientCall:
         else:
             y = to_numpy(out.y)
             grads = {n: to_numpy(g) for n, g in zip(spec.xs, out.grads)}
-        return result(spec=spec, y=y, grads=grads, disconnected=out.disconnected, seed="ones" if dy is None else "dy",
+        return result(spec=spec, y=y, grads=grads, disconnected=out.disconnected, seed="dy" if seeded else "ones",
                       device=self.device_label, dtype=self.dtype_label, values=values)
 
 

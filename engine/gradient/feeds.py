@@ -5,19 +5,31 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable, Mapping
+from typing import TYPE_CHECKING, Iterable, Mapping, Protocol
 
 import numpy as np
 from onnx import TensorProto, helper
 
 from ..dtypes import to_numpy
-from ..errors import FeedError, UnsupportedOpError
+from ..errors import FeedError, SelectionError, UnsupportedOpError
 from ..modelfile.index import GraphIndex, node_inputs
 from .dims import Dims, dims_from_feeds, sized
 from .feed_syntax import SPEC_HELP
 
 if TYPE_CHECKING:
-    from ..model import Model
+    from .selection import GradientSpec
+
+
+class ModelValues(Protocol):
+    """What the defaults below need of a model (engine.Model is one): its graph, its initializers
+    and a forward run that computes intermediates from feeds."""
+
+    graph: GraphIndex
+
+    def constants(self, device=..., dtype=...) -> Mapping[str, object]: ...
+
+    def run(self, feeds: Mapping[str, object] | None = ..., *, outputs=..., device=..., dtype=...
+            ) -> dict[str, np.ndarray]: ...
 
 
 def declared_shape(graph: GraphIndex, name: str, dims: Dims | None = None) -> tuple[int, ...]:
@@ -245,6 +257,26 @@ def check_feed(graph: GraphIndex, name: str, value, dims: Dims | None = None) ->
         raise FeedError(f"feed {name!r}: expected {type_text(graph, name)}, got {got} {list(shape)}{why}")
 
 
+def gradient_extras(graph: GraphIndex, spec: "GradientSpec", feeds: Iterable[str]) -> tuple[str, ...]:
+    """Fed initializers the cut graph reads (overrides, passed after xs and zs); SelectionError for
+    a feed computed inside the cut graph, which would silently change what is differentiated."""
+    from ..run.pacing import paced
+    from ..run.plan import needed_nodes
+
+    members = set(spec.inputs)
+    interior, read = set(), set()
+    for i in paced(needed_nodes(graph, members, [spec.y])[0]):
+        interior.update(t for t in graph.nodes[i].output if t)
+        read.update(t for t in node_inputs(graph.nodes[i]) if t)
+    bad = sorted(n for n in feeds if n in interior and n not in members)
+    if bad:
+        raise SelectionError(
+            f"feed {bad[0]!r} is computed inside the differentiated graph; "
+            "put it in xs or zs to set its value"
+        )
+    return tuple(sorted(n for n in feeds if n in read and n in graph.initializers and n not in members))
+
+
 # --- defaults for tensors nobody fed -----------------------------------------------------------
 @dataclass(frozen=True)
 class Default:
@@ -290,7 +322,7 @@ def default_reason(graph: GraphIndex, name: str) -> str:
     return f"the integer default; random draws indices over [0, {bound})" if bound else "the integer default"
 
 
-def defaults_for(model: "Model", names: Iterable[str], feeds: Mapping[str, object], *, seed: int = 0,
+def defaults_for(model: ModelValues, names: Iterable[str], feeds: Mapping[str, object], *, seed: int = 0,
                  device="cpu", dtype=None, dims: Dims | None = None) -> tuple[dict[str, object], tuple[Default, ...]]:
     """Values for those of `names` that `feeds` lacks: (values, what was chosen).
 
@@ -334,7 +366,7 @@ def defaults_for(model: "Model", names: Iterable[str], feeds: Mapping[str, objec
     return values, tuple(chosen)
 
 
-def complete_feeds(model: "Model", feeds: Mapping[str, object], *, targets: Iterable[str] = (),
+def complete_feeds(model: ModelValues, feeds: Mapping[str, object], *, targets: Iterable[str] = (),
                    members: Iterable[str] = (), seed: int = 0, device="cpu", dtype=None, dims: Dims | None = None
                    ) -> tuple[dict[str, object], tuple[Default, ...]]:
     """`feeds` plus a default (`defaults_for`) for every unfed member of xs ∪ zs and every unfed

@@ -9,6 +9,8 @@ tensor objects:
 - backward() releases the recording; attached names that y does not reach keep their gradient.
 - A backward is recorded by every manager (sharing the parameters) that started recording
   earlier, so gradients taken inside another manager's recording can be differentiated again.
+What is checked of an attached value, y and dy is the prepared gradient call's own check
+(`engine.gradient.prepared`: `leaf`, `float_y`, `seed_for`), as for every gradient front end.
 """
 from __future__ import annotations
 
@@ -16,14 +18,15 @@ import itertools
 import os
 from typing import Iterator, Mapping, Sequence
 
-import numpy as np
 import torch
 
+from .. import load
 from ..dtypes import parse_device, parse_float_dtype
 from ..errors import FeedError, OnnxGradError, RecordingError, SelectionError
+from ..gradient import prepared
 from ..gradient.selection import names as parse_names
 from ..gradient.selection import unknown_name
-from ..model import Model, load
+from ..model import Model
 from ..run.plan import StepObserver
 from .chains import Callback, Streams, check_chain
 from .chains import apply as apply_chain
@@ -266,27 +269,20 @@ class GradManager:
                 t, label = item, "tensor"
             else:
                 raise OnnxGradError(f"y must be a tensor name or a torch tensor, not {type(item).__name__}")
-            if not t.is_floating_point():
-                raise SelectionError(f"y {label} is {str(t.dtype).removeprefix('torch.')}: gradients need a float y")
+            prepared.float_y(t, label)
             out.append(t)
         return out
 
     def _resolve_dys(self, ys: list[torch.Tensor], dy, listed: bool) -> list[torch.Tensor]:
         """One seed per y: a list of them when y was a list, else one value (which may itself be a list)."""
         if dy is None:
-            return [torch.ones_like(t) for t in ys]
+            return [prepared.seed_for(t) for t in ys]
         if listed and not isinstance(dy, (list, tuple)):
             raise FeedError("y is a list, so dy must be a list too: one dy per y")
         dys = list(dy) if listed else [dy]
         if len(dys) != len(ys):
             raise FeedError(f"{len(dys)} dy value(s) for {len(ys)} y tensor(s): give one dy per y")
-        out = []
-        for t, d in zip(ys, dys):
-            d = d if isinstance(d, torch.Tensor) else torch.as_tensor(np.asarray(d))
-            if tuple(d.shape) != tuple(t.shape):
-                raise FeedError(f"dy has shape {tuple(d.shape)} but its y has shape {tuple(t.shape)}")
-            out.append(d.to(device=t.device, dtype=t.dtype))
-        return out
+        return [prepared.seed_for(t, d) for t, d in zip(ys, dys)]
 
     # --- gradients and parameters --------------------------------------------------------------
     def zero_grad(self, names: str | Sequence[str] | None = None) -> None:
@@ -318,11 +314,7 @@ class _Tape(StepObserver):
             return value
         watchers = [r for r in self.recorders if r.is_attached(name)]
         if watchers and name not in self.params:
-            if not value.is_floating_point():
-                kind = str(value.dtype).removeprefix("torch.")
-                raise SelectionError(f"{name!r} holds {kind} values: only float tensors can be attached")
-            if not value.requires_grad:
-                value = value.detach().requires_grad_()
+            value = prepared.leaf(name, value, "be attached")
             for r in watchers:
                 r._versions.setdefault(name, []).append(value)
         for r in self.recorders:

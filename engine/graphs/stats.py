@@ -1,8 +1,9 @@
 """Run a gradient and record what flows along every edge of its backward graph.
 
-The plan's steps are executed here with two additions: a tensor hook on every active tensor
-(its whole gradient) and, where a tensor fans out, a separate alias per consumer so that each
-consumer's partial gradient can be hooked before autograd sums them. The torch autograd
+The prepared gradient's forward pass is walked node by node (`PreparedGradient.forward`) with two
+additions: a tensor hook on every active tensor (its whole gradient) and, where a tensor fans
+out, a separate alias per consumer so that each consumer's partial gradient can be hooked before
+autograd sums them. The torch autograd
 functions that implement each node's VJP are read from the `grad_fn` graph between the node's
 outputs and its inputs.
 """
@@ -14,11 +15,9 @@ from typing import Mapping
 import numpy as np
 import torch
 
-from ..dtypes import parse_device, parse_float_dtype, to_numpy
-from ..errors import FeedError, SelectionError
-from ..gradient.prepared import GradientResult, complete_gradients, vjp
+from ..dtypes import to_numpy
+from ..gradient.prepared import GradientObserver, GradientResult
 from ..run.pacing import pause_point
-from ..run.plan import StepObserver
 from .backward import BackwardEdge, BackwardGraph, build_backward_graph
 
 
@@ -90,51 +89,19 @@ def gradient_with_stats(model, y: str, xs, zs=(), feeds: Mapping[str, object] | 
                         dims: Mapping[str, int] | None = None) -> tuple[GradientResult, GraphStats]:
     """`Model.gradient` plus the stats of every backward edge and node (same arguments and result).
 
-    The gradients equal Model.gradient's up to rounding: the per-consumer aliases can change the
-    order in which autograd sums contributions at a fan-out (an ulp in float64).
+    The same gradient call as `Model.gradient` (`Model.gradient_call`), its forward pass walked
+    node by node through an observer. The gradients equal Model.gradient's up to rounding: the
+    per-consumer aliases can change the order in which autograd sums contributions at a fan-out
+    (an ulp in float64).
     """
-    spec = model.selection(y, xs, zs)
-    backward = build_backward_graph(model, spec)
-    dev, fdt = parse_device(device), parse_float_dtype(dtype)
     feeds = dict(feeds or {})
-    model.check_feed_names(feeds)
-    values = model.selection_values(spec, feeds, seed=seed, dims=dims)
-    extras = model.gradient_extras(spec, feeds)
-    plan = model.prepare_gradient(spec.y, spec.xs, spec.zs, device=dev, dtype=fdt, extra_inputs=extras).plan
-    inputs = [model.to_tensor(n, values[n], dev, fdt) for n in spec.inputs]
-    inputs += [model.to_tensor(n, feeds[n], dev, fdt) for n in extras]
-    recorder = _Recorder(backward, keep_gradients)
-    n = len(spec.xs)
-    leaves = []
-    for name, v in zip(spec.xs, inputs[:n]):
-        if not v.is_floating_point():
-            raise SelectionError(f"{name!r} holds {str(v.dtype).removeprefix('torch.')} values: only float tensors can be in xs")
-        leaves.append(v.detach().requires_grad_())
-    with torch.enable_grad():
-        (y_value,) = plan.run_observed(leaves + inputs[n:], _Observer(recorder))
-        seed_value = None
-        wanted = [i for i, name in enumerate(spec.xs) if name not in spec.disconnected]
-        raw = [None] * len(wanted)
-        if dy is not None:
-            seed_value = dy if isinstance(dy, torch.Tensor) else torch.as_tensor(np.asarray(dy))
-            if tuple(seed_value.shape) != tuple(y_value.shape):
-                raise FeedError(f"dy has shape {tuple(seed_value.shape)} but y {spec.y!r} has shape {tuple(y_value.shape)}")
-        if wanted and y_value.requires_grad:
-            if not y_value.is_floating_point():
-                raise SelectionError(f"y {spec.y!r} is {str(y_value.dtype).removeprefix('torch.')}: gradients need a float y")
-            seed_value = (torch.ones_like(y_value) if seed_value is None
-                          else seed_value.to(device=y_value.device, dtype=y_value.dtype))
-            raw = vjp(y_value, [leaves[i] for i in wanted], seed_value)
-    grads, disconnected = complete_gradients(spec, leaves, wanted, raw)
-    if seed_value is not None and spec.y in backward.active_tensors:
-        recorder.tensor_gradient(spec.y, seed_value)
-    result = GradientResult(
-        spec=spec, y=to_numpy(y_value.detach()), grads={x: to_numpy(g) for x, g in zip(spec.xs, grads)},
-        disconnected=disconnected, seed="ones" if dy is None else "dy", device=str(dev),
-        dtype=str(fdt).removeprefix("torch.") if fdt else "native",
-        values={name: to_numpy(t) for name, t in zip(spec.inputs, inputs)},
-    )
-    return result, recorder.finish()
+    call = model.gradient_call(y, xs, zs, feeds, device=device, dtype=dtype)
+    recorder = _Recorder(build_backward_graph(model, call.spec), keep_gradients)
+    observer = _Observer(recorder)
+    tensors, values = call.inputs(feeds, seed, dims)
+    prepared = call.prepared
+    out = prepared.backward(prepared.forward(*tensors, observer=observer), dy, observer=observer)
+    return call.result(out, values, dy is not None), recorder.finish()
 
 
 class _Recorder:
@@ -219,9 +186,9 @@ def _autograd_functions(outputs, inputs) -> tuple[str, ...]:
     return tuple(names)
 
 
-class _Observer(StepObserver):
-    """Hooks every tensor of the run, gives each consumer its own alias of what it reads, and
-    records the autograd functions behind each active node."""
+class _Observer(GradientObserver):
+    """Hooks every tensor of the run, gives each consumer its own alias of what it reads, records
+    the autograd functions behind each active node, and the seed as y's gradient."""
 
     def __init__(self, recorder: _Recorder):
         self.recorder = recorder
@@ -229,6 +196,10 @@ class _Observer(StepObserver):
     def source(self, name, value):
         self.recorder.hook_tensor(name, value)
         return value
+
+    def seed(self, name, value):
+        if name in self.recorder.backward.active_tensors:
+            self.recorder.tensor_gradient(name, value)
 
     def arguments(self, step, names, args):
         aliases: dict[str, object] = {}  # one alias per tensor even when read twice (Mul(E, E))
