@@ -24,6 +24,9 @@ from .step_errors import STEP_ERRORS, step_error
 
 @dataclass(frozen=True, eq=False)
 class Step:
+    """One node of a plan. An observer may read `node_index` (into `graph.nodes`), `name` (the
+    node's) and `op_type`; the rest is how the plan runs it."""
+
     node_index: int
     name: str
     op_type: str
@@ -70,7 +73,12 @@ def needed_nodes(graph: GraphIndex, sources: set[str], targets: Sequence[str]) -
 
 
 class Plan:
-    """Runs the nodes that compute `targets` from `sources` (in that order) plus constants."""
+    """Runs the nodes that compute `targets` from `sources` (in that order) plus constants.
+
+    `steps` has one Step per node, in order (run_all, run_observed and every reader of the plan's
+    nodes); `run_steps` is what run/interpret execute: GELU and attention chains fused unless
+    fusion is off, and Relu/Conv keeping less for autograd (engine/run/lean.py, opt-in), unless
+    the caller keeps every value (keep_all)."""
 
     def __init__(self, graph: GraphIndex, sources: Sequence[str], targets: Sequence[str], *,
                  device: torch.device, float_dtype: torch.dtype | None, constants: dict[str, torch.Tensor],
@@ -92,74 +100,71 @@ class Plan:
         if missing:
             raise FeedError(f"no value for graph input(s) {', '.join(map(repr, sorted(missing)))}: feed them")
         self.node_indices = tuple(order)
-        slot: dict[str, int] = {}
-
-        def slot_of(name: str) -> int:
-            if name not in slot:
-                slot[name] = len(slot)
-            return slot[name]
-
+        self._fed = frozenset(self.sources)
+        self.slot: dict[str, int] = {}
         for s in self.sources:
-            slot_of(s)
-        template: dict[int, torch.Tensor] = {}
-        src = set(self.sources)
+            self._slot_of(s)
+        template: dict[int, torch.Tensor] = {}  # slot -> the constant it holds before any step runs
         steps = []
         for i in order:
             pause_point()
-            node = graph.nodes[i]
-            in_slots = []
-            for t in node.input:
-                if not t:
-                    in_slots.append(None)
-                    continue
-                if t not in src and t not in graph.producer:
-                    template[slot_of(t)] = constants[t]
-                in_slots.append(slot_of(t))
-            while in_slots and in_slots[-1] is None:
-                in_slots.pop()
-            # An output that is also a source was fed by the caller: the node must not overwrite it.
-            out_slots = tuple(None if (not t or t in src) else slot_of(t) for t in node.output)
-            if node.domain == TRAINING_DOMAIN and node.op_type == "Gradient":
-                if gradient_step is None:
-                    raise OnnxGradError("Gradient nodes need a gradient_step factory")
-                fn, kwargs = gradient_step(node), {}
-            else:
-                fn, kwargs = bind(node, graph.opset(node.domain), graph.node_names[i], device, float_dtype)
-                if "scope" in parameters(fn):  # control flow: If, Loop, Scan
-                    outer = implicit_inputs(node)
-                    n_explicit = len(in_slots)
-                    for t in outer:
-                        if t not in src and t not in graph.producer:
-                            template[slot_of(t)] = constants[t]
-                        in_slots.append(slot_of(t))
-                    fn = _scoped(fn, n_explicit, outer, _SubgraphCompiler(graph.opsets, device, float_dtype))
-            steps.append([i, graph.node_names[i], node.op_type, fn, tuple(in_slots), out_slots, kwargs])
-        self.slot = slot
-        self.names = [None] * len(slot)
-        for name, k in slot.items():
-            self.names[k] = name
-        self.source_slots = tuple(slot[s] for s in self.sources)
+            steps.append(self._raw_step(i, template, constants, gradient_step))
         for t in self.targets:
-            if t not in slot:  # a target that is a constant, e.g. an initializer listed as output
-                template[slot_of(t)] = constants[t]
-                self.names.append(t)
-        self.target_slots = tuple(slot[t] for t in self.targets)
-        self._template = [template.get(k) for k in range(len(slot))]
-        # `steps`: one per node, for run_all, run_observed (step mode, recorders) and every reader of
-        # the plan's nodes. `run_steps`: what run/interpret execute, with GELU and attention chains
-        # fused unless fusion is off, and Relu/Conv keeping less for autograd (engine/run/lean.py, opt-in),
-        # unless the caller keeps every value (keep_all).
+            if t not in self.slot:  # a target that is a constant, e.g. an initializer listed as output
+                template[self._slot_of(t)] = constants[t]
+        self.names = [None] * len(self.slot)
+        for name, k in self.slot.items():
+            self.names[k] = name
+        self.source_slots = tuple(self.slot[s] for s in self.sources)
+        self.target_slots = tuple(self.slot[t] for t in self.targets)
+        self._template = [template.get(k) for k in range(len(self.slot))]
         self.steps = self._with_frees(steps, keep_all)
-        self.run_steps = self.steps
-        if not keep_all:
-            run = steps
-            protected = set(self.source_slots) | set(self.target_slots) | {slot[n] for n in graph.outputs if n in slot}
-            if FUSE if fuse is None else fuse:
-                run = fusion.fuse(run, protected, template)
-            if lean.LEAN if lean_autograd is None else lean_autograd:
-                run = lean.lean_steps(run, protected)
-            if run is not steps:
-                self.run_steps = self._with_frees(run, keep_all)
+        self.run_steps = self.steps if keep_all else self._run_steps(steps, template, fuse, lean_autograd)
+
+    def _slot_of(self, name: str) -> int:
+        slot = self.slot.get(name)
+        if slot is None:
+            slot = self.slot[name] = len(self.slot)
+        return slot
+
+    def _input_slot(self, name: str, template: dict, constants) -> int:
+        """The slot a node reads `name` from; a constant's is filled in `template`."""
+        if name not in self._fed and name not in self.graph.producer:
+            template[self._slot_of(name)] = constants[name]
+        return self._slot_of(name)
+
+    def _raw_step(self, i: int, template: dict, constants, gradient_step) -> list:
+        """Node i as [node_index, name, op_type, fn, in_slots, out_slots, kwargs] (a Step without `free`)."""
+        graph, node = self.graph, self.graph.nodes[i]
+        in_slots = [None if not t else self._input_slot(t, template, constants) for t in node.input]
+        while in_slots and in_slots[-1] is None:
+            in_slots.pop()
+        # An output that is also a source was fed by the caller: the node must not overwrite it.
+        out_slots = tuple(None if (not t or t in self._fed) else self._slot_of(t) for t in node.output)
+        if node.domain == TRAINING_DOMAIN and node.op_type == "Gradient":
+            if gradient_step is None:
+                raise OnnxGradError("Gradient nodes need a gradient_step factory")
+            fn, kwargs = gradient_step(node), {}
+        else:
+            fn, kwargs = bind(node, graph.opset(node.domain), graph.node_names[i], self.device, self.float_dtype)
+            if "scope" in parameters(fn):  # control flow: If, Loop, Scan
+                outer = implicit_inputs(node)
+                n_explicit = len(in_slots)
+                in_slots += [self._input_slot(t, template, constants) for t in outer]
+                fn = _scoped(fn, n_explicit, outer, _SubgraphCompiler(graph.opsets, self.device, self.float_dtype))
+        return [i, graph.node_names[i], node.op_type, fn, tuple(in_slots), out_slots, kwargs]
+
+    def _run_steps(self, steps: list, template: dict, fuse: bool | None, lean_autograd: bool | None
+                   ) -> tuple[Step, ...]:
+        """`steps` as run/interpret execute them: fused, and lean for autograd where asked."""
+        run = steps
+        graph_outputs = {self.slot[n] for n in self.graph.outputs if n in self.slot}
+        protected = set(self.source_slots) | set(self.target_slots) | graph_outputs
+        if FUSE if fuse is None else fuse:
+            run = fusion.fuse(run, protected, template)
+        if lean.LEAN if lean_autograd is None else lean_autograd:
+            run = lean.lean_steps(run, protected)
+        return self.steps if run is steps else self._with_frees(run, False)
 
     def _with_frees(self, raw_steps, keep_all: bool) -> tuple[Step, ...]:
         last: dict[int, int] = {}
@@ -301,15 +306,19 @@ class Plan:
 
 
 class StepObserver:
-    """Hooks for `Plan.run_observed`; each returns the value(s) the run goes on with."""
+    """Hooks for a run walked node by node (`Plan.run_observed`, `PreparedGradient.forward`); each
+    returns the value(s) the run goes on with, so an observer may replace them (a leaf, an alias)."""
 
     def source(self, name: str, value):
+        """Each input of the run, by tensor name, before any node runs."""
         return value
 
     def arguments(self, step: Step, names: list[str | None], args: list) -> list:
+        """A node's arguments (None for an omitted optional input) before it runs."""
         return args
 
     def outputs(self, step: Step, args: list, names: list[str | None], outs: list) -> list:
+        """A node's outputs right after it ran on `args` (`names` None for one it does not write)."""
         return outs
 
 
