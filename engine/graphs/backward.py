@@ -113,15 +113,21 @@ def graph_of(model) -> GraphIndex:
 def build_backward_graph(model, spec: GradientSpec) -> BackwardGraph:
     """The backward graph of a validated selection (see the module docstring)."""
     graph = graph_of(model)
-    members = set(spec.inputs)
-    cut_nodes, _ = needed_nodes(graph, members, [spec.y])
-    wanted = [x for x in spec.xs if x not in spec.disconnected]
+    cut_nodes, _ = needed_nodes(graph, set(spec.inputs), [spec.y])
     # Each node's names read once: every protobuf field access builds a fresh container, and on a
-    # 10,000-node model those accesses were most of the time this took.
+    # 10,000-node model those accesses would be most of the time this takes.
     ins = {i: tuple(graph.nodes[i].input) for i in cut_nodes}
     outs = {i: tuple(graph.nodes[i].output) for i in cut_nodes}
+    active_tensors, active_nodes = _active_slice(spec, cut_nodes, ins, outs)
+    nodes, edges = _reversed(graph, spec, active_tensors, active_nodes, ins, outs)
+    cuts = tuple(m for m in spec.inputs if m in graph.producer)
+    return BackwardGraph(spec=spec, active_nodes=active_nodes, active_tensors=active_tensors,
+                         cut_nodes=tuple(cut_nodes), cuts=cuts, nodes=tuple(nodes), edges=tuple(edges))
 
-    from_x = set(wanted)
+
+def _active_slice(spec: GradientSpec, cut_nodes, ins: dict, outs: dict) -> tuple[frozenset[str], tuple[int, ...]]:
+    """(active tensors, active nodes): what depends on a connected member of xs and what y depends on."""
+    from_x = {x for x in spec.xs if x not in spec.disconnected}
     for i in paced(cut_nodes):
         if any(t in from_x for t in ins[i] if t):
             from_x.update(t for t in outs[i] if t)
@@ -135,6 +141,13 @@ def build_backward_graph(model, spec: GradientSpec) -> BackwardGraph:
         if any(t in active_tensors for t in ins[i] if t)
         and any(t in active_tensors for t in outs[i] if t)
     )
+    return active_tensors, active_nodes
+
+
+def _reversed(graph: GraphIndex, spec: GradientSpec, active_tensors: frozenset[str], active_nodes: tuple[int, ...],
+              ins: dict, outs: dict) -> tuple[list[BackwardNode], list[BackwardEdge]]:
+    """The backward nodes and edges: the seed, a VJP per active node in reverse order with the
+    accumulations its outputs need, then the dx outputs."""
     consumers: dict[str, list[int]] = {}
     for i in active_nodes:
         for t in dict.fromkeys(ins[i]):
@@ -179,6 +192,4 @@ def build_backward_graph(model, spec: GradientSpec) -> BackwardGraph:
     for x in spec.xs:
         nodes.append(BackwardNode(dx_id(x), "dx", f"{dy}/d{x}", tensor=x,
                                   disconnected=x not in active_tensors))
-    cuts = tuple(m for m in spec.inputs if m in graph.producer)
-    return BackwardGraph(spec=spec, active_nodes=active_nodes, active_tensors=active_tensors,
-                         cut_nodes=tuple(cut_nodes), cuts=cuts, nodes=tuple(nodes), edges=tuple(edges))
+    return nodes, edges

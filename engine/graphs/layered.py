@@ -214,7 +214,7 @@ def isotonic_place(desired: list[float], widths: list[float], weights: list[floa
         offsets.append(acc)
         acc += w + sep
     # Pool adjacent violators on targets shifted by the offsets: a non-decreasing fit. The blocks
-    # are three flat lists (mean, weight, count): a list per block cost a third of a big layout.
+    # are three flat lists (mean, weight, count): a list per block would cost a third of a big layout.
     means: list[float] = []
     totals: list[float] = []
     counts: list[int] = []
@@ -237,36 +237,10 @@ def place_x(layers, up, down, widths: list[int], n_nodes: int, sep: float = 2.0,
 
     Every pass pulls an item toward all its neighbours, above and below: pulling toward one side
     only lets a long chain drift a few columns sideways per rank (a 12,500-rank backward graph
-    became 6,000 columns wide). Items are virtual from index n_nodes on.
+    would be 6,000 columns wide). Items are virtual from index n_nodes on.
     """
     centre = [0.0] * len(up)
-    nbrs = [u + d for u, d in zip(up, down)]
-    # One step per layer, in rank order: a lone item straight to its neighbours' mean (nothing to
-    # keep apart), a pair solved in place (a node beside a long edge, the common case), more
-    # items by isotonic regression.
-    steps: list[tuple] = []
-    for layer in layers:
-        x = 0.0
-        ws = [widths[item] for item in layer]
-        for item, w in zip(layer, ws):
-            centre[item] = x + w / 2
-            x += w + sep
-        weights = [VIRTUAL_WEIGHT if item >= n_nodes else 1.0 for item in layer]
-        if len(layer) == 1:
-            ns = nbrs[layer[0]]
-            if len(ns) == 2:
-                steps.append((LONE_2, layer[0], ns[0], ns[1]))
-            elif ns:
-                steps.append((LONE, layer[0], ns))
-        elif len(layer) == 2:
-            a, b = layer
-            shape = (a, b, ws[0] / 2, ws[1] / 2, weights[0], weights[1], ws[0] + sep)
-            if len(nbrs[a]) == len(nbrs[b]) == 2:  # one above and one below each: a chain beside a long edge
-                steps.append((PAIR_2, *shape, *nbrs[a], *nbrs[b]))
-            else:
-                steps.append((PAIR, *shape, nbrs[a], nbrs[b]))
-        elif layer:
-            steps.append((ROW, layer, ws, weights, [nbrs[item] for item in layer]))
+    steps = _packed(layers, [u + d for u, d in zip(up, down)], widths, n_nodes, sep, centre)
     for p in range(passes):
         for step in paced(steps if p % 2 == 0 else reversed(steps), 16):
             kind = step[0]
@@ -296,3 +270,33 @@ def place_x(layers, up, down, widths: list[int], n_nodes: int, sep: float = 2.0,
                 for item, left, w in zip(layer, isotonic_place(desired, ws, weights, sep), ws):
                     centre[item] = left + w / 2
     return centre
+
+
+def _packed(layers, nbrs: list, widths: list[int], n_nodes: int, sep: float, centre: list[float]) -> list[tuple]:
+    """Every layer packed left to right into `centre`; the steps of place_x's passes, one per layer
+    in rank order: a lone item straight to its neighbours' mean (nothing to keep apart), a pair
+    solved in place (a node beside a long edge, the common case), more items by isotonic regression."""
+    steps: list[tuple] = []
+    for layer in layers:
+        x = 0.0
+        ws = [widths[item] for item in layer]
+        for item, w in zip(layer, ws):
+            centre[item] = x + w / 2
+            x += w + sep
+        weights = [VIRTUAL_WEIGHT if item >= n_nodes else 1.0 for item in layer]
+        if len(layer) == 1:
+            ns = nbrs[layer[0]]
+            if len(ns) == 2:
+                steps.append((LONE_2, layer[0], ns[0], ns[1]))
+            elif ns:
+                steps.append((LONE, layer[0], ns))
+        elif len(layer) == 2:
+            a, b = layer
+            shape = (a, b, ws[0] / 2, ws[1] / 2, weights[0], weights[1], ws[0] + sep)
+            if len(nbrs[a]) == len(nbrs[b]) == 2:  # one above and one below each: a chain beside a long edge
+                steps.append((PAIR_2, *shape, *nbrs[a], *nbrs[b]))
+            else:
+                steps.append((PAIR, *shape, nbrs[a], nbrs[b]))
+        elif layer:
+            steps.append((ROW, layer, ws, weights, [nbrs[item] for item in layer]))
+    return steps

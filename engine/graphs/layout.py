@@ -120,8 +120,8 @@ def gc_paused():
     """The cyclic collector off while a layout (or its canvas index) is built.
 
     A 12,500-node layout allocates a few hundred thousand small lists and tuples, none of them in
-    cycles; with the collector on, each burst of them set off a scan of the whole heap (the loaded
-    model, its views), a third of the time the layout took. Turned back on only if it was on, so
+    cycles; with the collector on, each burst of them sets off a scan of the whole heap (the loaded
+    model, its views), a third of the time the layout takes. Turned back on only if it was on, so
     layouts in two threads at once still end with it on.
     """
     was_on = gc.isenabled()
@@ -185,6 +185,21 @@ def _layout_edges(view: ViewGraph):
 
 def _dot_placement(view: ViewGraph, widths, edges) -> Placement | None:
     """Ranks and centres (in cells) read back from `dot -Tplain`; None if dot fails."""
+    try:
+        done = subprocess.run(["dot", "-Tplain"], input=_dot_source(view, widths, edges).encode(),
+                              capture_output=True, timeout=DOT_TIMEOUT_S)
+    except (subprocess.TimeoutExpired, OSError):
+        return None
+    if done.returncode != 0:
+        return None
+    node_xy, splines = _read_plain(done.stdout.decode(errors="replace"), len(widths))
+    if len(node_xy) != len(widths):
+        return None
+    return _placement_from(node_xy, splines, widths, edges)
+
+
+def _dot_source(view: ViewGraph, widths, edges) -> str:
+    """The graph for dot: fixed-size boxes `widths` cells wide, clusters as subgraphs, the view's same-rank groups."""
     lines = [
         "digraph L {",
         f'graph [rankdir=TB nodesep={NODE_SEP * CELL_W_IN:.3f} ranksep={RANK_GAP * CELL_H_IN:.3f}];',
@@ -202,17 +217,15 @@ def _dot_placement(view: ViewGraph, widths, edges) -> Placement | None:
                      f"subgraph {cluster.replace('/', '_').replace(':', '_')} {{ {body} {same} }}")
     lines.extend(f"v{s} -> v{t};" for s, t in edges)
     lines.append("}")
-    try:
-        done = subprocess.run(["dot", "-Tplain"], input="\n".join(lines).encode(), capture_output=True,
-                              timeout=DOT_TIMEOUT_S)
-    except (subprocess.TimeoutExpired, OSError):
-        return None
-    if done.returncode != 0:
-        return None
-    back = {f"v{k}": k for k in range(len(widths))}
+    return "\n".join(lines)
+
+
+def _read_plain(text: str, count: int):
+    """(node_xy, splines) from `dot -Tplain` output: each node's centre in inches, each edge's control points."""
+    back = {f"v{k}": k for k in range(count)}
     node_xy: dict[int, tuple[float, float]] = {}
     splines: dict[tuple[int, int], list[tuple[float, float]]] = {}
-    for line in done.stdout.decode(errors="replace").splitlines():
+    for line in text.splitlines():
         parts = line.split()
         if not parts:
             continue
@@ -222,8 +235,12 @@ def _dot_placement(view: ViewGraph, widths, edges) -> Placement | None:
             n = int(parts[3])
             pts = [(float(parts[4 + 2 * i]), float(parts[5 + 2 * i])) for i in range(n)]
             splines.setdefault((back[parts[1]], back[parts[2]]), pts)
-    if len(node_xy) != len(widths):
-        return None
+    return node_xy, splines
+
+
+def _placement_from(node_xy: dict, splines: dict, widths, edges) -> Placement:
+    """Ranks from dot's distinct heights; centres in cells, with a chain of points along each edge
+    that spans several ranks, every layer then repaired to whole cells."""
     rank_of_y = {y: r for r, y in enumerate(sorted({round(y, 3) for _, y in node_xy.values()}, reverse=True))}
     rank_y = {r: y for y, r in rank_of_y.items()}
     rank = [rank_of_y[round(node_xy[k][1], 3)] for k in range(len(widths))]
