@@ -22,10 +22,9 @@ from onnx import TensorProto
 from ..errors import LoweringError, OnnxGradError
 from .cases import case_info, tolerances
 from .runner import normalize
-from .status import (  # noqa: F401  (LOWERING_STATUSES: read here by the sweep's users)
+from .status import (
     ERROR,
     LOWERED,
-    LOWERING_STATUSES,
     NOT_APPLICABLE,
     ONLY_DOCUMENTED,
     REFUSED,
@@ -37,8 +36,8 @@ TOL = 1e-5  # float32 and float64
 TOLS = {TensorProto.FLOAT16: 5e-3, TensorProto.BFLOAT16: 4e-2}  # a few units in the last place
 
 
-# Disagreements understood and accepted (regex on the case name -> why); any other one is a bug. None today:
-# Attention's fully masked rows, once listed here, have a rule of their own (engine/lowering/attention.py).
+# Disagreements understood and accepted (regex on the case name -> why); any other one is a bug. None:
+# Attention's fully masked rows have a rule of their own (engine/lowering/attention.py).
 DOCUMENTED: dict[str, str] = {}
 
 
@@ -136,7 +135,6 @@ def scaled_error(got, want) -> float:
 def lower_case(case, seed: int = 0) -> LoweringOutcome:
     """Lower one case's gradients, run them in onnxruntime, compare with the engine."""
     from .. import load
-    from ..lowering import lower
     from .gradients import selection_for
 
     info = case_info(case)
@@ -169,42 +167,61 @@ def lower_case(case, seed: int = 0) -> LoweringOutcome:
             except Exception as exc:  # noqa: BLE001 - the gradient sweep reports the engine's own failures
                 return outcome(NOT_APPLICABLE, f"the engine computes no gradient of {y}: {_one_line(exc)}")
             names = [f"lowered_d{k}_{i}" for i in range(len(xs))]
-            try:
-                lowered = lower(case.model, y, xs, zs, dy=f"lowered_dy{k}", names=names)
-            except LoweringError as exc:
-                return outcome(REFUSED, _one_line(exc))
-            except Exception as exc:  # noqa: BLE001 - a rule that crashes is a bug to list, not a crash
-                return outcome(ERROR, f"lowering raised {type(exc).__name__}: {_one_line(exc)}")
-            nodes = len(lowered.graph.node)
-            problem = invalid(lowered)
-            if problem:
-                return outcome(ERROR, problem, nodes=nodes)
-            try:
-                got = _ort_run(lowered, {**feeds, f"lowered_dy{k}": dy})
-            except Exception as exc:  # noqa: BLE001 - onnxruntime's refusal, classified below
-                try:
-                    _ort_run(case.model, feeds)
-                except Exception as forward_exc:  # noqa: BLE001
-                    return outcome(RUNTIME, f"onnxruntime cannot run the forward case: {_one_line(forward_exc)}")
-                if "NOT_IMPLEMENTED" in str(exc):  # a standard op onnxruntime has no kernel for (e.g. in bfloat16)
-                    return outcome(RUNTIME, f"onnxruntime: {_one_line(exc)}", nodes=nodes)
-                return outcome(ERROR, f"onnxruntime: {_one_line(exc)}", nodes=nodes)
+            stop, got, nodes = _lowered_run(case, k, y, xs, zs, feeds, dy, names)
+            if stop:
+                return outcome(*stop)
             if random_draws(case, feeds):
                 continue  # the engine and onnxruntime draw different numbers: ran, not compared
-            forward = _compare_forward(case, got.get(y), model.run(feeds, outputs=[y])[y])
-            if forward and not _unlowered_gives(case, feeds, y, got.get(y)):
-                return outcome(WRONG, f"the lowered model's {y}: {forward}", worst, nodes)
-            for x, name in zip(xs, names):
-                err = scaled_error(got[name], want[x])
-                worst = max(worst, err)
-                tol = TOLS.get(_elem_type(case.model, x), TOL)
-                if not err <= tol:
-                    differs = forward_differs(case)
-                    if differs:
-                        return outcome(RUNTIME, f"onnxruntime's forward differs from the case's: {differs}", worst, nodes)
-                    return outcome(WRONG, f"d{y}/d{x}: scaled error {err:.3g} > {tol:g}", worst, nodes)
+            stop, worst = _compared(case, model, feeds, y, xs, names, got, want, worst)
+            if stop:
+                return outcome(*stop, nodes)
     return outcome(LOWERED, "random op: lowered and run, values not compared" if random_draws(case, feeds) else "",
                    worst, nodes)
+
+
+def _lowered_run(case, k: int, y: str, xs, zs, feeds: dict, dy, names: list[str]):
+    """(stop, onnxruntime's outputs, nodes): dy/dxs lowered (checked by onnx) and run by onnxruntime;
+    `stop` is None, or what `lower_case` reports (status, reason, error, nodes) when that fails."""
+    from ..lowering import lower
+
+    try:
+        lowered = lower(case.model, y, xs, zs, dy=f"lowered_dy{k}", names=names)
+    except LoweringError as exc:
+        return (REFUSED, _one_line(exc)), None, 0
+    except Exception as exc:  # noqa: BLE001 - a rule that crashes is a bug to list, not a crash
+        return (ERROR, f"lowering raised {type(exc).__name__}: {_one_line(exc)}"), None, 0
+    nodes = len(lowered.graph.node)
+    problem = invalid(lowered)
+    if problem:
+        return (ERROR, problem, 0.0, nodes), None, nodes
+    try:
+        return None, _ort_run(lowered, {**feeds, f"lowered_dy{k}": dy}), nodes
+    except Exception as exc:  # noqa: BLE001 - onnxruntime's refusal, classified below
+        try:
+            _ort_run(case.model, feeds)
+        except Exception as forward_exc:  # noqa: BLE001
+            return (RUNTIME, f"onnxruntime cannot run the forward case: {_one_line(forward_exc)}"), None, nodes
+        if "NOT_IMPLEMENTED" in str(exc):  # a standard op onnxruntime has no kernel for (e.g. in bfloat16)
+            return (RUNTIME, f"onnxruntime: {_one_line(exc)}", 0.0, nodes), None, nodes
+        return (ERROR, f"onnxruntime: {_one_line(exc)}", 0.0, nodes), None, nodes
+
+
+def _compared(case, model, feeds: dict, y: str, xs, names: list[str], got: dict, want: dict, worst: float):
+    """(stop, worst): onnxruntime's y and dy/dxs against the engine's; `stop` is None, or what
+    `lower_case` reports (status, reason, error) when they differ; `worst` the largest scaled error."""
+    forward = _compare_forward(case, got.get(y), model.run(feeds, outputs=[y])[y])
+    if forward and not _unlowered_gives(case, feeds, y, got.get(y)):
+        return (WRONG, f"the lowered model's {y}: {forward}", worst), worst
+    for x, name in zip(xs, names):
+        err = scaled_error(got[name], want[x])
+        worst = max(worst, err)
+        tol = TOLS.get(_elem_type(case.model, x), TOL)
+        if not err <= tol:
+            differs = forward_differs(case)
+            if differs:
+                return (RUNTIME, f"onnxruntime's forward differs from the case's: {differs}", worst), worst
+            return (WRONG, f"d{y}/d{x}: scaled error {err:.3g} > {tol:g}", worst), worst
+    return None, worst
 
 
 def random_draws(case, feeds) -> bool:

@@ -21,7 +21,7 @@ import numpy as np
 
 from ..errors import OnnxGradError
 from .mutants import Mutant, candidates, injected
-from .status import ERROR, FAIL, INCONCLUSIVE, KILLED, PASS, SURVIVED, UNSEEN
+from .status import ERROR, FAIL, INCONCLUSIVE, KILLED, MUTANT_STATUSES, PASS, SURVIVED, UNSEEN
 
 COUNTED = 0.01
 ROUNDOFF_MARGIN = 100.0  # times the reference gradient's own rounding error
@@ -48,7 +48,7 @@ class MutationReport:
     right: dict = field(default_factory=dict)  # mode -> the unmutated model's verdict
 
     def tally(self, mode: str) -> dict[str, int]:
-        counts = {KILLED: 0, INCONCLUSIVE: 0, SURVIVED: 0, UNSEEN: 0, ERROR: 0}
+        counts = dict.fromkeys(MUTANT_STATUSES, 0)
         for o in self.outcomes:
             if o.counted and mode in o.outcomes:
                 counts[o.outcomes[mode]] += 1

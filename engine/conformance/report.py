@@ -163,59 +163,73 @@ def failures_markdown(outcomes: Sequence[CaseOutcome], peer: Sequence[CaseOutcom
     others = ", ".join(f"{n} {s}" for s, n in c.items() if s != PASS and n)
     lines = [f"# {title}", "", f"Forward: {c[PASS]} / {len(outcomes)} pass" + (f"; {others}." if others else ".")]
     if peer is not None:
-        pc = counts(peer)
-        lines.append(f"onnxruntime on the same runner: {pc[PASS]} / {len(peer)} pass.")
-        gaps = collections.Counter()
-        for o in outcomes:
-            if o.status != PASS and peer_status.get(o.name) == PASS:
-                gaps[short_reason(o.message) if o.status == UNSUPPORTED_OP else f"{o.op}: {o.status}"] += 1
-        if gaps:
-            lines.extend(["", "Biggest gaps (cases onnxruntime passes and we do not, by first reason):", ""])
-            lines.extend(f"- {n} × {reason[:120]}" for reason, n in gaps.most_common(25))
-    ort = lambda name: f" (onnxruntime: {peer_status[name]})" if name in peer_status else ""  # noqa: E731
-
-    def section(status: str, heading: str, full: bool) -> None:
-        bad = [o for o in outcomes if o.status == status]
-        if not bad:
-            return
-        lines.extend(["", f"## {heading} ({len(bad)})", ""])
-        by_op: dict[str, list[CaseOutcome]] = collections.defaultdict(list)
-        for o in bad:
-            by_op[o.op].append(o)
-        for op in sorted(by_op, key=str.lower):
-            group = by_op[op]
-            if full:
-                lines.append(f"- **{op}** ({len(group)})")
-                for o in group:
-                    inside = f" — {localize(o)}" if len(o.ops) > 1 and status == MISMATCH else ""
-                    why = f" — accepted: {o.documented}" if o.documented else ""
-                    lines.append(f"  - `{o.name}`{ort(o.name)}: {o.message}{inside}{why}")
-            else:
-                names = ", ".join(f"`{o.name}`" for o in group[:4]) + (" …" if len(group) > 4 else "")
-                peer_pass = sum(peer_status.get(o.name) == PASS for o in group)
-                extra = f"; onnxruntime passes {peer_pass}" if peer is not None else ""
-                reasons = sorted({short_reason(o.message)[:140] for o in group})
-                lines.append(f"- **{op}** ({len(group)}{extra}): {'; '.join(reasons[:3])} — {names}")
-
-    section(MISMATCH, "Mismatch", True)
-    section(ERROR, "Error", True)
-    section(UNSUPPORTED_OP, "Unsupported op", False)
-    section(UNSUPPORTED_TYPE, "Unsupported type", False)
+        lines.extend(_peer_lines(outcomes, peer, peer_status))
+    for status, heading, full in ((MISMATCH, "Mismatch", True), (ERROR, "Error", True),
+                                  (UNSUPPORTED_OP, "Unsupported op", False),
+                                  (UNSUPPORTED_TYPE, "Unsupported type", False)):
+        lines.extend(_forward_section(outcomes, status, heading, full, peer_status, peer is not None))
     if gradients:
-        gc = collections.Counter(o.status for o in gradients)
-        lines.extend(["", "## Gradients", "", "Checked: " + ", ".join(f"{n} {s}" for s, n in gc.most_common()) + "."])
-        groups = [
-            ("Failing (bugs to fix)", [o for o in gradients if o.status in (FAIL, ERROR, NONFINITE)
-                                       and not o.documented]),
-            ("Documented disagreements", [o for o in gradients if o.documented]),
-            ("Inconclusive", [o for o in gradients if o.status == INCONCLUSIVE]),
-        ]
-        for heading, group in groups:
-            if not group:
-                continue
-            lines.extend(["", f"### {heading} ({len(group)})", ""])
-            for o in group:
-                why = f" — accepted: {o.documented}" if o.documented else ""
-                kind = f"[{inconclusive_kind(o.reason)}] " if o.status == INCONCLUSIVE else ""
-                lines.append(f"- {o.status}: **{o.op}** `{o.name}`: {kind}{o.reason}{why}")
+        lines.extend(_gradient_lines(gradients))
     return "\n".join(lines) + "\n"
+
+
+def _peer_lines(outcomes: Sequence[CaseOutcome], peer: Sequence[CaseOutcome], peer_status: dict) -> list[str]:
+    """onnxruntime's total, and the commonest reasons among the cases it passes and we do not."""
+    pc = counts(peer)
+    lines = [f"onnxruntime on the same runner: {pc[PASS]} / {len(peer)} pass."]
+    gaps = collections.Counter()
+    for o in outcomes:
+        if o.status != PASS and peer_status.get(o.name) == PASS:
+            gaps[short_reason(o.message) if o.status == UNSUPPORTED_OP else f"{o.op}: {o.status}"] += 1
+    if gaps:
+        lines.extend(["", "Biggest gaps (cases onnxruntime passes and we do not, by first reason):", ""])
+        lines.extend(f"- {n} × {reason[:120]}" for reason, n in gaps.most_common(25))
+    return lines
+
+
+def _forward_section(outcomes: Sequence[CaseOutcome], status: str, heading: str, full: bool, peer_status: dict,
+                     with_peer: bool) -> list[str]:
+    """The cases of one status by op: each case with its message when `full`, else a line per op."""
+    bad = [o for o in outcomes if o.status == status]
+    if not bad:
+        return []
+    lines = ["", f"## {heading} ({len(bad)})", ""]
+    by_op: dict[str, list[CaseOutcome]] = collections.defaultdict(list)
+    for o in bad:
+        by_op[o.op].append(o)
+    for op in sorted(by_op, key=str.lower):
+        group = by_op[op]
+        if full:
+            lines.append(f"- **{op}** ({len(group)})")
+            for o in group:
+                inside = f" — {localize(o)}" if len(o.ops) > 1 and status == MISMATCH else ""
+                why = f" — accepted: {o.documented}" if o.documented else ""
+                ort = f" (onnxruntime: {peer_status[o.name]})" if o.name in peer_status else ""
+                lines.append(f"  - `{o.name}`{ort}: {o.message}{inside}{why}")
+        else:
+            names = ", ".join(f"`{o.name}`" for o in group[:4]) + (" …" if len(group) > 4 else "")
+            peer_pass = sum(peer_status.get(o.name) == PASS for o in group)
+            extra = f"; onnxruntime passes {peer_pass}" if with_peer else ""
+            reasons = sorted({short_reason(o.message)[:140] for o in group})
+            lines.append(f"- **{op}** ({len(group)}{extra}): {'; '.join(reasons[:3])} — {names}")
+    return lines
+
+
+def _gradient_lines(gradients: Sequence[GradientOutcome]) -> list[str]:
+    """The gradient totals, then the failing, documented and inconclusive cases."""
+    gc = collections.Counter(o.status for o in gradients)
+    lines = ["", "## Gradients", "", "Checked: " + ", ".join(f"{n} {s}" for s, n in gc.most_common()) + "."]
+    groups = [
+        ("Failing (bugs to fix)", [o for o in gradients if o.status in (FAIL, ERROR, NONFINITE) and not o.documented]),
+        ("Documented disagreements", [o for o in gradients if o.documented]),
+        ("Inconclusive", [o for o in gradients if o.status == INCONCLUSIVE]),
+    ]
+    for heading, group in groups:
+        if not group:
+            continue
+        lines.extend(["", f"### {heading} ({len(group)})", ""])
+        for o in group:
+            why = f" — accepted: {o.documented}" if o.documented else ""
+            kind = f"[{inconclusive_kind(o.reason)}] " if o.status == INCONCLUSIVE else ""
+            lines.append(f"- {o.status}: **{o.op}** `{o.name}`: {kind}{o.reason}{why}")
+    return lines
