@@ -4,7 +4,9 @@ Public API:
     load(path_or_proto) -> Model
     Model.run(feeds, device=, dtype=) -> dict[str, np.ndarray]
     Model.gradient(y=, xs=, zs=(), feeds=, dy=None, device=, dtype=) -> GradientResult
-    Model.prepare_gradient(y=, xs=, zs=(), device=, dtype=) -> PreparedGradient (torch in, torch out)
+    Model.prepare_gradient(y=, xs=, zs=(), device=, dtype=) -> PreparedGradient (torch in, torch out;
+        .forward / .backward / .seed / .nodes step through it, docs/python-api.md)
+    Model.gradient_call(y, xs, zs=(), feeds=(), device=, dtype=) -> GradientCall, the call Model.gradient makes
     Model.selection(y, xs, zs) -> GradientSpec (validation only)
     nonfinite_origin(model, y, xs, zs, feeds) -> Finding | None (where a gradient's NaN/Inf comes from)
     supported_ops() -> list[OpImpl]
