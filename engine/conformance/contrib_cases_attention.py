@@ -116,7 +116,7 @@ def _rope_caches(rng, length, half):
     return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
 
 
-# Long: 24 cases from one loop, each input and attribute switched on by its own pattern in k (read top to bottom).
+# long: 24 cases from one loop, each input and attribute switched on by its own pattern in k (read top to bottom)
 def _group_query_attention():
     rng = rng_for("GroupQueryAttention")
     out = []
