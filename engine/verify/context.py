@@ -10,8 +10,8 @@ import numpy as np
 import torch
 
 from ..dtypes import parse_device
-from ..errors import FeedError, SelectionError
-from ..gradient.prepared import PreparedGradient
+from ..errors import SelectionError
+from ..gradient.prepared import PreparedGradient, float_y, seed_for
 from ..gradient.selection import GradientSpec, names
 from ..model import Model
 from ..run.plan import Plan
@@ -219,8 +219,9 @@ def build(model: Model, y: str, xs, zs, feeds: Mapping | None, dy, seed: int, de
     seeded = {}
 
     def seed_of(y0: torch.Tensor) -> torch.Tensor:  # dy's shape is y's: known once the forward ran
-        if not isinstance(y0, torch.Tensor) or not y0.is_floating_point():
+        if not isinstance(y0, torch.Tensor):
             raise SelectionError(f"y {spec.y!r} is not a float tensor: gradients need a float y")
+        float_y(y0, repr(spec.y))
         seeded["dy"], seeded["label"] = _seed(y0, dy, seed, ones_dy, spec.y, memo)
         return seeded["dy"]
 
@@ -234,13 +235,9 @@ def _seed(y0: torch.Tensor, dy, seed: int, ones: bool, y_name: str, memo: dict) 
     """The upstream gradient: given; ones for a scalar y or a claimed-gradient check; else seeded random."""
     if dy is not None:
         t = dy if isinstance(dy, torch.Tensor) else torch.as_tensor(np.asarray(dy))
-        t = t.to(device=y0.device, dtype=F64)
-        if tuple(t.shape) != tuple(y0.shape):
-            if t.numel() == y0.numel():
-                t = t.reshape(y0.shape)
-            else:
-                raise FeedError(f"dy has shape {tuple(t.shape)} but y {y_name!r} has shape {tuple(y0.shape)}")
-        return t, "given"
+        if tuple(t.shape) != tuple(y0.shape) and t.numel() == y0.numel():  # a flat dy of y's size is y's
+            t = t.reshape(y0.shape)
+        return seed_for(y0, t, y_name), "given"
     if y0.numel() == 1:
         return torch.ones_like(y0), "scalar"
     if ones:

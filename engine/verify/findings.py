@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-import numpy as np
 import torch
 
 from ..dtypes import parse_device, parse_float_dtype
+from ..gradient.prepared import leaf, seed_for
 from ..run.plan import Plan
 from .report import Finding
 
@@ -150,6 +150,5 @@ def nonfinite_origin(model, y: str, xs, zs=(), feeds: Mapping[str, object] | Non
     if _nonfinite(y_value):
         return first_nonfinite_value(plan, env, label)
     n = len(spec.xs)
-    leaves = [t.detach().requires_grad_() if k < n and _float_tensor(t) else t for k, t in enumerate(tensors)]
-    seed_value = torch.ones_like(y_value) if dy is None else torch.as_tensor(np.asarray(dy)).to(y_value.device)
-    return first_nonfinite_gradient(plan, leaves, seed_value, n, label)
+    leaves = [leaf(spec.xs[k], t) if k < n else t for k, t in enumerate(tensors)]
+    return first_nonfinite_gradient(plan, leaves, seed_for(y_value, dy, spec.y), n, label)
