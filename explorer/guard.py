@@ -52,6 +52,10 @@ def guarded(cls):
     return cls
 
 
+# Every background job: a thread, one at a time per group, a failure posted (Worker.StateChanged), never raised.
+WORKER = {"thread": True, "exclusive": True, "exit_on_error": False}
+
+
 def in_background(group: str):
     """`@work` for a thread worker of `group`: one at a time, a failure posted, never raised.
 
@@ -61,4 +65,4 @@ def in_background(group: str):
     """
     from textual import work
 
-    return work(thread=True, exclusive=True, group=group, exit_on_error=False, description=group)
+    return work(group=group, description=group, **WORKER)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Callable, Protocol
 
+from .guard import WORKER
 from .state import Session
 
 
@@ -55,5 +56,4 @@ def status_line(app):
 def in_thread(app, group: str, fn: Callable, *args):
     """`fn(*args)` in a thread worker of `app` in `group`, as `guard.in_background` starts one: one
     at a time, a failure posted as Worker.StateChanged, described by the group's name alone."""
-    return app.run_worker(partial(fn, *args), name=fn.__name__, group=group, description=group,
-                          exclusive=True, exit_on_error=False, thread=True)
+    return app.run_worker(partial(fn, *args), name=fn.__name__, group=group, description=group, **WORKER)
