@@ -1,7 +1,9 @@
 """`--ops FILE.py`: import a user's module that registers ops, without a script around the API.
 
 The file registers forward + VJP pairs with `engine.register_op_with_vjp` (or plain forwards with
-`engine.register`) when imported; see docs/ops.md. Every failure is one line naming the file.
+`engine.register`) when imported, and may say what each op's gradient is beside it: rule text and
+VJP needs with `engine.registry.describe`, an ai.onnx expansion for `engine.lower` with
+`engine.lowering.registry.expansion`; see docs/cli.md. Every failure is one line naming the file.
 """
 from __future__ import annotations
 
@@ -55,13 +57,32 @@ _UNDO: list = []  # one entry per open `registrations_undone` block: the registr
 def _saved_state() -> tuple:
     registry._ensure_builtins()  # the op families first, so restoring keeps them
     custom = sys.modules.get(f"{__package__}.verify.custom")
+    lowering = sys.modules.get(f"{__package__}.lowering.registry")  # only users fill EXPANDED
     return ({key: list(entries) for key, entries in registry._REGISTRY.items()},
-            dict(custom._ACTIVE) if custom is not None else None)
+            dict(custom._ACTIVE) if custom is not None else None, dict(registry._DESCRIBED),
+            dict(lowering.EXPANDED) if lowering is not None else {})
+
+
+def _restore(saved: tuple) -> None:
+    entries, active, described, expanded = saved
+    registry._REGISTRY.clear()
+    registry._REGISTRY.update(entries)
+    registry._DESCRIBED.clear()
+    registry._DESCRIBED.update(described)
+    registry._VERSION[0] += 1
+    custom = sys.modules.get(f"{__package__}.verify.custom")
+    if custom is not None:
+        custom._ACTIVE.clear()
+        custom._ACTIVE.update(active or {})
+    lowering = sys.modules.get(f"{__package__}.lowering.registry")
+    if lowering is not None:
+        lowering.EXPANDED.clear()
+        lowering.EXPANDED.update(expanded)
 
 
 @contextlib.contextmanager
 def registrations_undone():
-    """Ops that `load_ops_file` registers inside the block are unregistered after it, so one CLI
+    """Ops that `load_ops_file` registers (and describes) inside the block are unregistered after it, so one CLI
     command called in-process (`engine.cli.main`, the docs' tests) leaves the registry as it was.
     Nothing is saved (and no torch imported) unless an ops file is loaded."""
     _UNDO.append(None)
@@ -70,11 +91,4 @@ def registrations_undone():
     finally:
         saved = _UNDO.pop()
         if saved is not None:
-            entries, active = saved
-            registry._REGISTRY.clear()
-            registry._REGISTRY.update(entries)
-            registry._VERSION[0] += 1
-            custom = sys.modules.get(f"{__package__}.verify.custom")
-            if custom is not None:
-                custom._ACTIVE.clear()
-                custom._ACTIVE.update(active or {})
+            _restore(saved)

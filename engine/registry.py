@@ -9,15 +9,22 @@ Conventions (every op module follows them):
   outputs the node declares), `device` (the run's torch.device) and `float_dtype` (the dtype
   every float tensor is promoted to in this run, or None); the plan fills them.
 - Return a tensor, or a tuple/list with one entry per declared output.
-- Register with `@register("Op", since=..., until=...)` right above the definition.
+- Register with `@register("Op", since=..., until=...)` right above the definition, and say what its
+  gradient is with `@describe("Op", rule=..., needs=...)` (or `no_gradient=why`) above that: rule
+  text, VJP needs and forward live together, and `record(op_type, domain)` reads them as one OpRecord
+  with the op's lowering (engine/oprecord.py).
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Callable
+from typing import TYPE_CHECKING, Callable, Mapping
 
 from .errors import UnsupportedOpError
+
+if TYPE_CHECKING:
+    from .oprecord import OpRecord
 
 CONTEXT_PARAMS = ("n_outputs", "device", "float_dtype")
 
@@ -79,6 +86,9 @@ def _accepted(fn: Callable) -> frozenset[str] | None:
 
 
 _REGISTRY: dict[tuple[str, str], list[OpImpl]] = {}
+_DESCRIBED: dict[tuple[str, str], _Description] = {}  # (domain, op type) -> what `describe` said
+_BUILTIN_DESCRIBED: dict[tuple[str, str], _Description] = {}  # what engine/ops described, for `remove` to restore
+_IN_OPS_PACKAGE = [False]  # engine/ops/__init__.py is importing the families (whoever imported it first)
 _VERSION = [0]  # bumped on every change, so callers can cache what they looked up
 
 
@@ -99,6 +109,16 @@ def _ensure_builtins() -> None:
         _builtins = "absent"
         raise
     _builtins = "loaded"
+
+
+@contextlib.contextmanager
+def loading_builtins():
+    """engine/ops/__init__.py imports the families inside this: what they describe is built in."""
+    _IN_OPS_PACKAGE[0] = True
+    try:
+        yield
+    finally:
+        _IN_OPS_PACKAGE[0] = False
 
 
 def builtins_loaded() -> bool:
@@ -134,11 +154,15 @@ def add(impl: OpImpl, *, replace: bool = False) -> None:
 
 def remove(domain: str, op_type: str, since: int | None = None) -> None:
     _ensure_builtins()
-    entries = _REGISTRY.get((_norm_domain(domain), op_type), [])
+    key = (_norm_domain(domain), op_type)
+    entries = _REGISTRY.get(key, [])
     _VERSION[0] += 1
     entries[:] = [e for e in entries if since is not None and e.since != since]
     if not entries:
-        _REGISTRY.pop((_norm_domain(domain), op_type), None)
+        _REGISTRY.pop(key, None)
+        _DESCRIBED.pop(key, None)  # a user's description goes with the op's last forward; a built-in one comes back
+        if key in _BUILTIN_DESCRIBED:
+            _DESCRIBED[key] = _BUILTIN_DESCRIBED[key]
 
 
 def _overlap(a: OpImpl, b: OpImpl) -> bool:
@@ -182,3 +206,87 @@ def require(domain: str, op_type: str, opset: int, node_name: str) -> OpImpl:
 def supported_ops() -> list[OpImpl]:
     _ensure_builtins()
     return sorted((e for entries in _REGISTRY.values() for e in entries), key=lambda e: (e.domain, e.op_type, e.since))
+
+
+class _Description:
+    """What `describe` said about one op type; `record` joins it with the forwards in an OpRecord (built
+    only when asked, so that loading the op families never pays for the dataclass)."""
+
+    __slots__ = ("rule", "rule_by", "needs", "no_gradient")
+
+    def __init__(self, rule, rule_by: tuple[str, ...], needs: tuple[str, ...] | None, no_gradient: str):
+        self.rule, self.rule_by, self.needs, self.no_gradient = rule, rule_by, needs, no_gradient
+
+
+def describe(op_type: str, *, domain: str = "", rule=None, needs: str | None = None, rule_by: tuple[str, ...] = (),
+             no_gradient: str = "") -> Callable:
+    """Say what `op_type`'s gradient is, right above its `@register` line (or anywhere, as a call).
+
+    rule: the text step mode shows, one line per input (engine/oprecord.py has the conventions): a
+    string is input 0's line (the other inputs get no gradient), a tuple one line per input, a dict
+    variants keyed by the values of the `rule_by` attributes. needs: what the VJP reads ("in0,out0";
+    "" for shapes only). no_gradient: why no gradient flows through the op at all, instead of the two.
+    Describing a built-in op twice is an error; a user's description replaces the one before."""
+    _ensure_builtins()
+    key = (_norm_domain(domain), op_type)
+    if no_gradient and (rule is not None or needs is not None):
+        raise ValueError(f"{op_type}: no_gradient says no gradient flows; drop rule and needs")
+    builtin = _IN_OPS_PACKAGE[0]
+    if builtin and key in _BUILTIN_DESCRIBED:
+        raise ValueError(f"{op_type} is described twice")
+    said = _Description(_rule_text(rule, tuple(rule_by), op_type), tuple(rule_by), _needs(needs, op_type), no_gradient)
+    _DESCRIBED[key] = said
+    if builtin:
+        _BUILTIN_DESCRIBED[key] = said
+    _VERSION[0] += 1
+    return lambda fn: fn
+
+
+def _needs(needs: str | None, op_type: str) -> tuple[str, ...] | None:
+    if needs is None:
+        return None
+    parts = tuple(p.strip() for p in needs.split(",") if p.strip())
+    for p in parts:
+        digits = p[3:] if p.startswith("out") else p[2:] if p.startswith("in") else "x"
+        if digits and not digits.isdigit():
+            raise ValueError(f"{op_type}: needs {needs!r}: write positions as in0, out1, or in / out for all")
+    return parts
+
+
+def _rule_text(rule, rule_by: tuple[str, ...], op_type: str):
+    """A described rule as stored: one line alone is input 0's (no gradient to the others)."""
+    if rule is None or isinstance(rule, tuple):
+        return rule
+    if isinstance(rule, str):
+        return (rule, None)
+    if isinstance(rule, Mapping):
+        if not rule_by:
+            raise ValueError(f"{op_type}: a rule with variants needs rule_by, the attributes that pick one")
+        return {tuple(k): tuple(v) for k, v in rule.items()}
+    return tuple(rule)
+
+
+def record(op_type: str, domain: str = "") -> OpRecord | None:
+    """Everything about one op type: forwards, rule text, VJP needs, lowering; None for an unknown op."""
+    from .oprecord import OpRecord
+
+    _ensure_builtins()
+    key = (_norm_domain(domain), op_type)
+    forwards, said = tuple(_REGISTRY.get(key, ())), _DESCRIBED.get(key)
+    if said is None:
+        return OpRecord(*key, forwards=forwards) if forwards else None
+    return OpRecord(*key, forwards=forwards, rule=said.rule, rule_by=said.rule_by, needs=said.needs,
+                    no_gradient=said.no_gradient)
+
+
+def records() -> list[OpRecord]:
+    """A record for every op type that has a forward or a description, sorted by (domain, op type)."""
+    _ensure_builtins()
+    return [record(op, domain) for domain, op in sorted(set(_REGISTRY) | set(_DESCRIBED))]
+
+
+def records_named(op_type: str) -> list[OpRecord]:
+    """The records of `op_type` in every domain, the default domain's first."""
+    _ensure_builtins()
+    keys = {k for k in set(_REGISTRY) | set(_DESCRIBED) if k[1] == op_type}
+    return [record(op, domain) for domain, op in sorted(keys, key=lambda k: (k[0] != "", k[0]))]

@@ -21,6 +21,7 @@ from . import (  # noqa: F401  (fill the registry)
     resize,
     rnn,
     sampling,
+    sequence,
     shape,
     signal,
 )

@@ -25,6 +25,8 @@ MS = "com.microsoft"
 MIN_OPSET = 13  # ReduceSum's axes input, Split's and Slice's input forms
 
 EXPANSIONS: dict[str, Callable[[Ctx, NodeProto], None]] = {}
+# Contrib ops with no expansion -> why (their records say it; lowering stops at them naming the node).
+NOT_EXPANDED: dict[str, str] = {}
 
 
 def expansion(*ops: str):
@@ -34,6 +36,21 @@ def expansion(*ops: str):
         return fn
 
     return register
+
+
+def not_expanded(why: str, *ops: str) -> None:
+    for op in ops:
+        NOT_EXPANDED[op] = why
+
+
+not_expanded("the attention family's packed layouts, masks, past and present caches and rotary options are not written "
+             "out as ai.onnx ops", "Attention", "MultiHeadAttention", "GroupQueryAttention")
+not_expanded("its rotary layouts (interleaved, partial, packed batching) are not written out as ai.onnx ops",
+             "RotaryEmbedding")
+not_expanded("its mask_index output and the embedding sums are not written out as ai.onnx ops",
+             "EmbedLayerNormalization")
+not_expanded("A's on-the-fly uint8 rounding has no ai.onnx form that keeps the straight-through gradient",
+             "DynamicQuantizeMatMul")
 
 
 def _inputs(node: NodeProto) -> list[str]:

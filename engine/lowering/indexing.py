@@ -4,7 +4,9 @@ from __future__ import annotations
 import numpy as np
 
 from .context import attr
-from .registry import rule
+from .registry import refuse, rule
+
+refuse("its gradient (each unique value's, back to its first occurrence) is not lowered", "Unique")
 
 
 @rule("Gather")

@@ -12,6 +12,7 @@ that definition. Each expansion writes the node's own output names, so selection
   the exponent cast to int64.
 - GRU, LSTM and RNN with layout 1 (batch first): Transposes around the same recurrence in layout 0.
 - ai.onnx.preview.training's Momentum, Adagrad and Adam: their formulas (engine/lowering/training.py).
+- A user's op of its own domain with an `expansion` (engine/lowering/registry.py): what it writes.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from onnx import ModelProto, NodeProto, TensorProto
 from .context import Ctx, attr
 from .decompose import function_body, inline
 from .quantize import _along, _layout
+from .registry import EXPANDED
 from .rewrite import Expansion, drop_unused_domains, expand_nodes
 from .training import DOMAIN as TRAINING
 from .training import OPTIMIZERS
@@ -110,6 +112,8 @@ def expansion_for(ctx: Ctx, node: NodeProto) -> Expansion | None:
         return body
     if domain == TRAINING and op in OPTIMIZERS:
         return OPTIMIZERS[op]
+    if (domain, op) in EXPANDED:
+        return EXPANDED[(domain, op)]
     if domain not in ("", "ai.onnx"):
         return None
     if op in NEWER and _since(ctx, node) >= NEWER[op][0]:

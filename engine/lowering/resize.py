@@ -10,7 +10,9 @@ import numpy as np
 from onnx import TensorProto, helper
 
 from .context import attr
-from .registry import rule
+from .registry import rewritten, rule
+
+rewritten("onnx's version converter writes it as Resize (models below opset 17 are converted first)", "Upsample")
 
 BASIS_ATTRS = ("antialias", "coordinate_transformation_mode", "cubic_coeff_a", "exclude_outside", "mode",
                "nearest_mode")

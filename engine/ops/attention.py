@@ -8,8 +8,11 @@ import torch
 
 from ..dtypes import onnx_to_torch
 from ..errors import OnnxGradError, UnsupportedOpError
-from ..registry import register
+from ..registry import describe, register
 from .reduce import stepwise_softmax
+
+# The attention rules' shared step: the softmax backward through the probabilities P.
+ATTENTION_BACKWARD = "dS = P ⊙ (dP − rowsum(P ⊙ dP)), dP = dO · Vᵀ, P the attention probabilities"
 
 
 def _heads(t, n_heads):
@@ -137,6 +140,14 @@ def attention_24(q, k, v, attn_mask=None, past_key=None, past_value=None, nonpad
                       right_window_size=-1, n_outputs=n_outputs, float_dtype=float_dtype)
 
 
+@describe("Attention", needs="in",
+          rule=("dQ = scale · dS · K   # " + ATTENTION_BACKWARD,
+                "dK = scale · dSᵀ · Q, summed over each group's query heads",
+                "dV = Pᵀ · dO, summed over each group's query heads",
+                "dattn_mask = dS summed to its shape   # a float mask",
+                "dpast_key = the past positions of dK (plus dpresent_key)",
+                "dpast_value = the past positions of dV (plus dpresent_value)",
+                None))
 @register("Attention", since=25)
 def attention(q, k, v, attn_mask=None, past_key=None, past_value=None, nonpad_kv_seqlen=None, *, is_causal=0,
               kv_num_heads=None, q_num_heads=None, qk_matmul_output_mode=0, scale=None, softcap=0.0,
@@ -151,6 +162,11 @@ def attention(q, k, v, attn_mask=None, past_key=None, past_value=None, nonpad_kv
                       float_dtype=float_dtype)
 
 
+@describe("RotaryEmbedding", needs="in",
+          rule=("dX = dY rotated back by −θ on the rotary dims, dY elsewhere",
+                "dcos_cache = scatter-add at the positions of dY₁ · x₁ + dY₂ · x₂",
+                "dsin_cache = scatter-add at the positions of dY₂ · x₁ − dY₁ · x₂",
+                None))
 @register("RotaryEmbedding", since=23)
 def rotary_embedding(x, cos_cache, sin_cache, position_ids=None, *, interleaved=0, num_heads=0,
                      rotary_embedding_dim=0):
@@ -179,6 +195,10 @@ def rotary_embedding(x, cos_cache, sin_cache, position_ids=None, *, interleaved=
     return y.reshape(x.shape) if rank3 else y.transpose(1, 2)
 
 
+@describe("TensorScatter", needs="in2",
+          rule=("dpast_cache = dY with the written positions zeroed",
+                "dupdate = dY gathered from where each update was written",
+                None))
 @register("TensorScatter", since=24)
 def tensor_scatter(past_cache, update, write_indices=None, *, axis=-2, mode="linear"):
     if mode not in ("linear", "circular"):
@@ -203,6 +223,13 @@ def tensor_scatter(past_cache, update, write_indices=None, *, axis=-2, mode="lin
 _UPDATE_RULES = ("linear", "gated", "delta", "gated_delta")
 
 
+@describe("LinearAttention", needs="in,out",
+          rule=("dquery = scale · dYₜ · Sₜᵀ at each step t   # S the running state, its gradient sent back step by step",
+                "dkey = through each step's state update S += k ⊗ v",
+                "dvalue = through each step's state update",
+                "dpast_state = the state's gradient carried back past the first step",
+                "ddecay = through each step's decay of the state (S ← exp(decay) · S)",
+                "dbeta = through each step's delta-rule update (v ← beta · (v − Sᵀk))"))
 @register("LinearAttention", since=27)
 def linear_attention(query, key, value, past_state=None, decay=None, beta=None, *, chunk_size=64,
                      kv_num_heads=None, q_num_heads=None, scale=0.0, update_rule="gated_delta", n_outputs=1):
@@ -242,6 +269,11 @@ def linear_attention(query, key, value, past_state=None, decay=None, beta=None, 
     return y if n_outputs == 1 else (y, present)
 
 
+@describe("CausalConvWithState", needs="in",
+          rule=("dinput = the causal depthwise ConvTranspose of dY · act′ with weight   # act = {activation}",
+                "dweight = correlate([past_state, input], dY · act′) per channel",
+                "dbias = Σ dY · act′ over N and L",
+                "dpast_state = the first k − 1 positions of the padded input's gradient"))
 @register("CausalConvWithState", since=27)
 def causal_conv_with_state(x, weight, bias=None, past_state=None, *, activation="none", n_outputs=1):
     if activation not in ("none", "silu", "swish"):
@@ -260,6 +292,10 @@ def causal_conv_with_state(x, weight, bias=None, past_state=None, *, activation=
     return y if n_outputs == 1 else (y, padded[:, :, padded.shape[2] - (k - 1):])
 
 
+@describe("FlexAttention", domain="ai.onnx.preview", needs="in",
+          rule=("dQ = scale · dS · K   # " + ATTENTION_BACKWARD + "; score_mod and prob_mod differentiated as written",
+                "dK = scale · dSᵀ · Q",
+                "dV = Pᵀ · dO"))
 @register("FlexAttention", domain="ai.onnx.preview", since=1)
 def flex_attention(q, k, v, *, scale=None, score_mod=None, prob_mod=None, softmax_precision=None, scope,
                    float_dtype=None):

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import OnnxGradError, UnsupportedOpError
-from ..registry import register
+from ..registry import describe, register
 from .conv import conv
 
 MS = "com.microsoft"
@@ -22,11 +22,13 @@ def _tanh_gelu(x):
     return F.gelu(x, approximate="tanh")
 
 
+@describe("Gelu", domain=MS, needs="in0", rule=("dX = dY · (Φ(X) + X · φ(X))   # Φ, φ the normal CDF and density",))
 @register("Gelu", domain=MS, since=1)
 def gelu(x):
     return F.gelu(x)
 
 
+@describe("BiasGelu", domain=MS, needs="in", rule=("dA = dY · Gelu′(A + B)", "dB = Σ over the leading axes of dY · Gelu′(A + B)"))
 @register("BiasGelu", domain=MS, since=1)
 def bias_gelu(a, b):
     if b.dim() != 1 or a.shape[-1] != b.shape[0]:
@@ -34,6 +36,9 @@ def bias_gelu(a, b):
     return F.gelu(a + b)
 
 
+@describe("FastGelu", domain=MS, needs="in",
+          rule=("dX = dY · FastGelu′(X + bias)   # the derivative of the tanh approximation",
+                "dbias = Σ over the leading axes of dY · FastGelu′(X + bias)"))
 @register("FastGelu", domain=MS, since=1)
 def fast_gelu(x, bias=None):
     if bias is not None and (bias.dim() != 1 or x.shape[-1] != bias.shape[0]):
@@ -42,11 +47,13 @@ def fast_gelu(x, bias=None):
     return _tanh_gelu(x if bias is None else x + bias)
 
 
+@describe("QuickGelu", domain=MS, needs="in0", rule=("dX = dY · σ(αX) · (1 + αX · (1 − σ(αX)))   # α = {alpha}",))
 @register("QuickGelu", domain=MS, since=1)
 def quick_gelu(x, *, alpha=1.702):
     return x * torch.sigmoid(alpha * x)
 
 
+@describe("BiasAdd", domain=MS, needs="", rule=("dX = dY", "dbias = Σ dY over N and S", "dskip = dY"))
 @register("BiasAdd", domain=MS, since=1)
 def bias_add(x, bias, skip):
     # NOTE: onnxruntime has this kernel on CUDA only (channels 320/640/1280 or a generic loop); any C is taken here.
@@ -56,6 +63,9 @@ def bias_add(x, bias, skip):
     return x + bias + skip
 
 
+@describe("BiasSplitGelu", domain=MS, needs="in",
+          rule=("dX = [dY · Gelu(R), dY · L · Gelu′(R)]   # L, R the halves of X + bias",
+                "dbias = Σ over N and S of dX"))
 @register("BiasSplitGelu", domain=MS, since=1)
 def bias_split_gelu(x, bias):
     # NOTE: the CUDA kernel (the only one) takes D/2 in 1280, 2560, 5120; any even D is taken here.
@@ -66,6 +76,10 @@ def bias_split_gelu(x, bias):
     return left * F.gelu(right)  # the kernel: Gelu on the right half only
 
 
+@describe("GemmFastGelu", domain=MS, needs="in",
+          rule=("dX = (dY · FastGelu′(Z)) · Wᵀ   # Z = X · W + bias",
+                "dW = Xᵀ · (dY · FastGelu′(Z))",
+                "dbias = Σ over the leading axes of dY · FastGelu′(Z)"))
 @register("GemmFastGelu", domain=MS, since=1)
 def gemm_fast_gelu(x, w, bias=None):
     # NOTE: onnxruntime has this kernel on ROCm only: FastGelu(MatMul(X, W) + bias).
@@ -81,6 +95,9 @@ def _batch_moved(t, trans_batch, trans):
     return t.transpose(-1, -2) if trans else t
 
 
+@describe("FusedMatMul", domain=MS, needs="in",
+          rule=("dA = {alpha·}dY · op(B)ᵀ, moved back through transA / transBatchA",
+                "dB = {alpha·}op(A)ᵀ · dY, moved back through transB / transBatchB"))
 @register("FusedMatMul", domain=MS, since=1)
 def fused_matmul(a, b, *, alpha=1.0, transA=0, transB=0, transBatchA=0, transBatchB=0):
     if (transBatchA or transBatchB) and (a.dim() < 3 or a.dim() != b.dim()):
@@ -134,6 +151,11 @@ def fused_activation(op: str, activation, params):
     return lambda y: fn(y, params)
 
 
+@describe("FusedConv", domain=MS, needs="in",
+          rule=("dX = ConvTranspose(dY · act′, W)   # act = {activation}, act′ at conv + Z",
+                "dW = correlate(X, dY · act′) summed over the batch",
+                "dB = Σ dY · act′ over N and the spatial axes",
+                "dZ = dY · act′"))
 @register("FusedConv", domain=MS, since=1)
 def fused_conv(x, w, b=None, z=None, *, activation=None, activation_params=None, auto_pad="NOTSET", dilations=None,
                group=1, kernel_shape=None, pads=None, strides=None):

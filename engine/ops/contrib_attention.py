@@ -13,7 +13,8 @@ import math
 import torch
 
 from ..errors import OnnxGradError, UnsupportedOpError
-from ..registry import register
+from ..registry import describe, register
+from .attention import ATTENTION_BACKWARD
 
 MS = "com.microsoft"
 
@@ -95,6 +96,14 @@ def attend(q, k, v, scale, bias=None):
     return torch.matmul(probs, v), logits, probs
 
 
+@describe("Attention", domain=MS, needs="in",
+          rule=("dinput = dQKV · weightsᵀ   # dQ = scale · dS · K, dK = scale · dSᵀ · Q, dV = Pᵀ · dO; " + ATTENTION_BACKWARD,
+                "dweights = inputᵀ · dQKV",
+                "dbias = Σ dQKV over batch and sequence",
+                None,
+                "dpast = the past positions of [dK, dV] (plus dpresent)",
+                "dattention_bias = dS summed to its shape",
+                None))
 @register("Attention", domain=MS, since=1)
 def attention(x, weights, bias=None, mask_index=None, past=None, attention_bias=None, past_sequence_length=None, *,
               num_heads, qkv_hidden_sizes=None, unidirectional=0, scale=None, mask_filter_value=-10000.0,
@@ -172,6 +181,17 @@ def _mha_inputs(op, query, key, value, bias, num_heads, work):
     return split_heads(query, num_heads), split_heads(key, num_heads), split_heads(value, num_heads), False
 
 
+@describe("MultiHeadAttention", domain=MS, needs="in",
+          rule=("dquery = scale · dS · K   # " + ATTENTION_BACKWARD,
+                "dkey = scale · dSᵀ · Q",
+                "dvalue = Pᵀ · dO",
+                "dbias = [Σ dquery, Σ dkey, Σ dvalue] over batch and sequence",
+                None,
+                "dattention_bias = dS summed to its shape",
+                "dpast_key = the past positions of dkey",
+                "dpast_value = the past positions of dvalue",
+                None,
+                None))
 @register("MultiHeadAttention", domain=MS, since=1)
 def multi_head_attention(query, key=None, value=None, bias=None, key_padding_mask=None, attention_bias=None,
                          past_key=None, past_value=None, past_sequence_length=None, cache_indirection=None, *,
@@ -220,6 +240,11 @@ def rotary_positions(op, position_ids, batch, seq, device):
     return position_ids.long()
 
 
+@describe("RotaryEmbedding", domain=MS, needs="in",
+          rule=("dinput = dY rotated back by −θ on the rotary dims, dY elsewhere",
+                None,
+                "dcos_cache = scatter-add at the positions of dY₁ · x₁ + dY₂ · x₂",
+                "dsin_cache = scatter-add at the positions of dY₂ · x₁ − dY₁ · x₂"))
 @register("RotaryEmbedding", domain=MS, since=1)
 def rotary_embedding(x, position_ids, cos_cache, sin_cache, *, interleaved=0, num_heads=0, rotary_embedding_dim=0,
                      scale=1.0, is_packed_batching=0, float_dtype=None):

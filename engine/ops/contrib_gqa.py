@@ -13,7 +13,8 @@ from __future__ import annotations
 import torch
 
 from ..errors import OnnxGradError, UnsupportedOpError
-from ..registry import register
+from ..registry import describe, register
+from .attention import ATTENTION_BACKWARD
 from .contrib_attention import merge_heads, rotate, scores_scale, split_heads, work_dtype
 
 MS = "com.microsoft"
@@ -75,6 +76,26 @@ def _present(past_cache, new, past_len, length, work):
     return torch.stack(out)
 
 
+# The kernel's steps in its order (refusals, cache lengths, q/k norms, rotary, present caches, masks, sink,
+# outputs), each checked against onnxruntime. long: split, the steps would hand a dozen tensors along.
+@describe("GroupQueryAttention", domain=MS, needs="in",
+          rule=("dquery = scale · dS · K, through the rotary and q-norm backward   # " + ATTENTION_BACKWARD,
+                "dkey = scale · dSᵀ · Q summed over each group's query heads, through the rotary backward",
+                "dvalue = Pᵀ · dO summed over each group's query heads",
+                "dpast_key = the valid past positions of dpresent_key",
+                "dpast_value = the valid past positions of dpresent_value",
+                None,
+                None,
+                "dcos_cache = scatter-add at the positions of the rotary backward",
+                "dsin_cache = likewise",
+                None,
+                "dattention_bias = dS summed to its shape",
+                "dhead_sink = −Σ p_sink · rowsum(P ⊙ dP)   # the sink's share",
+                None,
+                None,
+                "dq_norm_weight = Σ dq̃ · q̂ per head   # the RMS norm before the rotary",
+                "dk_norm_weight = Σ dk̃ · k̂ per head",
+                None))
 @register("GroupQueryAttention", domain=MS, since=1)
 def group_query_attention(query, key=None, value=None, past_key=None, past_value=None, seqlens_k=None,
                           total_sequence_length=None, cos_cache=None, sin_cache=None, position_ids=None,

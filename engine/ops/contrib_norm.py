@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from ..errors import OnnxGradError
-from ..registry import register
+from ..registry import describe, register
 from .nn import _stash, layer_norm
 
 MS = "com.microsoft"
@@ -41,6 +41,12 @@ def _skip_sum(op, x, skip, bias, hidden_params):
     return total if bias is None else total + bias
 
 
+@describe("SkipLayerNormalization", domain=MS, needs="in",
+          rule=("dinput = (dŜ − mean(dŜ) − Ŝ · mean(dŜ · Ŝ)) / σ   with dŜ = dY · gamma, S = input + skip + bias",
+                "dskip = dinput summed to skip's shape",
+                "dgamma = Σ dY · Ŝ over the leading axes",
+                "dbeta = Σ dY over the leading axes",
+                "dbias = Σ dinput over the leading axes"))
 @register("SkipLayerNormalization", domain=MS, since=1)
 def skip_layer_norm(x, skip, gamma, beta=None, bias=None, *, epsilon=1e-12, n_outputs=1, float_dtype=None):
     total = _skip_sum("SkipLayerNormalization", x, skip, bias, (("gamma", gamma), ("beta", beta), ("bias", bias)))
@@ -54,6 +60,11 @@ def skip_layer_norm(x, skip, gamma, beta=None, bias=None, *, epsilon=1e-12, n_ou
     return y if n_outputs == 1 else (y, mean, inv_std, total)[:n_outputs]
 
 
+@describe("SkipSimplifiedLayerNormalization", domain=MS, needs="in",
+          rule=("dinput = (dŜ − Ŝ · mean(dŜ · Ŝ)) / rms   with dŜ = dY · gamma, Ŝ = S / rms, S = input + skip + bias",
+                "dskip = dinput summed to skip's shape",
+                "dgamma = Σ dY · Ŝ over the leading axes",
+                "dbias = Σ dinput over the leading axes"))
 @register("SkipSimplifiedLayerNormalization", domain=MS, since=1)
 def skip_simplified_layer_norm(x, skip, gamma, bias=None, *, epsilon=1e-12, n_outputs=1, float_dtype=None):
     total = _skip_sum("SkipSimplifiedLayerNormalization", x, skip, bias, (("gamma", gamma), ("bias", bias)))
@@ -71,6 +82,9 @@ def layer_norm_contrib(x, scale, b=None, *, axis=-1, epsilon=1e-5, stash_type=1,
     return layer_norm(x, scale, b, axis=axis, epsilon=epsilon, stash_type=stash_type, n_outputs=n_outputs)
 
 
+@describe("SimplifiedLayerNormalization", needs="in0,in1",
+          rule=("dX = (dX̂ − X̂ · mean(dX̂ · X̂)) / rms   with dX̂ = dY · scale, X̂ = X / rms",
+                "dscale = Σ dY · X̂ over the leading axes"))
 @register("SimplifiedLayerNormalization", since=1, note=ORT_RMS_NORM)
 def simplified_layer_norm(x, scale, *, axis=-1, epsilon=1e-5, stash_type=1, n_outputs=1):
     axis = axis + x.dim() if axis < 0 else axis
@@ -89,6 +103,16 @@ def _rows(op, table, ids, name):
     return table[ids.long()]
 
 
+@describe("EmbedLayerNormalization", domain=MS, needs="in",
+          rule=(None,
+                None,
+                "dword_embedding = scatter-add of dE at input_ids   # dE: the LayerNorm backward of dY",
+                "dposition_embedding = scatter-add of dE at the positions",
+                "dsegment_embedding = scatter-add of dE at segment_ids",
+                "dgamma = Σ dY · Ê over batch and sequence",
+                "dbeta = Σ dY over batch and sequence",
+                None,
+                None))
 @register("EmbedLayerNormalization", domain=MS, since=1)
 def embed_layer_norm(input_ids, segment_ids, word_embedding, position_embedding, segment_embedding=None, gamma=None,
                      beta=None, mask=None, position_ids=None, *, epsilon=1e-12, mask_index_type=1, n_outputs=1,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from ..errors import OnnxGradError, UnsupportedOpError
-from ..registry import register
+from ..registry import describe, register
 
 MS = "com.microsoft"
 
@@ -53,6 +53,13 @@ def _zero_points(op, zero_points, bits, rows, blocks, work, device):
     raise OnnxGradError(f"{op}: zero_points of type {zero_points.dtype} are not supported (uint8 or float)")
 
 
+@describe("MatMulNBits", domain=MS, needs="in",
+          rule=("dA = dY · Wᵀ   # W = (unpack(B) − zero) · scale, the dequantized weights",
+                None,
+                "dscales = Σ over each block of (dYᵀ · A) ⊙ (q − zero)",
+                "dzero_points = −Σ over each block of (dYᵀ · A) · scale   # float zero points; packed ones are integers",
+                None,
+                "dbias = Σ dY over the leading axes"))
 @register("MatMulNBits", domain=MS, since=1)
 def matmul_nbits(a, b, scales, zero_points=None, g_idx=None, bias=None, *, K, N, block_size, bits=4, accuracy_level=0,
                  weight_prepacked=0, float_dtype=None):
@@ -93,6 +100,11 @@ def matmul_nbits(a, b, scales, zero_points=None, g_idx=None, bias=None, *, K, N,
     return y.to(a.dtype)
 
 
+@describe("GatherBlockQuantized", domain=MS, needs="in",
+          rule=(None,
+                None,
+                "dscales = scatter-add of dY ⊙ (q − zero) into each gathered row's blocks",
+                None))
 @register("GatherBlockQuantized", domain=MS, since=1)
 def gather_block_quantized(data, indices, scales, zero_points=None, *, bits=4, block_size=128, gather_axis=0,
                            quantize_axis=1, float_dtype=None):
@@ -153,6 +165,12 @@ def _dynamic_uint8(x):
     return (q - zero) * scale
 
 
+@describe("DynamicQuantizeMatMul", domain=MS, needs="in",
+          rule=("dA = dY · dequant(B)ᵀ   # straight-through: A's on-the-fly uint8 rounding counts as identity",
+                None,
+                "db_scale = Σ (Âᵀ · dY) ⊙ (B − zero) per column   # Â: A after its uint8 round trip",
+                None,
+                "dbias = Σ dY over the leading axes"))
 @register("DynamicQuantizeMatMul", domain=MS, since=1)
 def dynamic_quantize_matmul(a, b, b_scale, b_zero_point=None, bias=None, *, float_dtype=None):
     op = "DynamicQuantizeMatMul"
@@ -173,6 +191,14 @@ def dynamic_quantize_matmul(a, b, b_scale, b_zero_point=None, bias=None, *, floa
     return y.to(a.dtype)
 
 
+@describe("MatMulIntegerToFloat", domain=MS, needs="in",
+          rule=(None,
+                None,
+                "da_scale = Σ dY ⊙ ((A − a_zero) · (B − b_zero)) · b_scale",
+                "db_scale = Σ dY ⊙ ((A − a_zero) · (B − b_zero)) · a_scale per column",
+                None,
+                None,
+                "dbias = Σ dY over the leading axes"))
 @register("MatMulIntegerToFloat", domain=MS, since=1)
 def matmul_integer_to_float(a, b, a_scale, b_scale, a_zero_point=None, b_zero_point=None, bias=None, *,
                             float_dtype=None):

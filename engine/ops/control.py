@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from ..errors import OnnxGradError
-from ..registry import register
+from ..registry import describe, register
 
 
 def _flag(t) -> bool:
@@ -18,6 +18,7 @@ def _flag(t) -> bool:
     return bool(t.reshape(()).item())
 
 
+@describe("If", needs="in0", rule=(None,))
 @register("If", since=1)
 def if_(cond, *, then_branch, else_branch, scope):
     return tuple(scope.run(then_branch if _flag(cond) else else_branch, []))
@@ -31,6 +32,10 @@ def _stack(values: list, name: str, device) -> torch.Tensor:
     return torch.stack(values, 0)
 
 
+@describe("Loop", needs="in",
+          rule=(None,
+                None,
+                "dv_initialᵢ = the body's backward run from the last iteration to the first, carried back"))
 @register("Loop", since=1)
 def loop(trip_count=None, cond=None, *carried, body, scope, device):
     n = len(carried)
@@ -83,6 +88,9 @@ def _scan(states, xs, *, body, scope, input_axes, input_dirs, output_axes, outpu
     return values, results
 
 
+@describe("Scan", needs="in",
+          rule=("dinputsᵢ = the body's backward run over the scan in reverse: states carried back, the scan inputs' slices "
+                "stacked",))
 @register("Scan", since=9)
 def scan(*inputs, body, num_scan_inputs, scan_input_axes=None, scan_input_directions=None,
          scan_output_axes=None, scan_output_directions=None, scope, device):
@@ -125,6 +133,9 @@ def scan_8(sequence_lens, *inputs, body, num_scan_inputs, directions=None, scope
     return tuple(torch.stack(v, 0) for v in per_state) + tuple(torch.stack(r, 0) for r in per_out)
 
 
+@describe("SequenceMap", needs="in",
+          rule=("dinput_sequence = the body's backward run on each element",
+                "dadditional_inputs = Σ over the elements of the body's backward"))
 @register("SequenceMap", since=17)
 def sequence_map(input_sequence, *additional_inputs, body, scope):
     n = len(input_sequence)

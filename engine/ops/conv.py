@@ -5,7 +5,7 @@ import torch.nn.functional as F
 
 from ..errors import OnnxGradError, UnsupportedOpError
 from ..padding import AUTO_PADS, resolve_pads
-from ..registry import register
+from ..registry import describe, register
 
 
 def spatial_params(op: str, x, kernel, strides, dilations, pads):
@@ -37,6 +37,10 @@ def _bias_shape(b, nd):
     return b.reshape([-1] + [1] * nd)
 
 
+@describe("Conv", needs="in0,in1",
+          rule=("dX = ConvTranspose(dY, W)   # strides {strides}, pads {pads}, group {group}",
+                "dW = correlate(X, dY) summed over the batch",
+                "dB = Σ dY over N and the spatial axes"))
 @register("Conv", since=1)
 def conv(x, w, b=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, pads=None,
          strides=None):
@@ -68,6 +72,10 @@ def conv_geometry(x, w, auto_pad="NOTSET", dilations=None, group=1, kernel_shape
     return x, {"stride": strides, "padding": padding, "dilation": dilations, "groups": group}
 
 
+@describe("ConvTranspose", needs="in0,in1",
+          rule=("dX = Conv(dY, W)   # strides {strides}, group {group}",
+                "dW = correlate(dY, X) summed over the batch",
+                "dB = Σ dY over N and the spatial axes"))
 @register("ConvTranspose", since=1)
 def conv_transpose(x, w, b=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None,
                    output_padding=None, output_shape=None, pads=None, strides=None):

@@ -7,7 +7,7 @@ import torch
 
 from ..dtypes import computes_in_float32
 from ..errors import OnnxGradError, UnsupportedOpError
-from ..registry import register
+from ..registry import describe, register
 from .shape import int_list
 
 
@@ -73,6 +73,10 @@ def roi_align_10(x, rois, batch_indices, *, mode="avg", output_height=1, output_
                       half_pixel=False)
 
 
+@describe("RoiAlign", needs="in",
+          rule=("dX = dY spread back over each bin's bilinear samples ({mode})",
+                "drois = through the sample positions (bilinear weights in the box corners)",
+                None))
 @register("RoiAlign", since=16)
 @computes_in_float32
 def roi_align(x, rois, batch_indices, *, coordinate_transformation_mode="half_pixel", mode="avg",
@@ -84,6 +88,7 @@ def roi_align(x, rois, batch_indices, *, coordinate_transformation_mode="half_pi
                       half_pixel=coordinate_transformation_mode == "half_pixel")
 
 
+@describe("MaxRoiPool", needs="in", rule="dX = dY scattered to the arg-max of each pooled cell")
 @register("MaxRoiPool", since=1)
 def max_roi_pool(x, rois, *, pooled_shape, spatial_scale=1.0):
     ph, pw = pooled_shape
@@ -127,6 +132,7 @@ def _iou_suppresses(boxes, center_point_box, threshold):
     return ok & (inter / torch.where(union > 0, union, torch.ones_like(union)) > threshold)
 
 
+@describe("NonMaxSuppression", no_gradient="an integer result (the selected boxes' indices)")
 @register("NonMaxSuppression", since=10)
 def non_max_suppression(boxes, scores, max_output_boxes_per_class=None, iou_threshold=None, score_threshold=None,
                         *, center_point_box=0):

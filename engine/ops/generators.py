@@ -5,13 +5,14 @@ import torch
 
 from ..dtypes import onnx_to_torch
 from ..errors import OnnxGradError, UnsupportedOpError
-from ..registry import register
+from ..registry import describe, register
 from .shape import int_list
 
 _CONSTANT_ATTRS = ("value", "sparse_value", "value_float", "value_floats", "value_int", "value_ints",
                    "value_string", "value_strings")
 
 
+@describe("Constant", no_gradient="no inputs")
 @register("Constant", since=1)
 def constant(*, value=None, sparse_value=None, value_float=None, value_floats=None, value_int=None,
              value_ints=None, value_string=None, value_strings=None, device, float_dtype=None):
@@ -31,6 +32,7 @@ def constant(*, value=None, sparse_value=None, value_float=None, value_floats=No
     return torch.tensor(v, dtype=dtype, device=device)
 
 
+@describe("ConstantOfShape", no_gradient="the result depends only on the given shape")
 @register("ConstantOfShape", since=9)
 def constant_of_shape(shape, *, value=None, float_dtype=None):
     if value is None:
@@ -62,6 +64,7 @@ def range_11(start, limit, delta):
     return _range(start, limit, delta, torch.float64)
 
 
+@describe("Range", needs="", rule=("dstart = Σ dY", None, "ddelta = Σᵢ i · dYᵢ   # the limit only sets the length"))
 @register("Range", since=27)
 def range_27(start, limit, delta, *, stash_type=1):
     if stash_type not in (1, 11):
@@ -69,6 +72,7 @@ def range_27(start, limit, delta, *, stash_type=1):
     return _range(start, limit, delta, torch.float32 if stash_type == 1 else torch.float64)
 
 
+@describe("EyeLike", no_gradient="the result depends only on the input's shape")
 @register("EyeLike", since=9)
 def eye_like(x, *, dtype=None, k=0):
     if x.dim() != 2:

@@ -6,7 +6,7 @@ import math
 import torch
 
 from ..errors import OnnxGradError, UnsupportedOpError
-from ..registry import register
+from ..registry import describe, register
 from .shape import int_scalar, norm_axis
 
 
@@ -16,6 +16,7 @@ def _wrap(indices: torch.Tensor, dim) -> torch.Tensor:
     return torch.where(idx < 0, idx + dim, idx)
 
 
+@describe("Gather", needs="in1", rule="dX = scatter-add of dY at the indices along axis {axis}")
 @register("Gather", since=1)
 def gather(data, indices, *, axis=0):
     a = norm_axis(axis, data.dim(), "Gather")
@@ -34,6 +35,7 @@ def _host_scalar(indices: torch.Tensor) -> bool:
             and not torch._C._functorch.is_functorch_wrapped_tensor(indices) and not torch.compiler.is_compiling())
 
 
+@describe("GatherElements", needs="in1", rule="dX = scatter-add of dY at the indices along axis {axis}")
 @register("GatherElements", since=11)
 def gather_elements(data, indices, *, axis=0):
     a = norm_axis(axis, data.dim(), "GatherElements")
@@ -49,6 +51,7 @@ def _nd_index(data_shape, indices):
     return (idx * torch.tensor(strides, dtype=torch.int64, device=indices.device)).sum(-1)
 
 
+@describe("GatherND", needs="in1", rule="dX = scatter-add of dY at the index tuples")
 @register("GatherND", since=11)
 def gather_nd(data, indices, *, batch_dims=0):
     b = batch_dims
@@ -82,18 +85,32 @@ def _scatter(op, data, axis, index, updates, reduction):
     return data.scatter_reduce(axis, index, updates, _reduce_name(op, reduction), include_self=True)
 
 
+@describe("ScatterElements", needs="in1",
+          rule=("ddata = dY with the written positions zeroed   # reduction={reduction}: add keeps all of dY; mul, max, min "
+                "share it",
+                None,
+                "dupdates = dY gathered at the indices   # mul, max, min: each factor's or extreme's share"))
 @register("ScatterElements", since=11)
 def scatter_elements(data, indices, updates, *, axis=0, reduction="none"):
     a = norm_axis(axis, data.dim(), "ScatterElements")
     return _scatter("ScatterElements", data, a, _wrap(indices, data.shape[a]), updates, reduction)
 
 
+@describe("Scatter", needs="in1",
+          rule=("ddata = dY with the written positions zeroed",
+                None,
+                "dupdates = dY gathered at the indices along axis {axis}"))
 @register("Scatter", since=9, until=10)
 def scatter(data, indices, updates, *, axis=0):
     a = norm_axis(axis, data.dim(), "Scatter")
     return data.scatter(a, _wrap(indices, data.shape[a]), updates)
 
 
+@describe("ScatterND", needs="in1",
+          rule=("ddata = dY with the written positions zeroed   # reduction={reduction}: add keeps all of dY; mul, max, min "
+                "share it",
+                None,
+                "dupdates = dY gathered at the index tuples   # mul, max, min: each factor's or extreme's share"))
 @register("ScatterND", since=11)
 def scatter_nd(data, indices, updates, *, reduction="none"):
     k = indices.shape[-1]
@@ -105,12 +122,14 @@ def scatter_nd(data, indices, updates, *, reduction="none"):
     return out.reshape(data.shape)
 
 
+@describe("NonZero", no_gradient="an integer result")
 @register("NonZero", since=9)
 def nonzero(x):
     # NOTE: a scalar gives shape (0, N) per the spec (numpy and onnxruntime give (1, N)).
     return torch.nonzero(x).T.contiguous()
 
 
+@describe("OneHot", needs="in0,in1", rule=(None, None, "dvalues = [Σ dY where not hot, Σ dY where hot]"))
 @register("OneHot", since=9)
 def one_hot(indices, depth, values, *, axis=-1):
     n = int(depth.reshape(-1)[0].item())
@@ -121,6 +140,7 @@ def one_hot(indices, depth, values, *, axis=-1):
     return torch.where(idx == classes, values[1], values[0])
 
 
+@describe("Compress", needs="in1", rule="dX = dY placed back where condition holds, 0 elsewhere")
 @register("Compress", since=9)
 def compress(x, condition, *, axis=None):
     if axis is None:
@@ -133,6 +153,7 @@ def compress(x, condition, *, axis=None):
     return x.index_select(a, keep)
 
 
+@describe("ReverseSequence", needs="in1", rule="dX = ReverseSequence(dY)   # it undoes itself")
 @register("ReverseSequence", since=10)
 def reverse_sequence(x, sequence_lens, *, batch_axis=1, time_axis=0):
     if {batch_axis, time_axis} != {0, 1}:
@@ -146,12 +167,14 @@ def reverse_sequence(x, sequence_lens, *, batch_axis=1, time_axis=0):
     return torch.gather(x, time_axis, index)
 
 
+@describe("Trilu", needs="", rule="dX = trilu(dY)             # the same triangle (upper={upper})")
 @register("Trilu", since=14)
 def trilu(x, k=None, *, upper=1):
     diag = 0 if k is None else int_scalar(k)
     return torch.triu(x, diag) if upper else torch.tril(x, diag)
 
 
+@describe("Unique", needs="out1", rule="dX = dY sent to each value's first occurrence, 0 at the repeats")
 @register("Unique", since=11)
 def unique(x, *, axis=None, sorted=1, n_outputs=4):  # noqa: A002 - ONNX attribute name
     if axis is None:

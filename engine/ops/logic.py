@@ -5,7 +5,7 @@ import numpy as np
 import torch
 
 from ..errors import UnsupportedOpError
-from ..registry import register
+from ..registry import describe, register
 from .elementwise import _legacy
 
 # --- bitwise ----------------------------------------------------------------------------------
@@ -33,6 +33,7 @@ def bitshift_v11(x, y, *, direction):
     return _bitshift(x, y, direction, logical=True)
 
 
+@describe("BitShift", no_gradient="an integer result")
 @register("BitShift", since=28)
 def bitshift(x, y, *, direction):
     # NOTE: uint64 is carried as int64, so a right shift of a uint64 with its top bit set
@@ -40,21 +41,25 @@ def bitshift(x, y, *, direction):
     return _bitshift(x, y, direction, logical=False)
 
 
+@describe("BitwiseAnd", no_gradient="an integer result")
 @register("BitwiseAnd", since=18)
 def bitwise_and(a, b):
     return torch.bitwise_and(a, b)
 
 
+@describe("BitwiseOr", no_gradient="an integer result")
 @register("BitwiseOr", since=18)
 def bitwise_or(a, b):
     return torch.bitwise_or(a, b)
 
 
+@describe("BitwiseXor", no_gradient="an integer result")
 @register("BitwiseXor", since=18)
 def bitwise_xor(a, b):
     return torch.bitwise_xor(a, b)
 
 
+@describe("BitwiseNot", no_gradient="an integer result")
 @register("BitwiseNot", since=18)
 def bitwise_not(x):
     return torch.bitwise_not(x)
@@ -62,6 +67,7 @@ def bitwise_not(x):
 
 # --- comparisons and logic --------------------------------------------------------------------
 
+@describe("Equal", no_gradient="a boolean result")
 @register("Equal", since=7)
 def equal(a, b):
     if isinstance(a, np.ndarray):  # string tensors (Equal accepts them from opset 19) stay numpy
@@ -74,6 +80,7 @@ def equal_v1(a, b, *, broadcast=0, axis=None):
     return equal(a, _legacy(a, b, broadcast, axis))
 
 
+@describe("Less", no_gradient="a boolean result")
 @register("Less", since=7)
 def less(a, b):
     return torch.lt(a, b)
@@ -84,11 +91,13 @@ def less_v1(a, b, *, broadcast=0, axis=None):
     return less(a, _legacy(a, b, broadcast, axis))
 
 
+@describe("LessOrEqual", no_gradient="a boolean result")
 @register("LessOrEqual", since=12)
 def less_or_equal(a, b):
     return torch.le(a, b)
 
 
+@describe("Greater", no_gradient="a boolean result")
 @register("Greater", since=7)
 def greater(a, b):
     return torch.gt(a, b)
@@ -99,11 +108,13 @@ def greater_v1(a, b, *, broadcast=0, axis=None):
     return greater(a, _legacy(a, b, broadcast, axis))
 
 
+@describe("GreaterOrEqual", no_gradient="a boolean result")
 @register("GreaterOrEqual", since=12)
 def greater_or_equal(a, b):
     return torch.ge(a, b)
 
 
+@describe("And", no_gradient="a boolean result")
 @register("And", since=7)
 def and_(a, b):
     return torch.logical_and(a, b)
@@ -114,6 +125,7 @@ def and_v1(a, b, *, broadcast=0, axis=None):
     return and_(a, _legacy(a, b, broadcast, axis))
 
 
+@describe("Or", no_gradient="a boolean result")
 @register("Or", since=7)
 def or_(a, b):
     return torch.logical_or(a, b)
@@ -124,6 +136,7 @@ def or_v1(a, b, *, broadcast=0, axis=None):
     return or_(a, _legacy(a, b, broadcast, axis))
 
 
+@describe("Xor", no_gradient="a boolean result")
 @register("Xor", since=7)
 def xor(a, b):
     return torch.logical_xor(a, b)
@@ -134,11 +147,13 @@ def xor_v1(a, b, *, broadcast=0, axis=None):
     return xor(a, _legacy(a, b, broadcast, axis))
 
 
+@describe("Not", no_gradient="a boolean result")
 @register("Not", since=1)
 def not_(x):
     return torch.logical_not(x)
 
 
+@describe("Where", needs="in0", rule=(None, "dA = dY · cond", "dB = dY · ¬cond"))
 @register("Where", since=9)
 def where(condition, x, y):
     # NOTE: the gradient flows only to the branch that was selected at each element.

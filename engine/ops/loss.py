@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from ..errors import OnnxGradError, UnsupportedOpError
-from ..registry import register
+from ..registry import describe, register
 
 REDUCTIONS = ("none", "sum", "mean")
 
@@ -34,11 +34,19 @@ def _nll(log_prob, target, weight, reduction, ignore_index):
     return loss.mean() if w is None else loss.sum() / w.sum()
 
 
+@describe("NegativeLogLikelihoodLoss", needs="in",
+          rule=("dinput = −dY · weight[target] at each sample's target class, 0 elsewhere   # ÷ Σ weights for reduction=mean",
+                None,
+                "dweight = per class: −Σ dY · input at its samples' targets (the mean's quotient rule included)"))
 @register("NegativeLogLikelihoodLoss", since=12)
 def negative_log_likelihood_loss(x, target, weight=None, *, ignore_index=None, reduction="mean"):
     return _nll(x, target, weight, reduction, ignore_index)
 
 
+@describe("SoftmaxCrossEntropyLoss", needs="in",
+          rule=("dscores = dY · weight · (softmax(scores) − onehot(labels))   # ÷ Σ weights for reduction=mean",
+                None,
+                "dweights = per class: its samples' −log p at their labels (the mean's quotient rule included)"))
 @register("SoftmaxCrossEntropyLoss", since=12)
 def softmax_cross_entropy_loss(scores, labels, weights=None, *, ignore_index=None, reduction="mean",
                                n_outputs=1):

@@ -7,9 +7,12 @@ import torch.nn.functional as F
 
 from ..dtypes import computes_in_float32
 from ..errors import OnnxGradError, UnsupportedOpError
-from ..registry import register
+from ..registry import describe, register
 
 
+@describe("MatMul", needs="in",
+          rule=("dA = dY @ Bᵀ   (summed over broadcast batch dims)",
+                "dB = Aᵀ @ dY   (summed over broadcast batch dims)"))
 @register("MatMul", since=1)
 def matmul(a, b):
     if b.dim() == 2 and a.dim() > 2 and not a.is_contiguous():
@@ -20,6 +23,7 @@ def matmul(a, b):
     return torch.matmul(a, b)
 
 
+@describe("MatMulInteger", no_gradient="an integer result")
 @register("MatMulInteger", since=10)
 def matmul_integer(a, b, a_zero_point=None, b_zero_point=None):
     a = a.to(torch.int64)
@@ -33,12 +37,23 @@ def matmul_integer(a, b, a_zero_point=None, b_zero_point=None):
     return torch.matmul(a, b).to(torch.int32)
 
 
+@describe("Det", needs="in0,out0", rule="dX = dY · cofactor(X)     # det(X) · X⁻ᵀ where X is invertible")
 @register("Det", since=11)
 @computes_in_float32  # NOTE: torch's CPU LU factorization has no half kernel
 def det(x):
     return torch.linalg.det(x)
 
 
+# Y = alpha · op(A) · op(B) + beta · C, op() transposing where the flag is set: one variant per (transA, transB).
+_GEMM_RULES = {
+    (0, 0): ("dA = {alpha·}dY · Bᵀ", "dB = {alpha·}Aᵀ · dY", "dC = {beta·}unbroadcast(dY)"),
+    (1, 0): ("dA = {alpha·}B · dYᵀ", "dB = {alpha·}A · dY", "dC = {beta·}unbroadcast(dY)"),
+    (0, 1): ("dA = {alpha·}dY · B", "dB = {alpha·}dYᵀ · A", "dC = {beta·}unbroadcast(dY)"),
+    (1, 1): ("dA = {alpha·}Bᵀ · dYᵀ", "dB = {alpha·}dYᵀ · Aᵀ", "dC = {beta·}unbroadcast(dY)"),
+}
+
+
+@describe("Gemm", needs="in0,in1", rule=_GEMM_RULES, rule_by=("transA", "transB"))  # C enters linearly
 @register("Gemm", since=1)
 def gemm(a, b, c=None, *, alpha=1.0, beta=1.0, transA=0, transB=0, broadcast=0):
     a = a.transpose(0, 1) if transA else a
@@ -54,6 +69,7 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=1.0, transA=0, transB=0, broadcast=0):
     return y.to(a.dtype)
 
 
+@describe("Einsum", needs="in", rule=("dXᵢ = Einsum(dY and the other operands -> operand i's subscripts)",))
 @register("Einsum", since=12)
 def einsum(*inputs, equation):
     return torch.einsum(equation.replace(" ", ""), *inputs)
@@ -111,6 +127,12 @@ def batch_norm_legacy(x, scale, b, mean, var, *, epsilon=1e-5, momentum=0.9, spa
     return (y, run_mean, run_var, bmean, torch.rsqrt(bvar + epsilon))[:n_outputs]
 
 
+@describe("BatchNormalization", needs="in0,in1,in3,in4",
+          rule=("dX = dY · scale / sqrt(var + {epsilon})   # inference: mean and var fixed",
+                "dscale = Σ dY · (X − mean) / sqrt(var + {epsilon})",
+                "dB = Σ dY over N and the spatial axes",
+                "dmean = −Σ dY · scale / sqrt(var + {epsilon})",
+                "dvar = −½ Σ dY · scale · (X − mean) · (var + {epsilon})^(−3/2)"))
 @register("BatchNormalization", since=14)
 def batch_norm(x, scale, b, input_mean, input_var, *, epsilon=1e-5, momentum=0.9, training_mode=0,
                n_outputs=1):
@@ -130,12 +152,20 @@ def batch_norm(x, scale, b, input_mean, input_var, *, epsilon=1e-5, momentum=0.9
     return y if n_outputs == 1 else (y, run_mean, run_var)[:n_outputs]
 
 
+@describe("InstanceNormalization", needs="in0,in1",
+          rule=("dinput = (dX̂ − mean(dX̂) − X̂ · mean(dX̂ · X̂)) / σ over the spatial axes   with dX̂ = dY · scale",
+                "dscale = Σ dY · X̂ over N and the spatial axes",
+                "dB = Σ dY over N and the spatial axes"))
 @register("InstanceNormalization", since=1)
 def instance_norm(x, scale, b, *, epsilon=1e-5, consumed_inputs=None):
     mean, var = _moments(x, tuple(range(2, x.dim())))
     return _channel(scale, x.dim()) * (x - mean) / torch.sqrt(var + epsilon) + _channel(b, x.dim())
 
 
+@describe("LayerNormalization", needs="in0,in1",
+          rule=("dX = (dX̂ − mean(dX̂) − X̂ · mean(dX̂ · X̂)) / σ   with dX̂ = dY · scale",
+                "dscale = Σ dY · X̂ over the leading axes",
+                "dB = Σ dY over the leading axes"))
 @register("LayerNormalization", since=17)
 def layer_norm(x, scale, b=None, *, axis=-1, epsilon=1e-5, stash_type=1, n_outputs=1):
     rank = x.dim()
@@ -153,6 +183,9 @@ def layer_norm(x, scale, b=None, *, axis=-1, epsilon=1e-5, stash_type=1, n_outpu
     return y if n_outputs == 1 else (y, mean, inv_std)[:n_outputs]
 
 
+@describe("RMSNormalization", needs="in0,in1",
+          rule=("dX = r · (dŶ − Ŷ · mean(dŶ · Ŷ))   with dŶ = dY · scale, Ŷ = X · r, r = 1 / √(mean(X²) + {epsilon})",
+                "dscale = Σ dY · Ŷ over the leading axes"))
 @register("RMSNormalization", since=23)
 def rms_norm(x, scale, *, axis=-1, epsilon=1e-5, stash_type=1):
     axis = axis + x.dim() if axis < 0 else axis
@@ -181,11 +214,16 @@ def group_norm_18(x, scale, bias, *, epsilon=1e-5, num_groups):
     return _group_norm(x, scale, bias, epsilon, num_groups, 1, per_group_params=True)
 
 
+@describe("GroupNormalization", needs="in0,in1",
+          rule=("dX = (dX̂ − mean(dX̂) − X̂ · mean(dX̂ · X̂)) / σ per group   with dX̂ = dY · scale",
+                "dscale = Σ dY · X̂ over N and the spatial axes",
+                "dbias = Σ dY over N and the spatial axes"))
 @register("GroupNormalization", since=21)
 def group_norm(x, scale, bias, *, epsilon=1e-5, num_groups, stash_type=1):
     return _group_norm(x, scale, bias, epsilon, num_groups, stash_type, per_group_params=False)
 
 
+@describe("MeanVarianceNormalization", needs="in0,out0", rule="dX = (dY − mean(dY) − Y · mean(dY · Y)) / σ   # over axes {axes}")
 @register("MeanVarianceNormalization", since=9)
 def mean_variance_norm(x, *, axes=(0, 2, 3)):
     mean, var = _moments(x, tuple(a % x.dim() for a in axes))
@@ -194,6 +232,8 @@ def mean_variance_norm(x, *, axes=(0, 2, 3)):
     return (x - mean) / (torch.sqrt(var) + 1e-9)
 
 
+@describe("LpNormalization", needs="in0,out0",
+          rule="dX = (dY − N′ · Σ_axis(dY · Y)) / ‖X‖   # p = {p}: N′ = Y (p = 2) or sign(X) (p = 1); axis {axis}")
 @register("LpNormalization", since=1)
 def lp_norm(x, *, axis=-1, p=2):
     if p not in (1, 2):
@@ -204,6 +244,9 @@ def lp_norm(x, *, axis=-1, p=2):
     return x / torch.where(norm == 0, torch.ones_like(norm), norm)
 
 
+@describe("LRN", needs="in0,out0",
+          rule="dX = dY / s^β − 2αβ/n · X · Σ_window(dY · Y / s)   # s = {bias} + α/n · Σ_window X², α = {alpha}, β = {beta}, n "
+               "= {size}")
 @register("LRN", since=1)
 def lrn(x, *, size, alpha=1e-4, beta=0.75, bias=1.0):
     lo, hi = (size - 1) // 2, size - 1 - (size - 1) // 2
@@ -227,6 +270,7 @@ def dropout_10(x, *, ratio=0.5, n_outputs=1):
     return _dropout_mask_ones(x, n_outputs, torch.bool)
 
 
+@describe("Dropout", needs="out1", rule="dX = dY · mask / (1 − ratio)   # identity in inference mode")
 @register("Dropout", since=12)
 def dropout(x, ratio=None, training_mode=None, *, seed=None, n_outputs=1):
     if training_mode is None or not bool(training_mode.item()):

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from ..errors import OnnxGradError
 from ..padding import resolve_pads
-from ..registry import register
+from ..registry import describe, register
 from .conv import spatial_params, torch_pad_list
 
 
@@ -72,6 +72,7 @@ def _torch_max_pool(x, kernel, strides, dilations, begin, outs, ceil_mode):
     return y if list(y.shape[2:]) == outs else None
 
 
+@describe("MaxPool", needs="in0,out1", rule="dX = dY scattered to the arg-max of each window (ties: the first)")
 @register("MaxPool", since=1)
 def max_pool(x, *, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_shape=None, pads=None,
              storage_order=0, strides=None, n_outputs=1):
@@ -101,6 +102,7 @@ def max_pool(x, *, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_shape=
     return y, idx
 
 
+@describe("AveragePool", needs="", rule="dX = dY spread evenly over each window ({kernel_shape})")
 @register("AveragePool", since=1)
 def average_pool(x, *, auto_pad="NOTSET", ceil_mode=0, count_include_pad=0, dilations=None,
                  kernel_shape=None, pads=None, strides=None):
@@ -116,6 +118,7 @@ def average_pool(x, *, auto_pad="NOTSET", ceil_mode=0, count_include_pad=0, dila
     return total / count[0, 0]
 
 
+@describe("LpPool", needs="in0,out0", rule="dX = sign(X) · |X|^(p − 1) · the window-sum adjoint of dY · Y^(1 − p)   # p = {p}")
 @register("LpPool", since=1)
 def lp_pool(x, *, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_shape=None, p=2, pads=None,
             strides=None):
@@ -126,22 +129,26 @@ def lp_pool(x, *, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_shape=N
     return win.abs().pow(p).sum(-1).pow(1.0 / p)
 
 
+@describe("GlobalAveragePool", needs="", rule="dX = broadcast(dY / (H·W), shape(X))")
 @register("GlobalAveragePool", since=1)
 def global_average_pool(x):
     return x.mean(dim=tuple(range(2, x.dim())), keepdim=True)
 
 
+@describe("GlobalMaxPool", needs="in0,out0", rule="dX = dY at each channel's arg-max, 0 elsewhere")
 @register("GlobalMaxPool", since=1)
 def global_max_pool(x):
     # NOTE: amax splits the gradient evenly between tied maxima.
     return x.amax(dim=tuple(range(2, x.dim())), keepdim=True)
 
 
+@describe("GlobalLpPool", needs="in0,out0", rule="dX = dY · sign(X) · (|X| / Y)^(p − 1)   # p = {p}")
 @register("GlobalLpPool", since=1)
 def global_lp_pool(x, *, p=2):
     return x.abs().pow(p).sum(dim=tuple(range(2, x.dim())), keepdim=True).pow(1.0 / p)
 
 
+@describe("MaxUnpool", needs="in1", rule=("dX = dY gathered at the positions I names", None, None))
 @register("MaxUnpool", since=9)
 def max_unpool(x, indices, output_shape=None, *, kernel_shape=None, pads=None, strides=None):
     nd = x.dim() - 2

@@ -11,7 +11,7 @@ from onnx import TensorProto
 
 from ..dtypes import onnx_to_torch
 from ..errors import OnnxGradError, UnsupportedOpError
-from ..registry import register
+from ..registry import describe, register
 from .conv import conv
 
 _RANGES = {  # torch dtype the engine holds -> (low, high)
@@ -80,6 +80,7 @@ def quantize_linear_13(x, y_scale, y_zero_point=None, *, axis=1, saturate=1):
     return _quantize(x, y_scale, y_zero_point, axis)
 
 
+@describe("QuantizeLinear", no_gradient="an integer result")
 @register("QuantizeLinear", since=21)
 def quantize_linear(x, y_scale, y_zero_point=None, *, axis=1, block_size=0, output_dtype=0, precision=0,
                     saturate=1):
@@ -107,11 +108,16 @@ def dequantize_linear_13(x, x_scale, x_zero_point=None, *, axis=1):
     return _dequantize(x, x_scale, x_zero_point, axis)
 
 
+@describe("DequantizeLinear", needs="in0,in2",
+          rule=(None,
+                "dx_scale = Σ over each scale's elements of dY · (x − x_zero_point)",
+                None))
 @register("DequantizeLinear", since=21)
 def dequantize_linear(x, x_scale, x_zero_point=None, *, axis=1, block_size=0, output_dtype=0):
     return _dequantize(x, x_scale, x_zero_point, axis, block_size, output_dtype)
 
 
+@describe("DynamicQuantizeLinear", needs="", rule="dx = 0                     # y is rounded, y_scale taken as a constant of x")
 @register("DynamicQuantizeLinear", since=11)
 def dynamic_quantize_linear(x, *, n_outputs=3):
     xf = x.detach().to(torch.float32)
@@ -141,6 +147,7 @@ def _requantize(acc, scale, y_scale, y_zero_point, fallback):
     return _saturate(torch.round(r), dtype)
 
 
+@describe("QLinearMatMul", no_gradient="an integer result")
 @register("QLinearMatMul", since=10)
 def qlinear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point):
     acc = torch.matmul(_centered(a, a_zero_point), _centered(b, b_zero_point))
@@ -152,6 +159,7 @@ def qlinear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, 
 _CONV_ATTRS = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
 
 
+@describe("ConvInteger", no_gradient="an integer result")
 @register("ConvInteger", since=10)
 def conv_integer(x, w, x_zero_point=None, w_zero_point=None, *, auto_pad="NOTSET", dilations=None, group=1,
                  kernel_shape=None, pads=None, strides=None):
@@ -161,6 +169,7 @@ def conv_integer(x, w, x_zero_point=None, w_zero_point=None, *, auto_pad="NOTSET
     return torch.round(acc).to(torch.int32)
 
 
+@describe("QLinearConv", no_gradient="an integer result")
 @register("QLinearConv", since=10)
 def qlinear_conv(x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point=None, b=None, *,
                  auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, pads=None, strides=None):
@@ -177,6 +186,7 @@ def qlinear_conv(x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_
 _SIGNED = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
+@describe("BitCast", no_gradient="a reinterpretation of the bits")
 @register("BitCast", since=26)
 def bitcast(x, *, to):
     if to == TensorProto.STRING:

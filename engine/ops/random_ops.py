@@ -12,7 +12,7 @@ import torch
 
 from ..dtypes import onnx_to_torch
 from ..errors import OnnxGradError
-from ..registry import register
+from ..registry import describe, register
 
 
 def _dtype(dtype, like=None, float_dtype=None):
@@ -39,30 +39,35 @@ def _shape(shape):
     return [int(s) for s in shape]
 
 
+@describe("RandomUniform", no_gradient="no inputs")
 @register("RandomUniform", since=1)
 def random_uniform(*, shape=None, dtype=1, high=1.0, low=0.0, seed=None, device, float_dtype=None):
     u = _uniform(_shape(shape), seed, device)
     return (u * (high - low) + low).to(_dtype(dtype, float_dtype=float_dtype))
 
 
+@describe("RandomNormal", no_gradient="no inputs")
 @register("RandomNormal", since=1)
 def random_normal(*, shape=None, dtype=1, mean=0.0, scale=1.0, seed=None, device, float_dtype=None):
     z = _normal(_shape(shape), seed, device)
     return (z * scale + mean).to(_dtype(dtype, float_dtype=float_dtype))
 
 
+@describe("RandomUniformLike", no_gradient="a sample: only the input's shape and type count")
 @register("RandomUniformLike", since=1)
 def random_uniform_like(x, *, dtype=None, high=1.0, low=0.0, seed=None, float_dtype=None):
     u = _uniform(list(x.shape), seed, x.device)
     return (u * (high - low) + low).to(_dtype(dtype, x, float_dtype))
 
 
+@describe("RandomNormalLike", no_gradient="a sample: only the input's shape and type count")
 @register("RandomNormalLike", since=1)
 def random_normal_like(x, *, dtype=None, mean=0.0, scale=1.0, seed=None, float_dtype=None):
     z = _normal(list(x.shape), seed, x.device)
     return (z * scale + mean).to(_dtype(dtype, x, float_dtype))
 
 
+@describe("Bernoulli", needs="", rule="dX = 0                     # a sample: flat in its probabilities")
 @register("Bernoulli", since=15)
 def bernoulli(x, *, dtype=None, seed=None, float_dtype=None):
     p = x.detach().to(torch.float64)
@@ -72,6 +77,7 @@ def bernoulli(x, *, dtype=None, seed=None, float_dtype=None):
     return hit.to(_dtype(dtype, x, float_dtype))
 
 
+@describe("Multinomial", no_gradient="an integer result (the sampled classes)")
 @register("Multinomial", since=7)
 def multinomial(x, *, dtype=6, sample_size=1, seed=None):
     if x.dim() != 2:

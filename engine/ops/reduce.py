@@ -6,7 +6,7 @@ import math
 import torch
 
 from ..dtypes import computes_in_float32
-from ..registry import register
+from ..registry import describe, register
 from .shape import int_list
 
 
@@ -106,6 +106,7 @@ def _sum_square(x, dims, keep):
 
 # ReduceSum took `axes` as an input from opset 13; the other reductions from opset 18.
 
+@describe("ReduceSum", needs="", rule="dX = broadcast(dY, shape(X))  # over axes, keepdims={keepdims}")
 @register("ReduceSum", since=13)
 def reduce_sum(data, axes=None, *, keepdims=1, noop_with_empty_axes=0):
     return _reduce(_sum, data, _read_axes(axes), keepdims, noop_with_empty_axes)
@@ -116,6 +117,7 @@ def reduce_sum_v1(data, *, axes=None, keepdims=1):
     return _reduce(_sum, data, axes, keepdims)
 
 
+@describe("ReduceMean", needs="", rule="dX = broadcast(dY, shape(X)) / n   # n elements per reduced group")
 @register("ReduceMean", since=18)
 def reduce_mean(data, axes=None, *, keepdims=1, noop_with_empty_axes=0):
     return _reduce(_mean, data, _read_axes(axes), keepdims, noop_with_empty_axes)
@@ -126,6 +128,7 @@ def reduce_mean_v1(data, *, axes=None, keepdims=1):
     return _reduce(_mean, data, axes, keepdims)
 
 
+@describe("ReduceMax", needs="in0,out0", rule="dX = dY where X == max, 0 elsewhere (ties share)")
 @register("ReduceMax", since=18)
 def reduce_max(data, axes=None, *, keepdims=1, noop_with_empty_axes=0):
     return _reduce(_max, data, _read_axes(axes), keepdims, noop_with_empty_axes)
@@ -136,6 +139,7 @@ def reduce_max_v1(data, *, axes=None, keepdims=1):
     return _reduce(_max, data, axes, keepdims)
 
 
+@describe("ReduceMin", needs="in0,out0", rule="dX = dY where X == min, 0 elsewhere (ties share)")
 @register("ReduceMin", since=18)
 def reduce_min(data, axes=None, *, keepdims=1, noop_with_empty_axes=0):
     return _reduce(_min, data, _read_axes(axes), keepdims, noop_with_empty_axes)
@@ -146,6 +150,7 @@ def reduce_min_v1(data, *, axes=None, keepdims=1):
     return _reduce(_min, data, axes, keepdims)
 
 
+@describe("ReduceProd", needs="in0,out0", rule="dX = broadcast(dY) · the product of the others   # Y / X without zeros")
 @register("ReduceProd", since=18)
 @computes_in_float32  # NOTE: torch's half prod multiplies in half: 3-5 ulps over 64 factors, 8-29 cumulative
 def reduce_prod(data, axes=None, *, keepdims=1, noop_with_empty_axes=0):
@@ -158,6 +163,7 @@ def reduce_prod_v1(data, *, axes=None, keepdims=1):
     return _reduce(_prod, data, axes, keepdims)
 
 
+@describe("ReduceL1", needs="in0", rule="dX = sign(X) · broadcast(dY)")
 @register("ReduceL1", since=18)
 def reduce_l1(data, axes=None, *, keepdims=1, noop_with_empty_axes=0):
     return _reduce(_l1, data, _read_axes(axes), keepdims, noop_with_empty_axes)
@@ -168,6 +174,7 @@ def reduce_l1_v1(data, *, axes=None, keepdims=1):
     return _reduce(_l1, data, axes, keepdims)
 
 
+@describe("ReduceL2", needs="in0,out0", rule="dX = X / Y · broadcast(dY)")
 @register("ReduceL2", since=18)
 def reduce_l2(data, axes=None, *, keepdims=1, noop_with_empty_axes=0):
     return _reduce(_l2, data, _read_axes(axes), keepdims, noop_with_empty_axes)
@@ -178,6 +185,7 @@ def reduce_l2_v1(data, *, axes=None, keepdims=1):
     return _reduce(_l2, data, axes, keepdims)
 
 
+@describe("ReduceLogSum", needs="in0", rule="dX = broadcast(dY / ΣX)")
 @register("ReduceLogSum", since=18)
 def reduce_log_sum(data, axes=None, *, keepdims=1, noop_with_empty_axes=0):
     return _reduce(_log_sum, data, _read_axes(axes), keepdims, noop_with_empty_axes)
@@ -188,6 +196,7 @@ def reduce_log_sum_v1(data, *, axes=None, keepdims=1):
     return _reduce(_log_sum, data, axes, keepdims)
 
 
+@describe("ReduceLogSumExp", needs="in0,out0", rule="dX = exp(X − Y) · broadcast(dY)")
 @register("ReduceLogSumExp", since=18)
 def reduce_log_sum_exp(data, axes=None, *, keepdims=1, noop_with_empty_axes=0):
     return _reduce(_log_sum_exp, data, _read_axes(axes), keepdims, noop_with_empty_axes)
@@ -198,6 +207,7 @@ def reduce_log_sum_exp_v1(data, *, axes=None, keepdims=1):
     return _reduce(_log_sum_exp, data, axes, keepdims)
 
 
+@describe("ReduceSumSquare", needs="in0", rule="dX = 2 · X · broadcast(dY)")
 @register("ReduceSumSquare", since=18)
 def reduce_sum_square(data, axes=None, *, keepdims=1, noop_with_empty_axes=0):
     return _reduce(_sum_square, data, _read_axes(axes), keepdims, noop_with_empty_axes)
@@ -217,11 +227,13 @@ def _arg(fn, x, axis, keepdims, select_last_index):
     return x.shape[d] - 1 - fn(torch.flip(x, (d,)), d, keepdim=bool(keepdims))
 
 
+@describe("ArgMax", no_gradient="an integer result")
 @register("ArgMax", since=1)
 def argmax(data, *, axis=0, keepdims=1, select_last_index=0):
     return _arg(torch.argmax, data, axis, keepdims, select_last_index)
 
 
+@describe("ArgMin", no_gradient="an integer result")
 @register("ArgMin", since=1)
 def argmin(data, *, axis=0, keepdims=1, select_last_index=0):
     return _arg(torch.argmin, data, axis, keepdims, select_last_index)
@@ -241,11 +253,15 @@ def _cumulative(fn, x, axis, exclusive, reverse, neutral):
     return torch.flip(y, (d,)) if reverse else y
 
 
+@describe("CumSum", needs="",
+          rule="dX = the cumulative sum of dY the other way along axis   # reverse={reverse}, exclusive={exclusive}")
 @register("CumSum", since=11)
 def cumsum(x, axis, *, exclusive=0, reverse=0):
     return _cumulative(torch.cumsum, x, axis, exclusive, reverse, 0)
 
 
+@describe("CumProd", needs="in0,out0",
+          rule="dX = the reverse cumulative sum of dY · Y, divided by X   # exact with zeros (counted apart)")
 @register("CumProd", since=26)
 @computes_in_float32
 def cumprod(x, axis, *, exclusive=0, reverse=0):
@@ -277,6 +293,7 @@ def stepwise_softmax(x, axis):
     return e / e.sum(axis, keepdim=True)
 
 
+@describe("Softmax", needs="out0", rule="dX = Y · (dY − Σ_axis(dY · Y))     # axis = {axis}")
 @register("Softmax", since=13)
 def softmax(x, *, axis=-1):
     return stepwise_softmax(x, axis)
@@ -287,6 +304,7 @@ def softmax_v1(x, *, axis=1):
     return _coerced_2d(torch.softmax, x, axis)
 
 
+@describe("LogSoftmax", needs="out0", rule="dX = dY − exp(Y) · Σ_axis(dY)     # axis = {axis}")
 @register("LogSoftmax", since=13)
 def log_softmax(x, *, axis=-1):
     return torch.log_softmax(x, axis)
@@ -297,6 +315,7 @@ def log_softmax_v1(x, *, axis=1):
     return _coerced_2d(torch.log_softmax, x, axis)
 
 
+@describe("Hardmax", needs="", rule="dX = 0                     # piecewise constant (a one-hot of the arg-max)")
 @register("Hardmax", since=13)
 def hardmax(x, *, axis=-1):
     # NOTE: piecewise constant, so its gradient is zero everywhere it exists.
@@ -317,6 +336,7 @@ def _topk(x, k, axis, largest):
     return torch.narrow(values, d, 0, k), torch.narrow(indices, d, 0, k)
 
 
+@describe("TopK", needs="out1", rule="dX = dValues scattered to the positions Indices names, 0 elsewhere")
 @register("TopK", since=11)
 def topk(x, k, *, axis=-1, largest=1, sorted=1):  # noqa: A002  (ONNX attribute name)
     return _topk(x, int(k.reshape(-1).tolist()[0]), axis, largest)

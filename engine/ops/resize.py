@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from ..errors import OnnxGradError, UnsupportedOpError
-from ..registry import register
+from ..registry import describe, register
 
 MODES = ("nearest", "linear", "cubic")
 COORD_MODES = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric",
@@ -189,6 +189,7 @@ def _values(t):
     return None if t is None or t.numel() == 0 else t.reshape(-1).tolist()
 
 
+@describe("Resize", needs="", rule=("dX = dY spread back with the interpolation's own weights   # mode {mode}", None, None, None))
 @register("Resize", since=11)
 def resize(x, roi=None, scales=None, sizes=None, *, antialias=0, axes=None,
            coordinate_transformation_mode="half_pixel", cubic_coeff_a=-0.75, exclude_outside=0,
@@ -218,6 +219,7 @@ def resize_10(x, scales, *, mode="nearest"):
     return _legacy(x, _values(scales), mode, "Resize")
 
 
+@describe("Upsample", needs="", rule="dX = dY spread back with the interpolation's own weights   # mode {mode}")
 @register("Upsample", since=9)
 def upsample_9(x, scales, *, mode="nearest"):
     return _legacy(x, _values(scales), mode, "Upsample")

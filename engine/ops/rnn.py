@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from ..dtypes import computes_in_float32
 from ..errors import OnnxGradError, UnsupportedOpError
-from ..registry import register
+from ..registry import describe, register
 
 # name -> (fn(x, alpha, beta), default alpha, default beta); alpha/beta None when unused.
 _ACTIVATIONS = {
@@ -132,6 +132,13 @@ def _clip(clip):
     return (lambda v: v) if clip is None else (lambda v: torch.clamp(v, -clip, clip))
 
 
+@describe("RNN", needs="in,out",
+          rule=("dX = Σₜ dZₜ · W   # Z the gates' pre-activations, dZ sent back through time (BPTT)",
+                "dW = Σₜ dZₜᵀ · Xₜ",
+                "dR = Σₜ dZₜᵀ · Hₜ₋₁",
+                "dB = Σₜ dZₜ, for both halves (Wb and Rb)",
+                None,
+                "dinitial_h = the hidden state's gradient carried back past the first step"))
 @register("RNN", since=1)
 @computes_in_float32  # NOTE: in half, rounding compounds over the steps and saturated gates' derivatives underflow
 def rnn(x, w, r, b=None, sequence_lens=None, initial_h=None, *, activation_alpha=None,
@@ -151,6 +158,13 @@ def rnn(x, w, r, b=None, sequence_lens=None, initial_h=None, *, activation_alpha
     return _run("RNN", step, x, [h0], w, direction, sequence_lens, layout, n_outputs)
 
 
+@describe("GRU", needs="in,out",
+          rule=("dX = Σₜ dZₜ · W   # Z the gates' pre-activations, dZ sent back through time (BPTT)",
+                "dW = Σₜ dZₜᵀ · Xₜ",
+                "dR = Σₜ dZₜᵀ · Hₜ₋₁",
+                "dB = Σₜ dZₜ, for both halves (Wb and Rb)",
+                None,
+                "dinitial_h = the hidden state's gradient carried back past the first step"))
 @register("GRU", since=1)
 @computes_in_float32  # NOTE: in half, rounding compounds over the steps and saturated gates' derivatives underflow
 def gru(x, w, r, b=None, sequence_lens=None, initial_h=None, *, activation_alpha=None,
@@ -180,6 +194,15 @@ def gru(x, w, r, b=None, sequence_lens=None, initial_h=None, *, activation_alpha
     return _run("GRU", step, x, [h0], w, direction, sequence_lens, layout, n_outputs)
 
 
+@describe("LSTM", needs="in,out",
+          rule=("dX = Σₜ dZₜ · W   # Z the gates' pre-activations, dZ sent back through time (BPTT)",
+                "dW = Σₜ dZₜᵀ · Xₜ",
+                "dR = Σₜ dZₜᵀ · Hₜ₋₁",
+                "dB = Σₜ dZₜ, for both halves (Wb and Rb)",
+                None,
+                "dinitial_h = the hidden state's gradient carried back past the first step",
+                "dinitial_c = the cell state's gradient carried back past the first step",
+                "dP = Σₜ dZₜ ⊙ C on the peephole gates"))
 @register("LSTM", since=1)
 @computes_in_float32  # NOTE: in half, rounding compounds over the steps and saturated gates' derivatives underflow
 def lstm(x, w, r, b=None, sequence_lens=None, initial_h=None, initial_c=None, p=None, *,

@@ -7,7 +7,7 @@ import torch.nn.functional as F
 
 from ..dtypes import computes_in_float32
 from ..errors import OnnxGradError, UnsupportedOpError
-from ..registry import register
+from ..registry import describe, register
 from .conv import torch_pad_list
 from .shape import int_list
 
@@ -44,6 +44,9 @@ def grid_sample_16(x, grid, *, align_corners=0, mode="bilinear", padding_mode="z
     return _grid_sample(x, grid, _MODES_16[mode], padding_mode, align_corners, "GridSample")
 
 
+@describe("GridSample", needs="in",
+          rule=("dX = dY sent back along each output's sampling weights ({mode})",
+                "dgrid = dY · ∂(X sampled at grid)/∂(position)   # 0 for nearest"))
 @register("GridSample", since=20)
 @computes_in_float32
 def grid_sample(x, grid, *, align_corners=0, mode="linear", padding_mode="zeros"):
@@ -62,6 +65,7 @@ def _base_coords(n, align_corners, like):
     return (2.0 * steps + 1.0) / n - 1.0
 
 
+@describe("AffineGrid", needs="", rule="dtheta = Σ over the grid of dY ⊗ the base coordinates")
 @register("AffineGrid", since=20)
 def affine_grid(theta, size, *, align_corners=0):
     sizes = int_list(size)
@@ -81,6 +85,7 @@ def affine_grid(theta, size, *, align_corners=0):
 _CONV_T = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}
 
 
+@describe("Col2Im", needs="", rule=("dinput = Im2Col(dY)   # each column gathers its patch back", None, None))
 @register("Col2Im", since=18)
 def col2im(x, image_shape, block_shape, *, dilations=None, pads=None, strides=None):
     image, block = int_list(image_shape), int_list(block_shape)
@@ -113,6 +118,12 @@ def col2im(x, image_shape, block_shape, *, dilations=None, pads=None, strides=No
     return F.pad(y, torch_pad_list([-b for b in begin], [t - e for t, e in zip(tail, end)]))
 
 
+@describe("DeformConv", needs="in",
+          rule=("dX = dY sent back through each bilinear sample of the deformed kernel",
+                "dW = correlate(sampled X, dY)",
+                "doffset = dY · W · ∂(bilinear sample)/∂(position)",
+                "dB = Σ dY over N and the spatial axes",
+                "dmask = dY · W · sampled X"))
 @register("DeformConv", since=19)
 @computes_in_float32  # NOTE: as GridSample: the offsets are sample positions
 def deform_conv(x, w, offset, b=None, mask=None, *, dilations=None, group=1, kernel_shape=None, offset_group=1,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from ..errors import OnnxGradError
-from ..registry import register
+from ..registry import describe, register
 from .shape import int_list, int_scalar, norm_axis
 
 
@@ -18,21 +18,28 @@ def _position(seq, position, *, insert=False):
     return p + n if p < 0 else p
 
 
+@describe("SequenceConstruct", needs="", rule=("dinputsᵢ = element i of the sequence's gradient",))
 @register("SequenceConstruct", since=11)
 def sequence_construct(*inputs):
     return list(inputs)
 
 
+@describe("SequenceEmpty", no_gradient="no inputs")
 @register("SequenceEmpty", since=11)
 def sequence_empty(*, dtype=None):
     return []
 
 
+@describe("SequenceAt", needs="in1", rule="dinput_sequence = dY at the position, zeros elsewhere")
 @register("SequenceAt", since=11)
 def sequence_at(input_sequence, position):
     return input_sequence[_position(input_sequence, position)]
 
 
+@describe("SequenceInsert", needs="in2",
+          rule=("dinput_sequence = the sequence's gradient without the inserted position",
+                "dtensor = the sequence's gradient at the position",
+                None))
 @register("SequenceInsert", since=11)
 def sequence_insert(input_sequence, tensor, position=None):
     out = list(input_sequence)
@@ -40,6 +47,8 @@ def sequence_insert(input_sequence, tensor, position=None):
     return out
 
 
+@describe("SequenceErase", needs="in1",
+          rule="dinput_sequence = the sequence's gradient with zeros put back at the erased position")
 @register("SequenceErase", since=11)
 def sequence_erase(input_sequence, position=None):
     if not input_sequence:
@@ -49,11 +58,13 @@ def sequence_erase(input_sequence, position=None):
     return out
 
 
+@describe("SequenceLength", no_gradient="an integer result")
 @register("SequenceLength", since=11)
 def sequence_length(input_sequence, *, device):
     return torch.tensor(len(input_sequence), dtype=torch.int64, device=device)
 
 
+@describe("ConcatFromSequence", needs="", rule=("dinput_sequence = dY split back into the elements along axis {axis}",))
 @register("ConcatFromSequence", since=11)
 def concat_from_sequence(input_sequence, *, axis, new_axis=0):
     if not input_sequence:
@@ -64,6 +75,7 @@ def concat_from_sequence(input_sequence, *, axis, new_axis=0):
     return torch.cat(input_sequence, dim=norm_axis(axis, rank, "ConcatFromSequence"))
 
 
+@describe("SplitToSequence", needs="", rule="dinput = the sequence's gradients concatenated along axis {axis}")
 @register("SplitToSequence", since=11)
 def split_to_sequence(input, split=None, *, axis=0, keepdims=1):  # noqa: A002 - ONNX input name
     a = norm_axis(axis, input.dim(), "SplitToSequence")
@@ -79,6 +91,7 @@ def split_to_sequence(input, split=None, *, axis=0, keepdims=1):  # noqa: A002 -
     return list(torch.split(input, sizes, dim=a))
 
 
+@describe("Optional", needs="", rule="dinput = the optional's gradient")
 @register("Optional", since=15)
 def optional(x=None, *, type=None):  # noqa: A002  (ONNX attribute name)
     if x is None and type is None:
@@ -86,11 +99,13 @@ def optional(x=None, *, type=None):  # noqa: A002  (ONNX attribute name)
     return x
 
 
+@describe("OptionalHasElement", no_gradient="a boolean result")
 @register("OptionalHasElement", since=15)
 def optional_has_element(x=None, *, device):
     return torch.tensor(x is not None, device=device)
 
 
+@describe("OptionalGetElement", needs="", rule="dinput = dY")
 @register("OptionalGetElement", since=15)
 def optional_get_element(x):
     if x is None:

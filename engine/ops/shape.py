@@ -6,7 +6,7 @@ import math
 import torch
 
 from ..errors import OnnxGradError, UnsupportedOpError
-from ..registry import register
+from ..registry import describe, register
 
 
 def norm_axis(axis: int, rank: int, op: str = "") -> int:
@@ -59,11 +59,13 @@ def reshape_1(data, *, shape, consumed_inputs=None):
     return _reshape(data, list(shape))
 
 
+@describe("Reshape", needs="", rule="dX = reshape(dY, shape(X))")
 @register("Reshape", since=5)
 def reshape(data, shape, *, allowzero=0):
     return _reshape(data, int_list(shape), allowzero)
 
 
+@describe("Flatten", needs="", rule="dX = reshape(dY, shape(X))")
 @register("Flatten", since=1)
 def flatten(x, *, axis=1):
     r = x.dim()
@@ -87,6 +89,7 @@ def squeeze_1(data, *, axes=None):
     return _squeeze(data, axes)
 
 
+@describe("Squeeze", needs="", rule="dX = reshape(dY, shape(X))")
 @register("Squeeze", since=13)
 def squeeze(data, axes=None):
     return _squeeze(data, int_list(axes))
@@ -112,23 +115,27 @@ def unsqueeze_1(data, *, axes):
     return _unsqueeze(data, axes)
 
 
+@describe("Unsqueeze", needs="", rule="dX = reshape(dY, shape(X))")
 @register("Unsqueeze", since=13)
 def unsqueeze(data, axes):
     return _unsqueeze(data, int_list(axes))
 
 
+@describe("Transpose", needs="", rule="dX = transpose(dY, inverse(perm))")
 @register("Transpose", since=1)
 def transpose(data, *, perm=None):
     perm = list(range(data.dim()))[::-1] if perm is None else [norm_axis(p, data.dim()) for p in perm]
     return data.permute(perm)
 
 
+@describe("Shape", no_gradient="an integer result")
 @register("Shape", since=1)
 def shape(data, *, start=0, end=None):
     # Python slicing clamps exactly as ONNX asks (negatives count from the back, then clip).
     return torch.tensor(list(data.shape)[start:end], dtype=torch.int64, device=data.device)
 
 
+@describe("Size", no_gradient="an integer result")
 @register("Size", since=1)
 def size(data):
     return torch.tensor(data.numel(), dtype=torch.int64, device=data.device)
@@ -147,6 +154,7 @@ def broadcast(a, b) -> list[int] | None:
     return out
 
 
+@describe("Expand", needs="", rule="dX = unbroadcast(dY)       # summed back to shape(X)")
 @register("Expand", since=8)
 def expand(x, shape):
     out = broadcast(x.shape, int_list(shape))
@@ -162,6 +170,7 @@ def tile_1(x, tiles, axis):
     return x.repeat(reps)
 
 
+@describe("Tile", needs="", rule="dX = Σ over the tiles of dY")
 @register("Tile", since=6)
 def tile(x, repeats):
     reps = int_list(repeats)
@@ -177,6 +186,7 @@ def concat_1(*inputs, axis=1):
     return torch.cat(inputs, dim=norm_axis(axis, inputs[0].dim(), "Concat"))
 
 
+@describe("Concat", needs="", rule=("dXᵢ = the slice of dY along axis {axis} at input i's offset",))
 @register("Concat", since=4)
 def concat(*inputs, axis):
     return torch.cat(inputs, dim=norm_axis(axis, inputs[0].dim(), "Concat"))
@@ -212,6 +222,7 @@ def split_13(x, split=None, *, axis=0, n_outputs):
     return _split(x, int_list(split), axis, n_outputs)
 
 
+@describe("Split", needs="", rule="dX = concat(dYᵢ for each output, axis {axis})   # a missing one counts as 0")
 @register("Split", since=18)
 def split_18(x, split=None, *, axis=0, num_outputs=None, n_outputs):
     if split is not None and num_outputs is not None:
@@ -250,6 +261,7 @@ def slice_1(data, *, starts, ends, axes=None):
     return _slice(data, starts, ends, axes, None)
 
 
+@describe("Slice", needs="", rule="dX = dY placed back into zeros shaped like X")
 @register("Slice", since=10)
 def slice_(data, starts, ends, axes=None, steps=None):
     return _slice(data, int_list(starts), int_list(ends), int_list(axes), int_list(steps))
@@ -317,11 +329,14 @@ def pad_11(data, pads, constant_value=None, *, mode="constant"):
     return _pad(data, int_list(pads), mode, _value(constant_value, data))
 
 
+@describe("Pad", needs="", rule="dX = the interior of dY (the padding cut away)")
 @register("Pad", since=18)
 def pad_18(data, pads, constant_value=None, axes=None, *, mode="constant"):
     return _pad(data, int_list(pads), mode, _value(constant_value, data), int_list(axes))
 
 
+@describe("CenterCropPad", needs="",
+          rule="dX = dY placed back: zeros around it where X was cropped, the padding cut away where X was padded")
 @register("CenterCropPad", since=18)
 def center_crop_pad(input_data, shape, *, axes=None):
     target = int_list(shape)
@@ -345,6 +360,7 @@ def _check_mode(op, mode):
         raise UnsupportedOpError(f"{op} mode {mode!r} is not supported (DCR and CRD are)")
 
 
+@describe("DepthToSpace", needs="", rule="dX = dY through the inverse permutation   # blocksize {blocksize}, mode {mode}")
 @register("DepthToSpace", since=1)
 def depth_to_space(x, *, blocksize, mode="DCR"):
     _check_mode("DepthToSpace", mode)
@@ -357,6 +373,7 @@ def depth_to_space(x, *, blocksize, mode="DCR"):
     return y.reshape(b, c // (k * k), h * k, w * k)
 
 
+@describe("SpaceToDepth", needs="", rule="dX = DepthToSpace(dY) in DCR mode   # blocksize {blocksize}")
 @register("SpaceToDepth", since=1)
 def space_to_depth(x, *, blocksize, mode="DCR"):
     _check_mode("SpaceToDepth", mode)

@@ -8,7 +8,7 @@ import torch
 
 from ..dtypes import onnx_to_torch
 from ..errors import OnnxGradError, UnsupportedOpError
-from ..registry import register
+from ..registry import describe, register
 from .shape import int_scalar
 
 
@@ -55,11 +55,17 @@ def dft_17(x, dft_length=None, *, axis=1, inverse=0, onesided=0):
     return _dft(x, _length(dft_length), axis, inverse, onesided)
 
 
+@describe("DFT", needs="", rule=("dinput = the adjoint DFT of dY   # inverse={inverse}, onesided={onesided}", None, None))
 @register("DFT", since=20)
 def dft(x, dft_length=None, axis=None, *, inverse=0, onesided=0):
     return _dft(x, _length(dft_length), -2 if axis is None else int_scalar(axis), inverse, onesided)
 
 
+@describe("STFT", needs="in0,in2",
+          rule=("dsignal = the overlap-add of each frame's adjoint DFT of dY, times the window",
+                None,
+                "dwindow = Σ over the frames of the frame times the adjoint DFT of dY",
+                None))
 @register("STFT", since=17)
 def stft(signal, frame_step, window=None, frame_length=None, *, onesided=1):
     step = int_scalar(frame_step)
@@ -91,16 +97,19 @@ def _window(size, periodic, output_datatype, float_dtype, terms):
     return w.to(dtype)
 
 
+@describe("HannWindow", no_gradient="it depends only on the integer size")
 @register("HannWindow", since=17)
 def hann_window(size, *, output_datatype=1, periodic=1, float_dtype=None):
     return _window(size, periodic, output_datatype, float_dtype, (0.5, -0.5))
 
 
+@describe("HammingWindow", no_gradient="it depends only on the integer size")
 @register("HammingWindow", since=17)
 def hamming_window(size, *, output_datatype=1, periodic=1, float_dtype=None):
     return _window(size, periodic, output_datatype, float_dtype, (25.0 / 46.0, -21.0 / 46.0))
 
 
+@describe("BlackmanWindow", no_gradient="it depends only on the integer size")
 @register("BlackmanWindow", since=17)
 def blackman_window(size, *, output_datatype=1, periodic=1, float_dtype=None):
     return _window(size, periodic, output_datatype, float_dtype, (0.42, -0.5, 0.08))
@@ -110,6 +119,7 @@ def _mel(hz):
     return 2595.0 * torch.log10(1.0 + hz / 700.0)
 
 
+@describe("MelWeightMatrix", no_gradient="piecewise constant in the edge frequencies (the bins are integers)")
 @register("MelWeightMatrix", since=17)
 def mel_weight_matrix(num_mel_bins, dft_length, sample_rate, lower_edge_hertz, upper_edge_hertz, *,
                       output_datatype=1, float_dtype=None):

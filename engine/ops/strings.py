@@ -9,11 +9,12 @@ import numpy as np
 import torch
 
 from ..errors import OnnxGradError, UnsupportedOpError
-from ..registry import register
+from ..registry import describe, register
 
 _CASE = {"LOWER": str.lower, "UPPER": str.upper, "NONE": lambda s: s}
 
 
+@describe("StringNormalizer", no_gradient="strings")
 @register("StringNormalizer", since=10)
 def string_normalizer(x, *, case_change_action="NONE", is_case_sensitive=0, locale="", stopwords=()):
     arr = np.asarray(x, dtype=object)
@@ -37,12 +38,14 @@ def _texts(x):
     return np.asarray(x, dtype=object)
 
 
+@describe("StringConcat", no_gradient="strings")
 @register("StringConcat", since=20)
 def string_concat(x, y):
     a, b = np.broadcast_arrays(_texts(x), _texts(y))
     return np.array([str(u) + str(v) for u, v in zip(a.reshape(-1), b.reshape(-1))], dtype=object).reshape(a.shape)
 
 
+@describe("RegexFullMatch", no_gradient="strings")
 @register("RegexFullMatch", since=20)
 def regex_full_match(x, *, pattern="", device):
     # NOTE: Python's re stands in for RE2; the two agree on the common syntax (no backreferences in RE2).
@@ -55,6 +58,7 @@ def regex_full_match(x, *, pattern="", device):
     return torch.from_numpy(hits.reshape(arr.shape)).to(device)
 
 
+@describe("StringSplit", no_gradient="strings")
 @register("StringSplit", since=20)
 def string_split(x, *, delimiter="", maxsplit=None, device):
     arr = _texts(x)
@@ -78,6 +82,7 @@ def _ngram_table(pool, ngram_counts, ngram_indexes, min_len, max_len):
     return table
 
 
+@describe("TfIdfVectorizer", no_gradient="its input is integers or strings")
 @register("TfIdfVectorizer", since=9)
 def tfidf_vectorizer(x, *, max_gram_length, max_skip_count, min_gram_length, mode, ngram_counts, ngram_indexes,
                      pool_int64s=None, pool_strings=None, weights=None):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from ..errors import OnnxGradError, UnsupportedOpError
-from ..registry import register
+from ..registry import describe, register
 
 DOMAIN = "ai.onnx.preview.training"
 
@@ -24,6 +24,11 @@ def _step(t):
     return int(t.reshape(-1)[0])
 
 
+@describe("Momentum", domain=DOMAIN, needs="in",
+          rule=("dR = the update's derivative in the rate R",
+                None,
+                "dinputs = dX_new, dV_new sent back through the {mode} update: V_new = {alpha}·V + {beta}·Ĝ, Ĝ = G + "
+                "{norm_coefficient}·X"))
 @register("Momentum", domain=DOMAIN, since=1)
 def momentum(r, t, *tensors, alpha, beta, mode, norm_coefficient):
     if mode not in ("standard", "nesterov"):
@@ -40,6 +45,11 @@ def momentum(r, t, *tensors, alpha, beta, mode, norm_coefficient):
     return tuple(new_x + new_v)
 
 
+@describe("Adagrad", domain=DOMAIN, needs="in",
+          rule=("dR = the update's derivative in the rate r = R / (1 + T·{decay_factor})",
+                None,
+                "dinputs = dX_new, dH_new sent back through H_new = H + Ĝ², X_new = X − r·Ĝ / (√H_new + {epsilon}), Ĝ = G + "
+                "{norm_coefficient}·X"))
 @register("Adagrad", domain=DOMAIN, since=1)
 def adagrad(r, t, *tensors, decay_factor=0.0, epsilon=1e-6, norm_coefficient=0.0):
     xs, gs, hs = _groups("Adagrad", tensors, 3)
@@ -53,6 +63,11 @@ def adagrad(r, t, *tensors, decay_factor=0.0, epsilon=1e-6, norm_coefficient=0.0
     return tuple(new_x + new_h)
 
 
+@describe("Adam", domain=DOMAIN, needs="in",
+          rule=("dR = the update's derivative in the rate R",
+                None,
+                "dinputs = dX_new, dV_new, dH_new sent back through V_new = {alpha}·V + (1 − {alpha})·Ĝ, H_new = {beta}·H + (1 "
+                "− {beta})·Ĝ² and the bias-corrected step"))
 @register("Adam", domain=DOMAIN, since=1)
 def adam(r, t, *tensors, alpha=0.9, beta=0.999, epsilon=1e-6, norm_coefficient=0.0, norm_coefficient_post=0.0):
     xs, gs, vs, hs = _groups("Adam", tensors, 4)
