@@ -35,8 +35,8 @@ from _results import write_json  # noqa: E402
 
 import engine  # noqa: E402
 from engine.lowering.build import upgraded  # noqa: E402
-from tests.run.test_light_models import _weights, _with_random_feeds  # noqa: E402
 from tests.lowering.test_light import _weights_as_inputs  # noqa: E402
+from tests.run.test_light_models import _weights, _with_random_feeds  # noqa: E402
 
 SAMPLES = {  # sample -> (y, xs, zs)
     "mlp": ("loss", ["W1", "b1", "W2", "b2"], ["X", "T"]),
