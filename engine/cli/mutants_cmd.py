@@ -6,8 +6,6 @@ Exit 1 when a mutant survives full or fast mode, or a check of the unmutated mod
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import json
 import os
 import sys
 
@@ -47,6 +45,8 @@ def run_mutants_command(args) -> int:
         print(report.summary())
         reports.append(report)
     if args.json:
+        import json
+
         from .common import write_json
 
         write_json(args.json, json.dumps([_plain(r) for r in reports], indent=1))
@@ -95,6 +95,8 @@ def _catalogue():
     path = os.path.join(SAMPLES_DIR, "build.py")
     if not os.path.exists(path):
         raise OnnxGradError("no sample_models/ beside the engine (an installed copy): give a MODEL to --mutants")
+    import importlib.util  # here, not at the top: `onnxgrad --help` reads this module
+
     spec = importlib.util.spec_from_file_location("onnxgrad_sample_catalogue", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclasses look themselves up there
