@@ -32,9 +32,9 @@ from _results import write_json  # noqa: E402
 
 import engine  # noqa: E402
 from engine.conformance.mutants import spoil  # noqa: E402
-from engine.conformance.mutation import COUNTED, KILLED, run_mutants  # noqa: E402
+from engine.conformance.mutation import COUNTED, KILLED  # noqa: E402
 from tests import nnsmith_graphs as ng  # noqa: E402
-from tests.nnsmith_sweep import checked_selections  # noqa: E402
+from tests.nnsmith_sweep import checked_selections, mutated_selections  # noqa: E402
 
 DTYPES = {"f32-64": ("float32", "float64"), "f16": ("float16", "float32", "float64")}
 SLOW_LIMIT = 10_000  # slow gradcheck builds the whole Jacobian: xs of at most this many elements
@@ -92,37 +92,31 @@ def mutants(seeds: range, dtypes, modes=("auto", "full", "fast", "sample")) -> d
     tally = {m: collections.Counter() for m in modes}
     survivors, compared = [], collections.Counter()
     seconds = collections.Counter()
-    for seed in seeds:
-        graph = ng.generate(seed, dtypes=dtypes)
-        if graph is None:
-            continue
-        proto = graph.proto
-        for y, xs, zs in ng.selections(graph):
-            report = run_mutants(lambda proto=proto: engine.load(proto), y, xs, zs, graph.feeds, modes=modes)
-            for m in modes:
-                tally[m].update(report.tally(m))
-                survivors += [f"seed {seed} {y} {m}: {o.mutant.label}" for o in report.survivors(m)]
-            dy = _check_dy(graph, y, xs, zs)
-            for o in report.outcomes:
-                if not o.counted:
-                    continue
-                side = _torch_side(graph, y, xs, o.mutant, dy)
-                if side is None:
-                    continue
-                (fast_killed, fast_s), (slow_killed, slow_s) = side
-                compared["mutants"] += 1
-                compared["onnxgrad auto"] += o.outcomes["auto"] == KILLED
-                compared["onnxgrad fast"] += o.outcomes.get("fast") == KILLED
-                compared["gradcheck fast"] += fast_killed
-                seconds["onnxgrad auto"] += o.seconds["auto"]
-                seconds["onnxgrad fast"] += o.seconds.get("fast", 0.0)
-                seconds["gradcheck fast"] += fast_s
-                if slow_killed is not None:
-                    compared["slow-checkable"] += 1
-                    compared["gradcheck slow"] += slow_killed
-                    compared["onnxgrad full (same)"] += o.outcomes.get("full") == KILLED
-                    seconds["gradcheck slow"] += slow_s
-                    seconds["onnxgrad full (same)"] += o.seconds.get("full", 0.0)
+    for seed, graph, y, xs, zs, report in mutated_selections(seeds, dtypes, modes):
+        for m in modes:
+            tally[m].update(report.tally(m))
+            survivors += [f"seed {seed} {y} {m}: {o.mutant.label}" for o in report.survivors(m)]
+        dy = _check_dy(graph, y, xs, zs)
+        for o in report.outcomes:
+            if not o.counted:
+                continue
+            side = _torch_side(graph, y, xs, o.mutant, dy)
+            if side is None:
+                continue
+            (fast_killed, fast_s), (slow_killed, slow_s) = side
+            compared["mutants"] += 1
+            compared["onnxgrad auto"] += o.outcomes["auto"] == KILLED
+            compared["onnxgrad fast"] += o.outcomes.get("fast") == KILLED
+            compared["gradcheck fast"] += fast_killed
+            seconds["onnxgrad auto"] += o.seconds["auto"]
+            seconds["onnxgrad fast"] += o.seconds.get("fast", 0.0)
+            seconds["gradcheck fast"] += fast_s
+            if slow_killed is not None:
+                compared["slow-checkable"] += 1
+                compared["gradcheck slow"] += slow_killed
+                compared["onnxgrad full (same)"] += o.outcomes.get("full") == KILLED
+                seconds["gradcheck slow"] += slow_s
+                seconds["onnxgrad full (same)"] += o.seconds.get("full", 0.0)
     return {"tally": {m: dict(t) for m, t in tally.items()}, "survivors": survivors,
             "versus_gradcheck": dict(compared), "seconds": {k: round(v, 2) for k, v in seconds.items()}}
 

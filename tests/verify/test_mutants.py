@@ -17,7 +17,7 @@ from engine.conformance.mutants import KINDS, Mutant, candidates, injected, spoi
 from engine.conformance.mutation import KILLED, SURVIVED, run_mutants
 from engine.verify.context import build
 from tests import nnsmith_graphs as ng
-from tests.nnsmith_sweep import checked_selections
+from tests.nnsmith_sweep import checked_selections, mutated_selections
 from tests.verify_models import SAMPLES
 
 SAMPLE_CASES = {  # name: (y, xs, zs, feeds, kinds)
@@ -100,17 +100,11 @@ def test_no_mutant_of_a_random_graph_passes(seeds, dtypes, modes):
     if not ng.available():
         pytest.skip("nnsmith is not installed")
     counted = killed = 0
-    for seed in range(*seeds):
-        graph = ng.generate(seed, dtypes=dtypes)
-        if graph is None:
-            continue
-        proto = graph.proto
-        for y, xs, zs in ng.selections(graph):
-            report = run_mutants(lambda proto=proto: engine.load(proto), y, xs, zs, graph.feeds, modes=modes)
-            _assert_never_passed(report, ("auto", "fast"), kill_rate=False)
-            assert not report.survivors("sample"), report.summary()  # a sample-mode pass only where it saw no change
-            counted += report.counted
-            killed += report.tally("auto")[KILLED]
+    for *_, report in mutated_selections(range(*seeds), dtypes, modes):
+        _assert_never_passed(report, ("auto", "fast"), kill_rate=False)
+        assert not report.survivors("sample"), report.summary()  # a sample-mode pass only where it saw no change
+        counted += report.counted
+        killed += report.tally("auto")[KILLED]
     assert counted >= 50, (seeds, dtypes, counted)  # not vacuous
     assert killed >= 0.95 * counted, (killed, counted)
 
