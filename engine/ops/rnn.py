@@ -132,13 +132,17 @@ def _clip(clip):
     return (lambda v: v) if clip is None else (lambda v: torch.clamp(v, -clip, clip))
 
 
+# The rule lines RNN, GRU and LSTM share (LSTM adds its cell state and peepholes).
+_RECURRENT = ("dX = Σₜ dZₜ · W   # Z the gates' pre-activations, dZ sent back through time (BPTT)",
+              "dW = Σₜ dZₜᵀ · Xₜ",
+              "dR = Σₜ dZₜᵀ · Hₜ₋₁",
+              "dB = Σₜ dZₜ, for both halves (Wb and Rb)",
+              None,
+              "dinitial_h = the hidden state's gradient carried back past the first step")
+
+
 @describe("RNN", needs="in,out",
-          rule=("dX = Σₜ dZₜ · W   # Z the gates' pre-activations, dZ sent back through time (BPTT)",
-                "dW = Σₜ dZₜᵀ · Xₜ",
-                "dR = Σₜ dZₜᵀ · Hₜ₋₁",
-                "dB = Σₜ dZₜ, for both halves (Wb and Rb)",
-                None,
-                "dinitial_h = the hidden state's gradient carried back past the first step"))
+          rule=_RECURRENT)
 @register("RNN", since=1)
 @computes_in_float32  # NOTE: in half, rounding compounds over the steps and saturated gates' derivatives underflow
 def rnn(x, w, r, b=None, sequence_lens=None, initial_h=None, *, activation_alpha=None,
@@ -159,12 +163,7 @@ def rnn(x, w, r, b=None, sequence_lens=None, initial_h=None, *, activation_alpha
 
 
 @describe("GRU", needs="in,out",
-          rule=("dX = Σₜ dZₜ · W   # Z the gates' pre-activations, dZ sent back through time (BPTT)",
-                "dW = Σₜ dZₜᵀ · Xₜ",
-                "dR = Σₜ dZₜᵀ · Hₜ₋₁",
-                "dB = Σₜ dZₜ, for both halves (Wb and Rb)",
-                None,
-                "dinitial_h = the hidden state's gradient carried back past the first step"))
+          rule=_RECURRENT)
 @register("GRU", since=1)
 @computes_in_float32  # NOTE: in half, rounding compounds over the steps and saturated gates' derivatives underflow
 def gru(x, w, r, b=None, sequence_lens=None, initial_h=None, *, activation_alpha=None,
@@ -195,12 +194,7 @@ def gru(x, w, r, b=None, sequence_lens=None, initial_h=None, *, activation_alpha
 
 
 @describe("LSTM", needs="in,out",
-          rule=("dX = Σₜ dZₜ · W   # Z the gates' pre-activations, dZ sent back through time (BPTT)",
-                "dW = Σₜ dZₜᵀ · Xₜ",
-                "dR = Σₜ dZₜᵀ · Hₜ₋₁",
-                "dB = Σₜ dZₜ, for both halves (Wb and Rb)",
-                None,
-                "dinitial_h = the hidden state's gradient carried back past the first step",
+          rule=_RECURRENT + (
                 "dinitial_c = the cell state's gradient carried back past the first step",
                 "dP = Σₜ dZₜ ⊙ C on the peephole gates"))
 @register("LSTM", since=1)
