@@ -11,7 +11,7 @@ from __future__ import annotations
 from onnx import defs, helper
 
 from engine.modelfile.contrib_schema import MS, signature
-from engine.registry import record, records
+from engine.registry import record
 
 GENERIC = "d{input} = J_{input}ᵀ · dY   # vector-Jacobian product of {op} w.r.t. {input}, by torch autograd"
 
@@ -89,16 +89,6 @@ def _template(op: str, domain: str, attrs) -> tuple[str | None, ...] | None:
         found = record(op)
         lines = found.rule_lines(attrs) if found is not None else None
     return lines
-
-
-def __getattr__(name: str):
-    if name == "RULES":  # rule lines by op type outside com.microsoft, as the records hold them (Gemm's vary)
-        table: dict[str, tuple] = {}
-        for r in records():  # the default domain's first
-            if r.domain != MS and r.rule is not None and not r.rule_by:
-                table.setdefault(r.op_type, r.rule)
-        return table
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _formal(formal: list[str], i: int, n: int) -> str:
