@@ -306,3 +306,7 @@ def expand_contrib(proto: ModelProto, weights=None) -> ModelProto:
     expand_nodes(proto, weights, expansion_for, "expanded")
     drop_unused_domains(proto, {MS})
     return proto
+
+
+# The attention family and the other fused contrib ops register their expansions from their own modules.
+from . import contrib_attention, contrib_fused  # noqa: E402,F401  (registers)

@@ -1,0 +1,3 @@
+"""GroupQueryAttention and RotaryEmbedding written out as ai.onnx ops (see engine/ops/contrib_gqa.py for
+the kernel semantics they follow)."""
+from __future__ import annotations
