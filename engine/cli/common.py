@@ -72,22 +72,13 @@ def add_selection_arguments(p: argparse.ArgumentParser, required: bool = True) -
 
 
 def selection_of(model: Model, args):
-    """The validated (y, xs, zs) of --y/--xs/--zs, `inputs` in --zs standing for every graph input
-    not in xs (unless the model has a tensor of that name); the extension's notes for the user."""
-    from ..gradient.selection import names
-
-    xs, zs = names(args.xs), names(args.zs)
-    if INPUTS in zs and not model.graph.has_tensor(INPUTS):
-        at = zs.index(INPUTS)
-        rest = [n for n in model.graph.inputs if n not in xs and n not in zs]
-        zs = zs[:at] + tuple(rest) + zs[at + 1:]
-    spec = model.selection(args.y, xs, zs)
+    """The validated (y, xs, zs) of --y/--xs/--zs (`inputs` in --zs stands for every graph input not
+    in xs: engine.gradient.selection.validate); the extension's notes for the user."""
+    spec = model.selection(args.y, args.xs, args.zs)
     for d in spec.determined:
         note(args, d.note)
     return spec
 
-
-INPUTS = "inputs"
 
 
 def add_device_arguments(p: argparse.ArgumentParser, dtype: bool = True) -> None:

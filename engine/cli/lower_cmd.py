@@ -13,7 +13,8 @@ def add_parser(sub) -> None:
     p.add_argument("-o", "--output", required=True, metavar="OUT.onnx", help="where to write the lowered model")
     p.add_argument("--y", help="the tensor to differentiate (adds gradients as new outputs)")
     p.add_argument("--xs", help="comma-separated tensors to differentiate with respect to")
-    p.add_argument("--zs", default="", help="comma-separated tensors held fixed")
+    p.add_argument("--zs", default="", help="comma-separated tensors held fixed; 'inputs' stands for every graph "
+                                            "input not in xs")
     p.add_argument("--names", help="comma-separated names of the gradient outputs (default d{y}_d{x})")
     p.add_argument("--dy", nargs="?", const=True, metavar="NAME",
                    help="seed with a new graph input NAME (default d{y}) instead of ones")

@@ -90,10 +90,25 @@ def _join(items: Sequence[str]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
+ALL_INPUTS = "inputs"  # in zs: every graph input not in xs (unless the model has a tensor of that name)
+
+
+def with_inputs_expanded(graph: GraphIndex, xs: tuple[str, ...], zs: tuple[str, ...]) -> tuple[str, ...]:
+    """zs with `inputs` replaced, in place, by every graph input not already in xs or zs."""
+    if ALL_INPUTS not in zs or graph.has_tensor(ALL_INPUTS):
+        return zs
+    at = zs.index(ALL_INPUTS)
+    rest = tuple(n for n in graph.inputs if n not in xs and n not in zs)
+    return zs[:at] + rest + tuple(n for n in zs[at + 1:] if n != ALL_INPUTS)
+
+
 def validate(graph: GraphIndex, y: str, xs, zs=(), strict: bool = False) -> GradientSpec:
     """The rules of docs/semantics.md, in order; SelectionError at the first broken one. `strict`
-    (Gradient nodes inside a model): no member of xs may be determined by zs, as the spec reads."""
+    (Gradient nodes inside a model): no member of xs may be determined by zs, as the spec reads.
+    Outside a model's own Gradient nodes, `inputs` in zs stands for every graph input not in xs."""
     xs, zs = names(xs), names(zs)
+    if not strict:
+        zs = with_inputs_expanded(graph, xs, zs)
     if not y:
         raise SelectionError("y is empty: name the tensor to differentiate")
     if not xs:
