@@ -22,6 +22,7 @@ from .context import Ctx, attr, collect_types, infer_shapes, known_values
 from .contrib import expand_contrib
 from .core import backward, cut_slice
 from .portable import make_portable
+from .scopes import unique_scopes
 
 # ReduceSum takes axes as an input from 13, ScatterElements adds duplicates from 16; LayerNormalization is 17.
 MIN_OPSET = 17
@@ -297,6 +298,7 @@ def lowered(model, y: str | None = None, xs=None, zs=None, *, dy: str | bool | N
     if not (y or xs) and not any(n.domain == TRAINING_DOMAIN and n.op_type == "Gradient" for n in proto.graph.node):
         raise LoweringError("the model has no Gradient node: name a selection with y and xs (--y, --xs)")
     _keep_dropout_masks(proto.graph)
+    unique_scopes(proto.graph)
     state = Lowering(upgraded(expand_contrib(proto, graph.weights)), graph.weights)
     if make_portable(state.proto, graph.weights, state.types, state.constants):
         state.refresh()
