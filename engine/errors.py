@@ -43,3 +43,8 @@ class LoweringError(OnnxGradError):
 class DistributedError(OnnxGradError):
     """Processes training together disagree or stopped answering: a rank died, never joined, timed
     out, or runs another model or attach set. The message names the rank and what differs."""
+
+
+class InputShapeError(OnnxGradError):
+    """A node's input has a rank, dims, type or value its op refuses (the op's validator said so, before
+    the forward ran): the message names the input by its schema name, the expected and the actual."""

@@ -3,6 +3,8 @@
 Where each piece is written:
 - `forwards`: the `@register(...)` lines of engine/ops/<family>.py (or a user's --ops file);
 - `rule`, `needs`, `no_gradient`: the `@describe(...)` line right above the same forward;
+- `validate`: the `@validates(...)` function beside the forward (engine/ops/inputs.py has its helpers);
+  every plan runs it before the forward of each step of the op;
 - `lowering`: engine/lowering/<family>.py (it builds ONNX and never imports torch, so it stays there),
   linked by (domain, op type) and looked up the first time it is read, so that reading a rule text
   never imports the lowering package.
@@ -52,7 +54,7 @@ class OpRecord:
     rule_by: tuple[str, ...] = ()  # the attributes whose values key `rule`'s variants (Gemm: transA, transB)
     needs: tuple[str, ...] | None = None  # what the VJP reads; None: not written (every input assumed)
     no_gradient: str = ""  # why no gradient flows through the op at all ("" for a differentiable op)
-    validate: Callable | None = None  # input validation before the forward runs: filled by a later issue
+    validate: Callable | None = None  # `fn(inputs, **attributes)`: raises InputShapeError before the forward runs
     jvp: Callable | None = None  # the forward-mode (JVP) rule: filled by a later issue
 
     @property

@@ -88,6 +88,8 @@ def _accepted(fn: Callable) -> frozenset[str] | None:
 _REGISTRY: dict[tuple[str, str], list[OpImpl]] = {}
 _DESCRIBED: dict[tuple[str, str], _Description] = {}  # (domain, op type) -> what `describe` said
 _BUILTIN_DESCRIBED: dict[tuple[str, str], _Description] = {}  # what engine/ops described, for `remove` to restore
+_VALIDATORS: dict[tuple[str, str], Callable] = {}  # (domain, op type) -> its `@validates` function
+_BUILTIN_VALIDATORS: dict[tuple[str, str], Callable] = {}  # engine/ops' own, for `remove` to restore
 _IN_OPS_PACKAGE = [False]  # engine/ops/__init__.py is importing the families (whoever imported it first)
 _VERSION = [0]  # bumped on every change, so callers can cache what they looked up
 
@@ -163,6 +165,9 @@ def remove(domain: str, op_type: str, since: int | None = None) -> None:
         _DESCRIBED.pop(key, None)  # a user's description goes with the op's last forward; a built-in one comes back
         if key in _BUILTIN_DESCRIBED:
             _DESCRIBED[key] = _BUILTIN_DESCRIBED[key]
+        _VALIDATORS.pop(key, None)
+        if key in _BUILTIN_VALIDATORS:
+            _VALIDATORS[key] = _BUILTIN_VALIDATORS[key]
 
 
 def _overlap(a: OpImpl, b: OpImpl) -> bool:
@@ -242,6 +247,31 @@ def describe(op_type: str, *, domain: str = "", rule=None, needs: str | None = N
     return lambda fn: fn
 
 
+def validates(op_type: str, *, domain: str = "") -> Callable:
+    """Decorator: `fn` checks a node of `op_type` before its forward runs, right beside that forward.
+
+    `fn(inputs, **attributes)`: `inputs` an `engine.ops.inputs.Inputs` (the node's inputs by schema
+    name: shapes, dtypes, values), the attributes as the forward's keyword arguments (context such as
+    n_outputs too: take `**_`). It raises `InputShapeError` (one line: the input, expected and actual)
+    for what the op refuses, and returns nothing; the plan names the node. Declaring it again replaces it."""
+
+    def deco(fn: Callable) -> Callable:
+        _ensure_builtins()
+        key = (_norm_domain(domain), op_type)
+        _VALIDATORS[key] = fn
+        if _IN_OPS_PACKAGE[0]:
+            _BUILTIN_VALIDATORS[key] = fn
+        _VERSION[0] += 1
+        return fn
+
+    return deco
+
+
+def validator(domain: str, op_type: str) -> Callable | None:
+    """The `@validates` function of (domain, op type), None when it has none (the plan pays nothing)."""
+    return _VALIDATORS.get((_norm_domain(domain), op_type))
+
+
 def _needs(needs: str | None, op_type: str) -> tuple[str, ...] | None:
     if needs is None:
         return None
@@ -267,16 +297,16 @@ def _rule_text(rule, rule_by: tuple[str, ...], op_type: str):
 
 
 def record(op_type: str, domain: str = "") -> OpRecord | None:
-    """Everything about one op type: forwards, rule text, VJP needs, lowering; None for an unknown op."""
+    """Everything about one op type: forwards, rule text, VJP needs, validator, lowering; None for an unknown op."""
     from .oprecord import OpRecord
 
     _ensure_builtins()
     key = (_norm_domain(domain), op_type)
-    forwards, said = tuple(_REGISTRY.get(key, ())), _DESCRIBED.get(key)
+    forwards, said, validate = tuple(_REGISTRY.get(key, ())), _DESCRIBED.get(key), _VALIDATORS.get(key)
     if said is None:
-        return OpRecord(*key, forwards=forwards) if forwards else None
+        return OpRecord(*key, forwards=forwards, validate=validate) if forwards else None
     return OpRecord(*key, forwards=forwards, rule=said.rule, rule_by=said.rule_by, needs=said.needs,
-                    no_gradient=said.no_gradient)
+                    no_gradient=said.no_gradient, validate=validate)
 
 
 def records() -> list[OpRecord]:

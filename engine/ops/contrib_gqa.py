@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from ..errors import OnnxGradError, UnsupportedOpError
-from ..registry import describe, register
+from ..registry import describe, register, validates
 from .attention import ATTENTION_BACKWARD
 from .contrib_attention import merge_heads, rotate, scores_scale, split_heads, work_dtype
 
@@ -30,8 +30,6 @@ def _split_inputs(op, query, key, value, num_heads, kv_num_heads, work):
     if key is None and value is None:  # packed (B, S, (N + 2·Nkv)·H)
         head = query.shape[-1] // (num_heads + 2 * kv_num_heads)
         q, k, v = query.to(work).split([num_heads * head, kv_num_heads * head, kv_num_heads * head], -1)
-    elif key is None or value is None:
-        raise OnnxGradError(f"{op}: key and value must be given together (or both omitted for packed QKV)")
     else:
         q, k, v = query.to(work), key.to(work), value.to(work)
     return split_heads(q, num_heads), split_heads(k, kv_num_heads), split_heads(v, kv_num_heads)
@@ -40,8 +38,6 @@ def _split_inputs(op, query, key, value, num_heads, kv_num_heads, work):
 def _cache_lengths(op, past_key, seqlens_k, total_sequence_length, q_len, batch):
     """(past length per batch, present length): the kernel's prompt / token-generation rules."""
     total = seqlens_k.reshape(-1).long() + 1
-    if total.numel() != batch:
-        raise OnnxGradError(f"{op}: seqlens_k must hold {batch} lengths, got {seqlens_k.numel()}")
     total_max = int(total_sequence_length.reshape(-1)[0])
     buffer = 0 if past_key is None else past_key.shape[2]
     if buffer == 0:
@@ -74,6 +70,74 @@ def _present(past_cache, new, past_len, length, work):
             parts.append(torch.zeros((n, rest, h), dtype=work, device=new.device))
         out.append(torch.cat(parts, 1))
     return torch.stack(out)
+
+
+def _together(ins, *names):
+    if len({ins.given(n) for n in names}) > 1:
+        missing = next(n for n in names if not ins.given(n))
+        ins.fail(missing, f"is missing: {' and '.join(map(repr, names))} are given together or not at all")
+
+
+@validates("GroupQueryAttention", domain=MS)
+def _gqa_inputs(ins, *, num_heads, kv_num_heads, do_rotary=0, **_):
+    """onnxruntime's CheckInputs (group_query_attention_helper.h): the layout of every input."""
+    if kv_num_heads <= 0 or num_heads % kv_num_heads:
+        ins.fail("query", f"num_heads {num_heads} is not a multiple of kv_num_heads {kv_num_heads}")
+    batch, seq, hidden = ins.rank("query", 3, layout="batch, sequence, hidden")
+    _together(ins, "key", "value")
+    packed = not ins.given("key")
+    heads = num_heads + 2 * kv_num_heads if packed else num_heads  # what query's hidden size holds
+    if hidden % heads:
+        ins.fail("query", f"dim 2 is {hidden}, expected a multiple of "
+                          + (f"num_heads + 2·kv_num_heads = {heads} (packed QKV)" if packed else f"num_heads {heads}"))
+    head = hidden // heads
+    whence = f"the head size: query's {hidden} / {'num_heads + 2·kv_num_heads' if packed else 'num_heads'} {heads}"
+    for name in () if packed else ("key", "value"):
+        ins.rank(name, 3, layout="batch, sequence, kv hidden")
+        ins.dim(name, 0, batch, "the batch size, query's dim 0")
+        ins.dim(name, 1, seq, "the sequence length, query's dim 1")
+        ins.dim(name, 2, kv_num_heads * head, f"kv_num_heads {kv_num_heads} × head size {head}")
+    _together(ins, "past_key", "past_value")
+    for name in ("past_key", "past_value"):
+        ins.rank(name, 4, layout="batch, kv_num_heads, max length, head size")
+        ins.dim(name, 0, batch, "the batch size, query's dim 0")
+        ins.dim(name, 1, kv_num_heads, "kv_num_heads")
+        ins.dim(name, 3, head, whence)
+    if ins.given("past_key"):
+        ins.dim("past_value", 2, ins.shape("past_key")[2], "past_key's dim 2, the cache length")
+    for name in ("seqlens_k", "total_sequence_length"):
+        if not ins.given(name):
+            ins.fail(name, "is required")
+        ins.dtype(name, torch.int32)
+    ins.rank("seqlens_k", 1, layout="batch")
+    ins.dim("seqlens_k", 0, batch, "the batch size, query's dim 0")
+    if ins["total_sequence_length"].numel() != 1:
+        ins.fail("total_sequence_length", "expected a scalar")
+    _gqa_rotary_inputs(ins, batch, seq, head, num_heads, do_rotary)
+
+
+def _gqa_rotary_inputs(ins, batch, seq, head, num_heads, do_rotary):
+    """The caches, bias, sink and per-head norms: their widths follow the head size."""
+    _together(ins, "cos_cache", "sin_cache")
+    if do_rotary and not ins.given("cos_cache"):
+        ins.fail("cos_cache", "is required when do_rotary is 1")
+    for name in ("cos_cache", "sin_cache"):
+        ins.rank(name, 2, layout="max position, rotary dim / 2")
+    if ins.given("cos_cache"):
+        half = ins.shape("cos_cache")[1]
+        if 2 * half > head:
+            ins.fail("cos_cache", f"dim 1 is {half}, expected at most {head // 2} (half the head size {head})")
+        ins.dim("sin_cache", 1, half, "cos_cache's dim 1")
+    if ins.given("attention_bias"):
+        past = ins.shape("past_key")[2] if ins.given("past_key") else 0
+        total = max(ins.value("total_sequence_length"), past)
+        ins.rank("attention_bias", 4, layout="batch or 1, num_heads or 1, sequence, total length")
+        ins.broadcasts("attention_bias", (batch, num_heads, seq, total),
+                       "batch, num_heads, sequence, total_sequence_length")
+    ins.width("head_sink", num_heads, "one logit per query head")
+    _together(ins, "q_norm_weight", "k_norm_weight")
+    ins.width("q_norm_weight", head, "one weight per element of a head")
+    ins.width("k_norm_weight", head, "one weight per element of a head")
 
 
 # The kernel's steps in its order (refusals, cache lengths, q/k norms, rotary, present caches, masks, sink,
@@ -114,12 +178,6 @@ def group_query_attention(query, key=None, value=None, past_key=None, past_value
         raise UnsupportedOpError(f"{op}: sliding_window_cache=1 (window-sized ring buffers) is not supported")
     if query_seqlens is not None:
         raise UnsupportedOpError(f"{op}: query_seqlens (right-padded chunked prefill) is not supported")
-    if seqlens_k is None or total_sequence_length is None:
-        raise OnnxGradError(f"{op}: seqlens_k and total_sequence_length are required")
-    if (past_key is None) != (past_value is None):
-        raise OnnxGradError(f"{op}: past_key and past_value must be given together")
-    if num_heads % kv_num_heads:
-        raise OnnxGradError(f"{op}: num_heads {num_heads} is not a multiple of kv_num_heads {kv_num_heads}")
     if not causal and local_window_size != -1:
         raise OnnxGradError(f"{op}: local_window_size must be -1 when causal is 0")
     if qk_output not in (0, 1, 2):
@@ -128,16 +186,12 @@ def group_query_attention(query, key=None, value=None, past_key=None, past_value
     q, k, v = _split_inputs(op, query, key, value, num_heads, kv_num_heads, work)
     batch, q_len, head = q.shape[0], q.shape[2], q.shape[3]
     past, length, total = _cache_lengths(op, past_key, seqlens_k, total_sequence_length, q_len, batch)
-    if (q_norm_weight is None) != (k_norm_weight is None):
-        raise OnnxGradError(f"{op}: q_norm_weight and k_norm_weight must be given together")
     if q_norm_weight is not None:
         q = _rms_per_head(q, q_norm_weight, qk_norm_epsilon if q_norm_epsilon is None else q_norm_epsilon)
         k = _rms_per_head(k, k_norm_weight, qk_norm_epsilon if k_norm_epsilon is None else k_norm_epsilon)
     device = query.device
     steps = torch.arange(q_len, device=device)
     if do_rotary:
-        if cos_cache is None or sin_cache is None:
-            raise OnnxGradError(f"{op}: do_rotary needs cos_cache and sin_cache")
         if position_ids is None:
             pos = past.reshape(-1, 1) + steps.reshape(1, -1)
         elif past_key is None or past_key.shape[2] == 0:

@@ -20,6 +20,7 @@ from ..registry import parameters, require
 from . import attributes, fusion, lean
 from .pacing import pause_point
 from .step_errors import STEP_ERRORS, step_error
+from .validation import checked
 
 
 @dataclass(frozen=True, eq=False)
@@ -178,7 +179,7 @@ class Plan:
             for s, k in last.items():
                 if s not in keep:
                     frees[k].append(s)
-        return tuple(Step(*raw, free=tuple(f)) for raw, f in zip(raw_steps, frees))
+        return tuple(Step(*checked(self.graph, raw), free=tuple(f)) for raw, f in zip(raw_steps, frees))
 
     def run(self, inputs: Sequence[torch.Tensor], fused: bool = True) -> list[torch.Tensor]:
         """Values of `targets`, given values of `sources` in order. `fused=False`: node by node,

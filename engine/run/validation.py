@@ -1,0 +1,47 @@
+"""Steps that check their inputs: a step whose op has a validator (`@validates`, engine/registry.py)
+calls it before the forward, in every path that runs steps (the interpreter, the fx module, the
+verifier's per-node runs), since all of them call `Step.fn`. Steps of ops without one keep their
+function as it is and pay nothing. Fusion and lean swaps look functions up by identity, so the
+wrapping happens after them, when the plan makes its `Step`s; a fused step stands for several nodes
+and is not checked as any one of them.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+from ..modelfile.contrib_schema import signature
+from ..ops.inputs import Inputs
+from ..registry import validator
+
+
+def checked(graph, raw: list) -> list:
+    """A raw step ([node index, name, op type, fn, in slots, out slots, kwargs]) whose fn validates first."""
+    node = graph.nodes[raw[0]]
+    check = validator(node.domain, node.op_type) if raw[2] == node.op_type else None
+    if check is None:
+        return raw
+    fn, index = raw[3], input_index(node.domain, node.op_type, graph.opset(node.domain))
+
+    def step(*args, **kwargs):
+        check(Inputs(index, args), **kwargs)
+        return fn(*args, **kwargs)
+
+    step.__dict__.update(getattr(fn, "__dict__", {}))  # no_fold, fused: what readers of steps look for
+    step.__wrapped__ = fn
+    step.__qualname__ = step.__name__ = f"checked_{getattr(fn, '__name__', 'op')}"
+    return [*raw[:3], step, *raw[4:]]
+
+
+@lru_cache(maxsize=None)
+def input_index(domain: str, op_type: str, opset: int) -> dict[str, int]:
+    """Schema input name -> position: onnxruntime's contrib signatures, else onnx's schema, else in0, in1..."""
+    names = signature(domain, op_type)
+    if names is not None:
+        return {n: i for i, n in enumerate(names[0])}
+    try:
+        import onnx.defs
+
+        schema = onnx.defs.get_schema(op_type, opset, domain)
+        return {p.name: i for i, p in enumerate(schema.inputs)}
+    except Exception:  # noqa: BLE001 - a user's op with no schema: positional names
+        return {f"in{i}": i for i in range(64)}
