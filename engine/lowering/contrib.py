@@ -43,16 +43,6 @@ def not_expanded(why: str, *ops: str) -> None:
         NOT_EXPANDED[op] = why
 
 
-not_expanded("the attention family's packed layouts, masks, past and present caches and rotary options are not written "
-             "out as ai.onnx ops", "Attention", "MultiHeadAttention", "GroupQueryAttention")
-not_expanded("its rotary layouts (interleaved, partial, packed batching) are not written out as ai.onnx ops",
-             "RotaryEmbedding")
-not_expanded("its mask_index output and the embedding sums are not written out as ai.onnx ops",
-             "EmbedLayerNormalization")
-not_expanded("A's on-the-fly uint8 rounding has no ai.onnx form that keeps the straight-through gradient",
-             "DynamicQuantizeMatMul")
-
-
 def _inputs(node: NodeProto) -> list[str]:
     return list(node.input) + [""] * 10
 
