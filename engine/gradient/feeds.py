@@ -13,8 +13,10 @@ from onnx import TensorProto, helper
 from ..dtypes import to_numpy
 from ..errors import FeedError, SelectionError, UnsupportedOpError
 from ..modelfile.index import GraphIndex, node_inputs
+from .dim_expr import evaluate
 from .dims import Dims, dims_from_feeds, sized
 from .feed_syntax import SPEC_HELP
+from .past_feeds import past_plan
 
 if TYPE_CHECKING:
     from .selection import GradientSpec
@@ -248,12 +250,12 @@ def check_feed(graph: GraphIndex, name: str, value, dims: Dims | None = None) ->
     dtype_ok = want is None or _kind_of(value) in want
     shape_ok = info.shape is None or (len(shape) == len(info.shape) and all(
         not isinstance(d, int) or d <= 0 or d == s for d, s in zip(info.shape, shape)))
-    clash = [(d, s) for d, s in zip(info.shape, shape) if isinstance(d, str) and d in dims
-             and dims[d] != s] if dims and shape_ok and info.shape is not None else []
+    clash = [(d, s, v) for d, s in zip(info.shape, shape) if (v := evaluate(d, dims)) is not None
+             and v != s] if dims and shape_ok and info.shape is not None else []
     if not (dtype_ok and shape_ok) or clash:
         # str(dtype) costs more than the whole check: only an error message needs it
         got = str(value.dtype).removeprefix("torch.")
-        why = "".join(f"; {d} is set to {dims[d]}, not {s}" for d, s in clash[:1])
+        why = "".join(f"; {d} is {'set to ' * (d in dims)}{v}, not {s}" for d, s, v in clash[:1])
         raise FeedError(f"feed {name!r}: expected {type_text(graph, name)}, got {got} {list(shape)}{why}")
 
 
@@ -340,11 +342,15 @@ def defaults_for(model: ModelValues, names: Iterable[str], feeds: Mapping[str, o
     values: dict[str, object] = {}
     chosen: list[Default] = []
     sizes = dims_from_feeds(graph, feeds, dims)
+    llm = past_plan(graph, sizes)  # an LLM with past: past, current and head sizes that agree
+    sizes = llm.dims if llm is not None else sizes
 
     def by_spec(name: str, why: str = "") -> None:
-        spec = default_spec(graph, name, seed)
-        values[name] = parse_spec(graph, name, spec, dims=sizes)
-        chosen.append(Default(name, spec, why or default_reason(graph, name)))
+        value, spec, told = None, default_spec(graph, name, seed), ""
+        if llm is not None and name in graph.inputs:
+            value, spec, told = llm.choose(graph, name, spec, seed)
+        values[name] = parse_spec(graph, name, spec, dims=sizes) if value is None else value
+        chosen.append(Default(name, spec, why or told or default_reason(graph, name)))
 
     unfed = [n for n in dict.fromkeys(names) if n not in feeds]
     computed = [n for n in unfed if n in graph.producer]
