@@ -143,9 +143,7 @@ def save_tiny_llama(folder: Path) -> None:
     import transformers as tf
     from tokenizers import Tokenizer, models, pre_tokenizers
 
-    torch.manual_seed(SEED)
-    model = perturb(tf.LlamaForCausalLM(tf.LlamaConfig(**TINY_LLAMA, bos_token_id=1, eos_token_id=2)))
-    model.save_pretrained(folder)
+    tiny_llama().save_pretrained(folder)
     vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, **{f"t{i}": i for i in range(3, TINY_LLAMA["vocab_size"])}}
     tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
@@ -153,8 +151,37 @@ def save_tiny_llama(folder: Path) -> None:
                                eos_token="</s>").save_pretrained(folder)
 
 
-# --- the cases ----------------------------------------------------------------------------------
-def yolo11n(folder: Path) -> Path:
+# --- the torch modules (shared with _tool_references, which rebuilds them as the oracle) ----------
+def tiny_llama():
+    import transformers as tf
+
+    torch.manual_seed(SEED)
+    return perturb(tf.LlamaForCausalLM(tf.LlamaConfig(**TINY_LLAMA, bos_token_id=1, eos_token_id=2)))
+
+
+def tiny_t5():
+    import transformers as tf
+
+    torch.manual_seed(SEED)
+    return perturb(tf.T5ForConditionalGeneration(tf.T5Config(
+        d_model=64, d_kv=16, d_ff=128, num_layers=2, num_decoder_layers=2, num_heads=4, vocab_size=128,
+        decoder_start_token_id=0)))
+
+
+def tiny_whisper():
+    import transformers as tf
+
+    torch.manual_seed(SEED)
+    # 1500 source positions: optimum's dummy inputs are 3000 mel frames, which the encoder halves.
+    return perturb(tf.WhisperForConditionalGeneration(tf.WhisperConfig(
+        vocab_size=128, num_mel_bins=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+        decoder_attention_heads=2, d_model=32, encoder_ffn_dim=64, decoder_ffn_dim=64, max_source_positions=1500,
+        max_target_positions=64, decoder_start_token_id=1, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+        suppress_tokens=[], begin_suppress_tokens=[])))
+
+
+def yolo_model():
+    """YOLO('yolo11n.yaml'), perturbed; call it with the cwd in a scratch folder (exports land there)."""
     sys.path.insert(0, str(Path(__file__).parent))
     from _real_models import stub_torchvision
 
@@ -162,13 +189,18 @@ def yolo11n(folder: Path) -> Path:
     from ultralytics import YOLO
 
     torch.manual_seed(SEED)
+    yolo = YOLO("yolo11n.yaml")  # the architecture from the yaml shipped in the package
+    perturb(yolo.model)
+    return yolo
+
+
+# --- the cases ----------------------------------------------------------------------------------
+def yolo11n(folder: Path) -> Path:
     with tempfile.TemporaryDirectory() as tmp:
         cwd = os.getcwd()
         os.chdir(tmp)  # the export lands next to the "weights" (the yaml name), i.e. in the cwd
         try:
-            yolo = YOLO("yolo11n.yaml")  # the architecture from the yaml shipped in the package
-            perturb(yolo.model)
-            exported = Path(yolo.export(format="onnx", imgsz=320)).resolve()
+            exported = Path(yolo_model().export(format="onnx", imgsz=320)).resolve()
         finally:
             os.chdir(cwd)
         shutil.move(exported, folder / "model.onnx")
@@ -189,7 +221,8 @@ class UNetStep(torch.nn.Module):
         return self.unet(sample, timestep, encoder_hidden_states=encoder_hidden_states, return_dict=False)[0]
 
 
-def _unet(folder: Path, dynamo: bool) -> Path:
+def unet_step() -> tuple[UNetStep, tuple[torch.Tensor, ...], list[str]]:
+    """The perturbed UNet step, the arguments it is exported with, and their input names."""
     from diffusers import UNet2DConditionModel
 
     torch.manual_seed(SEED)
@@ -201,7 +234,11 @@ def _unet(folder: Path, dynamo: bool) -> Path:
     g = torch.Generator().manual_seed(SEED)
     # A float timestep, as diffusers' own ONNX pipelines feed it (it goes through the sinusoidal projection).
     args = (torch.randn(1, 4, 16, 16, generator=g), torch.tensor([500.0]), torch.randn(1, 8, 32, generator=g))
-    names = ["sample", "timestep", "encoder_hidden_states"]
+    return step, args, ["sample", "timestep", "encoder_hidden_states"]
+
+
+def _unet(folder: Path, dynamo: bool) -> Path:
+    step, args, names = unet_step()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         # dynamo writes weights over its size threshold to model.onnx.data beside the model: kept, as users get it.
@@ -240,12 +277,7 @@ def llama_past_optimum(folder: Path) -> Path:
 
 
 def t5_merged(folder: Path) -> Path:
-    import transformers as tf
-
-    torch.manual_seed(SEED)
-    model = perturb(tf.T5ForConditionalGeneration(tf.T5Config(
-        d_model=64, d_kv=16, d_ff=128, num_layers=2, num_decoder_layers=2, num_heads=4, vocab_size=128,
-        decoder_start_token_id=0)))
+    model = tiny_t5()
     with tempfile.TemporaryDirectory() as tmp:
         model.save_pretrained(tmp)
         _optimum(Path(tmp), folder, "text2text-generation-with-past")
@@ -262,15 +294,7 @@ def t5_merged(folder: Path) -> Path:
 
 
 def _whisper(folder: Path, merged: bool) -> Path:
-    import transformers as tf
-
-    torch.manual_seed(SEED)
-    # 1500 source positions: optimum's dummy inputs are 3000 mel frames, which the encoder halves.
-    model = perturb(tf.WhisperForConditionalGeneration(tf.WhisperConfig(
-        vocab_size=128, num_mel_bins=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
-        decoder_attention_heads=2, d_model=32, encoder_ffn_dim=64, decoder_ffn_dim=64, max_source_positions=1500,
-        max_target_positions=64, decoder_start_token_id=1, pad_token_id=0, bos_token_id=1, eos_token_id=2,
-        suppress_tokens=[], begin_suppress_tokens=[])))
+    model = tiny_whisper()
     with tempfile.TemporaryDirectory() as tmp:
         model.save_pretrained(tmp)
         _optimum(Path(tmp), folder, "automatic-speech-recognition-with-past")
@@ -331,5 +355,9 @@ BUILDERS = {f.__name__: f for f in (yolo11n, unet_torchscript, unet_dynamo, llam
 
 if __name__ == "__main__":
     name, out = sys.argv[1], Path(sys.argv[2])
+    sys.path.insert(0, str(Path(__file__).parent))
+    from _real_models import stub_torchvision
+
+    stub_torchvision()  # transformers imports torchvision too (installed system-wide since), ops unloadable
     out.mkdir(parents=True, exist_ok=True)
     BUILDERS[name](out)
