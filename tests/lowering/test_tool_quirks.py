@@ -53,3 +53,30 @@ def test_if_branches_reusing_names_lower(distinct):
     v = np.random.default_rng(0).standard_normal((2, 3, 4)).astype(np.float32)
     lowered = _matches_engine(model, "y", ["v"], ["cond"], [{"v": v, "cond": np.array(c)} for c in (True, False)])
     assert [o.name for o in lowered.graph.output] == ["y", "dy_dv"]
+
+
+def _resize_model(mode: str, how: str) -> onnx.ModelProto:
+    """y = Resize(x / 2) on symbolic dims (static inference knows no size): by constant scales, by sizes computed
+    from x's shape (Shape, Slice, Mul, Ceil, Concat: NNSmith's and the exporters' pattern)."""
+    scales = numpy_helper.from_array(np.array([1.0, 1.0, 2.0, 0.5], np.float32), "scales")
+    nodes = [helper.make_node("Div", ["x", "two"], ["half"]),
+             helper.make_node("Shape", ["x"], ["lead"], end=2), helper.make_node("Shape", ["x"], ["hw"], start=2),
+             helper.make_node("Cast", ["hw"], ["hw_f"], to=F), helper.make_node("Mul", ["hw_f", "factor"], ["hw_s"]),
+             helper.make_node("Ceil", ["hw_s"], ["hw_c"]), helper.make_node("Cast", ["hw_c"], ["hw_i"], to=TensorProto.INT64),
+             helper.make_node("Concat", ["lead", "hw_i"], ["sizes"], axis=0)]
+    operands = {"scales": ["", "scales"], "sizes": ["", "", "sizes"]}[how]
+    nodes.append(helper.make_node("Resize", ["half", *operands], ["y"], mode=mode, name="up"))
+    inits = [numpy_helper.from_array(np.array(2.0, np.float32), "two"), scales,
+             numpy_helper.from_array(np.array([1.5, 0.75], np.float32), "factor")]
+    graph = helper.make_graph(nodes, "resize", [vi("x", F, ["N", "C", "H", "W"])], [vi("y", F, ["N", "C", "H2", "W2"])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("how", ["scales", "sizes"])
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+def test_resize_without_static_sizes(mode, how):
+    """The Resize backward builds its per-axis matrices at run time: one lowered file serves two input sizes."""
+    model = _resize_model(mode, how)
+    rng = np.random.default_rng(1)
+    feeds = [{"x": rng.standard_normal(shape).astype(np.float32)} for shape in [(1, 2, 3, 4), (2, 1, 5, 6)]]
+    _matches_engine(model, "y", ["x"], [], feeds)
