@@ -205,16 +205,21 @@ class Model:
 
     def gradient(self, y: str, xs, zs=(), feeds: Mapping[str, object] | None = None, dy=None, *,
                  device="cpu", dtype=None, seed: int = 0, compile: bool | None = None,
-                 dims: Mapping[str, int] | None = None) -> GradientResult:
+                 dims: Mapping[str, int] | None = None, past: int | None = None) -> GradientResult:
         """dy/dx for each x in xs, at the values in `feeds`.
 
         A member of xs ∪ zs without a feed takes the shared default (`selection_values`, seeded by
-        `seed`, its symbolic dims sized by `dims`, e.g. {"seq": 32}). Feeds may also override
+        `seed`, its symbolic dims sized by `dims`, e.g. {"seq": 32}; for an LLM with past key values,
+        `past` positions cached, as `--past N`). Feeds may also override
         initializers that are graph inputs. Feeds
         for tensors the cut graph does not read are ignored; a feed for a tensor *inside* the cut
         graph is refused, since it would silently change what is differentiated.
         """
         feeds = feeds if feeds is not None else {}
+        if past is not None:
+            from .gradient.past_feeds import with_past
+
+            dims = with_past(self.graph, dims, past)
         return self.gradient_call(y, xs, zs, feeds, device=device, dtype=dtype, compile=compile)(feeds, dy, seed, dims)
 
     def gradient_call(self, y: str, xs, zs=(), feeds=(), *, device="cpu", dtype=None,
@@ -239,16 +244,18 @@ class Model:
         return call
 
     def selection_values(self, spec: GradientSpec, feeds: Mapping[str, object], seed: int = 0,
-                         names: Sequence[str] | None = None, dims: Mapping[str, int] | None = None
-                         ) -> dict[str, np.ndarray]:
+                         names: Sequence[str] | None = None, dims: Mapping[str, int] | None = None,
+                         past: int | None = None) -> dict[str, np.ndarray]:
         """A value for every member of xs ∪ zs (or of `names`): the feed, else the shared default
         (`feeds.defaults_for`: the initializer, a seeded default for a graph input, the forward
         value for an intermediate)."""
         from .gradient.dims import check_dims
         from .gradient.feeds import defaults_for
+        from .gradient.past_feeds import with_past
 
         names = spec.inputs if names is None else names
-        defaults, _ = defaults_for(self, names, feeds, seed=seed, dims=check_dims(self.graph, dims))
+        dims = with_past(self.graph, check_dims(self.graph, dims), past)
+        defaults, _ = defaults_for(self, names, feeds, seed=seed, dims=dims)
         out = {}
         for n in names:
             v = feeds[n] if n in feeds else defaults[n]

@@ -15,6 +15,7 @@ import numpy as np
 from engine.errors import FeedError
 from engine.gradient.dims import dims_from_feeds
 from engine.gradient.feeds import declared_dtype, declared_shape, parse_spec
+from engine.gradient.past_feeds import coherent_dims
 
 FEED_KINDS = ("random", "zeros", "ones", "constant", "npy", "expression")
 
@@ -202,7 +203,7 @@ def materialize(graph, sources: Mapping[str, FeedSource], constants: Callable[[s
     files = [n for n, s in sources.items() if s.kind == "npy"]
     for name in files:
         value(name)
-    sizes = dims_from_feeds(graph, done, dims)
+    sizes = coherent_dims(graph, dims_from_feeds(graph, done, dims))
     for name in sources:
         value(name)
     return done

@@ -58,6 +58,11 @@ def main(argv: list[str] | None = None, extra: Sequence[AddParser] = ()) -> int:
     except (OnnxGradError, OSError) as exc:
         if args.debug:
             raise
+        blame = getattr(args, "blame_made_up", None)
+        if blame is not None and str(exc).startswith("node "):  # a step failed: made-up values may be why
+            for note in args.notes:
+                print(f"note: {note}", file=sys.stderr)
+            exc = blame(exc)
         print(f"onnxgrad: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -51,16 +51,21 @@ def add_dim_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dim", action="append", default=[], metavar="NAME=N[,NAME=N]",
                    help="size of a symbolic dim (seq=32,batch=2) for every value made up for an unfed input "
                         "(default: what a feed shows, else 1); repeatable")
+    p.add_argument("--past", type=int, default=None, metavar="N",
+                   help="for an LLM with past key values: the positions already cached, for every value made up "
+                        "(default: what a feed shows, else 4, before 2 current positions)")
 
 
 def parse_dim_arguments(model: Model, args) -> dict[str, int]:
-    """--dim seq=32 --dim batch=2 (or seq=32,batch=2), checked against the model's symbolic dims."""
+    """--dim seq=32 --dim batch=2 (or seq=32,batch=2), checked against the model's symbolic dims,
+    and --past N as the size of every past-length dim."""
     from ..gradient.dims import check_dims, parse_dims
+    from ..gradient.past_feeds import with_past
 
     dims: dict[str, int] = {}
     for text in getattr(args, "dim", None) or []:
         dims.update(parse_dims(text))
-    return check_dims(model.graph, dims)
+    return with_past(model.graph, check_dims(model.graph, dims), getattr(args, "past", None))
 
 
 def add_selection_arguments(p: argparse.ArgumentParser, required: bool = True) -> None:
@@ -78,7 +83,6 @@ def selection_of(model: Model, args):
     for d in spec.determined:
         note(args, d.note)
     return spec
-
 
 
 def add_device_arguments(p: argparse.ArgumentParser, dtype: bool = True) -> None:
@@ -128,7 +132,14 @@ def collect_feeds(model: Model, args, seed: int = 0, *, targets=(), members=()) 
         note(args, d.note)
     made_up = [d.name for d in chosen if d.name in model.graph.inputs]
     if sized := describe_dims(model.graph, made_up, dims_from_feeds(model.graph, feeds, dims)):
-        note(args, f"symbolic dims of the made-up values: {sized} (--dim NAME=N sets one; unset dims are 1)")
+        from ..gradient.past_feeds import past_layout
+
+        past = ", --past N the past length" if past_layout(model.graph) is not None else ""
+        note(args, f"symbolic dims of the made-up values: {sized} (--dim NAME=N sets one{past}; unset dims are 1)")
+    if made_up:
+        from ..gradient.made_up import blame_made_up
+
+        args.blame_made_up = lambda exc: blame_made_up(model.graph, made_up, exc)
     return feeds
 
 

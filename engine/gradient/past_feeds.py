@@ -116,8 +116,8 @@ class PastPlan:
 
     @property
     def summary(self) -> str:
-        head = "".join(f", {d}={size} from {source}" for d, (size, source) in list(self.layout.heads.items())[:1])
-        return f"past of {self.past} positions (--past N sets it) before {self.seq} current ones{head}"
+        head = "".join(f"; {d}={size} from {source}" for d, (size, source) in list(self.layout.heads.items())[:1])
+        return f"past of {_positions(self.past)} before {self.seq} current, set with --past N{head}"
 
     def choose(self, graph: GraphIndex, name: str, spec: str, seed: int) -> tuple[np.ndarray | None, str, str]:
         """(value or None, how, why) for an unfed graph input: a value where a SPEC cannot say it."""
@@ -127,7 +127,7 @@ class PastPlan:
         if name == self.layout.past_inputs[0]:
             return None, spec, self.summary
         if name in self.layout.past_inputs:
-            return None, spec, f"past of {self.past} positions"
+            return None, spec, f"past of {_positions(self.past)}"
         if not integer or info.shape is None:
             return None, spec, ""
         shape = sized(info.shape, self.dims)
@@ -148,6 +148,10 @@ class PastPlan:
         if "input_ids" in low and spec == "zeros" and name in graph.inputs:
             return None, f"random:{seed + 1 + graph.inputs.index(name)}", "token ids in the embedding's range"
         return None, spec, ""
+
+
+def _positions(n: int) -> str:
+    return f"{n} position{'s' * (n != 1)}"
 
 
 def _np_type(elem_type: int):
@@ -188,3 +192,9 @@ def past_plan(graph: GraphIndex, sizes: Mapping[str, int]) -> PastPlan | None:
         if d in out and evaluate(d, out) is None and (hit := solve(d, out[d], out)):
             out.setdefault(*hit)
     return PastPlan(layout, out, past, seq)
+
+
+def coherent_dims(graph: GraphIndex, sizes: Mapping[str, int]) -> dict[str, int]:
+    """`sizes`, completed for an LLM with past as `past_plan` does (other models: unchanged)."""
+    plan = past_plan(graph, sizes)
+    return dict(sizes) if plan is None else plan.dims
