@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import OnnxGradError, UnsupportedOpError
-from ..registry import describe, register
+from ..registry import describe, register, validates
 from .conv import conv
 
 MS = "com.microsoft"
@@ -28,12 +28,26 @@ def gelu(x):
     return F.gelu(x)
 
 
+def _bias_of_last_axis(ins, x: str, bias: str) -> None:
+    """onnxruntime's bias_gelu_helper: the bias is 1-D, as wide as the input's last axis."""
+    if ins.given(bias):
+        ins.width(bias, ins.shape(x)[-1], f"the last dim of {x}")
+
+
+@validates("BiasGelu", domain=MS)
+def _bias_gelu_inputs(ins, **_):
+    _bias_of_last_axis(ins, "A", "B")
+
+
 @describe("BiasGelu", domain=MS, needs="in", rule=("dA = dY · Gelu′(A + B)", "dB = Σ over the leading axes of dY · Gelu′(A + B)"))
 @register("BiasGelu", domain=MS, since=1)
 def bias_gelu(a, b):
-    if b.dim() != 1 or a.shape[-1] != b.shape[0]:
-        raise OnnxGradError(f"BiasGelu: bias of shape {list(b.shape)} does not match the last axis of {list(a.shape)}")
     return F.gelu(a + b)
+
+
+@validates("FastGelu", domain=MS)
+def _fast_gelu_inputs(ins, **_):
+    _bias_of_last_axis(ins, "X", "bias")
 
 
 @describe("FastGelu", domain=MS, needs="in",
@@ -41,9 +55,6 @@ def bias_gelu(a, b):
                 "dbias = Σ over the leading axes of dY · FastGelu′(X + bias)"))
 @register("FastGelu", domain=MS, since=1)
 def fast_gelu(x, bias=None):
-    if bias is not None and (bias.dim() != 1 or x.shape[-1] != bias.shape[0]):
-        raise OnnxGradError(f"FastGelu: bias of shape {list(bias.shape)} does not match the last axis of "
-                            f"{list(x.shape)}")
     return _tanh_gelu(x if bias is None else x + bias)
 
 
@@ -53,14 +64,27 @@ def quick_gelu(x, *, alpha=1.702):
     return x * torch.sigmoid(alpha * x)
 
 
+@validates("BiasAdd", domain=MS)
+def _bias_add_inputs(ins, **_):
+    _, _, channels = ins.rank("X", 3, layout="N, S, C")
+    ins.width("bias", channels, "X's dim 2")
+    if ins.shape("skip") != ins.shape("X"):
+        ins.fail("skip", f"expected X's shape {list(ins.shape('X'))}")
+
+
 @describe("BiasAdd", domain=MS, needs="", rule=("dX = dY", "dbias = Σ dY over N and S", "dskip = dY"))
 @register("BiasAdd", domain=MS, since=1)
 def bias_add(x, bias, skip):
     # NOTE: onnxruntime has this kernel on CUDA only (channels 320/640/1280 or a generic loop); any C is taken here.
-    if x.dim() != 3 or bias.dim() != 1 or bias.shape[0] != x.shape[2] or skip.shape != x.shape:
-        raise OnnxGradError(f"BiasAdd needs X (N, S, C), bias (C) and skip like X, got {list(x.shape)}, "
-                            f"{list(bias.shape)} and {list(skip.shape)}")
     return x + bias + skip
+
+
+@validates("BiasSplitGelu", domain=MS)
+def _bias_split_gelu_inputs(ins, **_):
+    _, _, width = ins.rank("X", 3, layout="N, S, D")
+    if width % 2:
+        ins.fail("X", f"dim 2 is {width}, expected an even width (it is split in halves)")
+    ins.width("bias", width, "X's dim 2")
 
 
 @describe("BiasSplitGelu", domain=MS, needs="in",
@@ -69,11 +93,16 @@ def bias_add(x, bias, skip):
 @register("BiasSplitGelu", domain=MS, since=1)
 def bias_split_gelu(x, bias):
     # NOTE: the CUDA kernel (the only one) takes D/2 in 1280, 2560, 5120; any even D is taken here.
-    if x.dim() != 3 or bias.dim() != 1 or bias.shape[0] != x.shape[2] or x.shape[2] % 2:
-        raise OnnxGradError(f"BiasSplitGelu needs X (N, S, D) with D even and bias (D), got {list(x.shape)} and "
-                            f"{list(bias.shape)}")
     left, right = (x + bias).chunk(2, -1)
     return left * F.gelu(right)  # the kernel: Gelu on the right half only
+
+
+@validates("GemmFastGelu", domain=MS)
+def _gemm_fast_gelu_inputs(ins, **_):
+    x = ins.shape("X")
+    ins.rank("W", 2, layout="K, N")
+    ins.dim("W", 0, x[-1], "K, X's last dim")
+    ins.width("bias", ins.shape("W")[1], "N, W's dim 1")
 
 
 @describe("GemmFastGelu", domain=MS, needs="in",
@@ -95,14 +124,23 @@ def _batch_moved(t, trans_batch, trans):
     return t.transpose(-1, -2) if trans else t
 
 
+@validates("FusedMatMul", domain=MS)
+def _fused_matmul_inputs(ins, *, transA=0, transB=0, transBatchA=0, transBatchB=0, **_):
+    a, b = ins.shape("A"), ins.shape("B")
+    if (transBatchA or transBatchB) and (len(a) < 3 or len(a) != len(b)):
+        ins.fail("B", f"has {len(b)} dims, expected A's {len(a)}, at least 3 (transBatchA/transBatchB)")
+    # K: A's last axis (its first with transA, or the batch axis moved there); B's next to last likewise.
+    k_a = a[0] if len(a) == 1 else (a[0] if transBatchA else a[-2]) if transA else a[-1]
+    k_b = b[0] if len(b) == 1 else b[-1] if transB else (b[0] if transBatchB else b[-2])
+    if k_a != k_b:
+        ins.fail("B", f"its K dim is {k_b}, expected {k_a} (A's K, after transA={transA}, transBatchA={transBatchA})")
+
+
 @describe("FusedMatMul", domain=MS, needs="in",
           rule=("dA = {alpha·}dY · op(B)ᵀ, moved back through transA / transBatchA",
                 "dB = {alpha·}op(A)ᵀ · dY, moved back through transB / transBatchB"))
 @register("FusedMatMul", domain=MS, since=1)
 def fused_matmul(a, b, *, alpha=1.0, transA=0, transB=0, transBatchA=0, transBatchB=0):
-    if (transBatchA or transBatchB) and (a.dim() < 3 or a.dim() != b.dim()):
-        raise OnnxGradError(f"FusedMatMul: transBatchA/transBatchB need inputs of equal rank >= 3, got "
-                            f"{list(a.shape)} and {list(b.shape)}")
     # A 1-D operand is a vector, as in MatMul; transposing it is a no-op.
     a = _batch_moved(a, transBatchA, transA) if a.dim() > 1 else a
     b = _batch_moved(b, transBatchB, transB) if b.dim() > 1 else b
@@ -149,6 +187,15 @@ def fused_activation(op: str, activation, params):
     fn = FUSED_ACTIVATIONS[activation]
     params = list(params or [])
     return lambda y: fn(y, params)
+
+
+@validates("FusedConv", domain=MS)
+def _fused_conv_inputs(ins, *, group=1, **_):
+    """onnxruntime's ConvAttributes::ValidateInputShape: W (M, C/group, k...) against X (N, C, d...)."""
+    x = ins.rank("X", 3, 4, 5, layout="N, C, spatial dims")
+    ins.rank("W", len(x), layout=f"M, C/group, kernel dims: X's {len(x)}")
+    ins.dim("W", 1, x[1] // group if group else x[1], f"X's channels {x[1]} / group {group}")
+    ins.width("B", ins.shape("W")[0], "M, W's dim 0")
 
 
 @describe("FusedConv", domain=MS, needs="in",

@@ -13,8 +13,9 @@ import math
 import torch
 
 from ..errors import OnnxGradError, UnsupportedOpError
-from ..registry import describe, register
+from ..registry import describe, register, validates
 from .attention import ATTENTION_BACKWARD
+from .inputs import bad_attribute
 
 MS = "com.microsoft"
 
@@ -96,6 +97,37 @@ def attend(q, k, v, scale, bias=None):
     return torch.matmul(probs, v), logits, probs
 
 
+def _bias_4d(ins, batch, heads, seq, total):
+    ins.rank("attention_bias", 4, layout="batch or 1, num_heads or 1, sequence, total length")
+    ins.broadcasts("attention_bias", (batch, heads, seq, total), "batch, num_heads, sequence, past + sequence")
+
+
+@validates("Attention", domain=MS)
+def _attention_inputs(ins, *, num_heads, qkv_hidden_sizes=None, **_):
+    """onnxruntime's AttentionBase::CheckInputs: weights (D, Q + K + V), bias and past in step with them."""
+    batch, seq, width = ins.rank("input", 3, layout="batch, sequence, input hidden")
+    ins.rank("weights", 2, layout="input hidden, Q + K + V hidden")
+    ins.dim("weights", 0, width, "input's dim 2")
+    total_width = ins.shape("weights")[1]
+    sizes = list(qkv_hidden_sizes) if qkv_hidden_sizes else [total_width // 3] * 3
+    if len(sizes) != 3 or sum(sizes) != total_width or sizes[0] != sizes[1]:
+        ins.fail("weights", f"dim 1 is {total_width}, expected qkv_hidden_sizes {sizes} summed, Q and K equal")
+    for size in sizes:
+        if size % num_heads:
+            ins.fail("weights", f"holds a hidden size {size} that is not a multiple of num_heads {num_heads}")
+    ins.width("bias", total_width, "weights' dim 1")
+    past = ins.rank("past", 5, layout="2, batch, num_heads, past length, head size")
+    if past is not None:
+        head = sizes[0] // num_heads
+        for axis, want, why in ((0, 2, "key and value"), (1, batch, "the batch size"), (2, num_heads, "num_heads"),
+                                (4, head, f"the head size, {sizes[0]} / num_heads {num_heads}")):
+            ins.dim("past", axis, want, why)
+        if sizes[0] != sizes[2]:
+            ins.fail("past", f"needs Q, K and V hidden sizes equal, qkv_hidden_sizes is {sizes}")
+    if ins.given("attention_bias"):
+        _bias_4d(ins, batch, num_heads, seq, seq + (past[3] if past else 0))
+
+
 @describe("Attention", domain=MS, needs="in",
           rule=("dinput = dQKV · weightsᵀ   # dQ = scale · dS · K, dK = scale · dSᵀ · Q, dV = Pᵀ · dO; " + ATTENTION_BACKWARD,
                 "dweights = inputᵀ · dQKV",
@@ -112,12 +144,7 @@ def attention(x, weights, bias=None, mask_index=None, past=None, attention_bias=
     if do_rotary:
         raise UnsupportedOpError(f"{op}: do_rotary is not supported (onnxruntime's CPU kernel refuses it too: "
                                  "MultiHeadAttention with RotaryEmbedding is the fused form)")
-    if x.dim() != 3:
-        raise OnnxGradError(f"{op}: input must be (batch, sequence, hidden), got {list(x.shape)}")
     sizes = list(qkv_hidden_sizes) if qkv_hidden_sizes else [weights.shape[-1] // 3] * 3
-    if len(sizes) != 3 or sum(sizes) != weights.shape[-1] or sizes[0] != sizes[1]:
-        raise OnnxGradError(f"{op}: qkv_hidden_sizes {sizes} do not split weights of width {weights.shape[-1]} "
-                            "(Q and K sizes must be equal)")
     work = work_dtype(x, float_dtype)
     qkv = torch.matmul(x.to(work), weights.to(work))
     if bias is not None:
@@ -126,10 +153,6 @@ def attention(x, weights, bias=None, mask_index=None, past=None, attention_bias=
     batch, q_len = x.shape[0], x.shape[1]
     past_len = 0
     if past is not None:
-        if past.dim() != 5 or past.shape[0] != 2:
-            raise OnnxGradError(f"{op}: past must be (2, batch, num_heads, past_length, head_size), got {list(past.shape)}")
-        if sizes[0] != sizes[2]:
-            raise OnnxGradError(f"{op}: with past, Q, K and V hidden sizes must be equal, got {sizes}")
         if past_present_share_buffer:
             raise UnsupportedOpError(f"{op}: past with past_present_share_buffer=1 is not supported (onnxruntime's "
                                      "CPU kernel rejects it too)")
@@ -146,34 +169,89 @@ def attention(x, weights, bias=None, mask_index=None, past=None, attention_bias=
     return y, torch.stack([k, v]).to(x.dtype)
 
 
+def _mha_key_inputs(ins, batch, hidden, num_heads) -> tuple[int, int]:
+    """Key and value in their three forms (B, L, D), packed (B, L, N, 2, H), (B, N, L, H): (L, V's hidden)."""
+    head = hidden // num_heads
+    key = ins.rank("key", 3, 4, 5, layout="batch, length, hidden; packed KV; or batch, num_heads, length, head")
+    ins.dim("key", 0, batch, "the batch size, query's dim 0")
+    if len(key) == 5:
+        if ins.given("value"):
+            ins.fail("value", "must be omitted: key packs the keys and values")
+        for axis, want, why in ((2, num_heads, "num_heads"), (3, 2, "key and value"), (4, head, "the head size")):
+            ins.dim("key", axis, want, why)
+        return key[1], hidden
+    if not ins.given("value"):
+        ins.fail("value", "is required with an unpacked key")
+    ins.rank("value", len(key), layout=f"key's {len(key)} dims")
+    ins.dim("value", 0, batch, "the batch size, query's dim 0")
+    if len(key) == 4:
+        ins.dim("key", 1, num_heads, "num_heads")
+        ins.dim("key", 3, head, f"the head size, query's {hidden} / num_heads {num_heads}")
+        ins.dim("value", 1, num_heads, "num_heads")
+        ins.dim("value", 2, key[2], "the length, key's dim 2")
+        return key[2], num_heads * ins.shape("value")[3]
+    ins.dim("key", 2, hidden, "query's hidden size, dim 2")
+    ins.dim("value", 1, key[1], "the length, key's dim 1")
+    v_hidden = ins.shape("value")[2]
+    if v_hidden % num_heads:
+        ins.fail("value", f"dim 2 is {v_hidden}, expected a multiple of num_heads {num_heads}")
+    return key[1], v_hidden
+
+
+@validates("MultiHeadAttention", domain=MS)
+def _mha_inputs_checked(ins, *, num_heads, **_):
+    """onnxruntime's multihead_attention_helper::CheckInputs: query, key and value forms, bias, past, bias."""
+    query = ins.rank("query", 3, 5, layout="batch, sequence, hidden, or packed batch, sequence, num_heads, 3, head")
+    batch, seq = query[:2]
+    if len(query) == 5:
+        ins.dim("query", 2, num_heads, "num_heads")
+        ins.dim("query", 3, 3, "query, key and value")
+        for name in ("key", "value", "bias"):
+            if ins.given(name):
+                ins.fail(name, "must be omitted: query packs the queries, keys and values")
+        hidden, length, v_hidden = num_heads * query[4], seq, num_heads * query[4]
+    else:
+        hidden = query[2]
+        if hidden % num_heads:
+            ins.fail("query", f"dim 2 is {hidden}, expected a multiple of num_heads {num_heads}")
+        if not ins.given("key"):
+            ins.fail("key", "is required unless query packs the queries, keys and values")
+        length, v_hidden = _mha_key_inputs(ins, batch, hidden, num_heads)
+    ins.width("bias", 2 * hidden + v_hidden, "the query, key and value hidden sizes summed")
+    _together_past(ins, batch, num_heads, hidden // num_heads, v_hidden // num_heads)
+    if ins.given("attention_bias"):
+        past = ins.shape("past_key")[2] if ins.given("past_key") else 0
+        _bias_4d(ins, batch, num_heads, seq, past + length)
+
+
+def _together_past(ins, batch, num_heads, head, v_head):
+    if ins.given("past_key") != ins.given("past_value"):
+        ins.fail("past_value" if ins.given("past_key") else "past_key",
+                 "is missing: past_key and past_value are given together or not at all")
+    if ins.given("past_key") and len(ins.shape("key") or ()) == 4:
+        ins.fail("past_key", "must be omitted: a 4-D key and value are the whole cache")
+    for name, width in (("past_key", head), ("past_value", v_head)):
+        ins.rank(name, 4, layout="batch, num_heads, past length, head size")
+        for axis, want, why in ((0, batch, "the batch size"), (1, num_heads, "num_heads"), (3, width, "the head size")):
+            ins.dim(name, axis, want, why)
+
+
 def _mha_inputs(op, query, key, value, bias, num_heads, work):
     """(q, k, v) as (B, N, S, H) from MultiHeadAttention's input forms, with the projection bias added."""
     if query.dim() == 5:  # packed QKV (B, S, N, 3, H)
-        if key is not None or value is not None or bias is not None:
-            raise OnnxGradError(f"{op}: packed QKV takes no key, value or bias")
         q, k, v = (query[:, :, :, i].to(work).transpose(1, 2) for i in range(3))
         return q, k, v, False
-    if query.dim() != 3:
-        raise OnnxGradError(f"{op}: query must be (B, S, D) or packed (B, S, N, 3, H), got {list(query.shape)}")
     query = query.to(work)
-    if key is None:
-        raise OnnxGradError(f"{op}: key is required unless query packs Q, K and V")
     hidden = query.shape[-1]
     if bias is not None:
         query = query + bias[:hidden].to(work)
     if key.dim() == 5:  # packed KV (B, L, N, 2, H)
-        if value is not None:
-            raise OnnxGradError(f"{op}: packed KV takes no value")
         k, v = key[:, :, :, 0].to(work).transpose(1, 2), key[:, :, :, 1].to(work).transpose(1, 2)
         if bias is not None:
             kb, vb = bias[hidden:2 * hidden].to(work), bias[2 * hidden:].to(work)
             k, v = k + kb.reshape(1, num_heads, 1, -1), v + vb.reshape(1, num_heads, 1, -1)
         return split_heads(query, num_heads), k, v, False
-    if value is None:
-        raise OnnxGradError(f"{op}: value is required with an unpacked key")
     if key.dim() == 4:  # cross attention with precomputed (B, N, L, H) keys and values: no bias on them
-        if value.dim() != 4:
-            raise OnnxGradError(f"{op}: a 4-D key needs a 4-D value")
         return split_heads(query, num_heads), key.to(work), value.to(work), True
     key, value = key.to(work), value.to(work)
     if bias is not None:
@@ -201,14 +279,10 @@ def multi_head_attention(query, key=None, value=None, bias=None, key_padding_mas
     if past_sequence_length is not None or cache_indirection is not None:
         raise UnsupportedOpError(f"{op}: past_sequence_length and cache_indirection (shared KV buffers of "
                                  "beam search) are not supported")
-    if (past_key is None) != (past_value is None):
-        raise OnnxGradError(f"{op}: past_key and past_value must be given together")
     work = work_dtype(query, float_dtype)
-    q, k, v, cross = _mha_inputs(op, query, key, value, bias, num_heads, work)
+    q, k, v, _ = _mha_inputs(op, query, key, value, bias, num_heads, work)
     past_len = 0
     if past_key is not None:
-        if cross:
-            raise OnnxGradError(f"{op}: past_key/past_value cannot extend 4-D (precomputed) key and value")
         past_len = past_key.shape[2]
         k, v = torch.cat([past_key.to(work), k], 2), torch.cat([past_value.to(work), v], 2)
     batch, q_len, total = q.shape[0], q.shape[2], k.shape[2]
@@ -240,6 +314,30 @@ def rotary_positions(op, position_ids, batch, seq, device):
     return position_ids.long()
 
 
+@validates("RotaryEmbedding", domain=MS)
+def _rotary_inputs(ins, *, num_heads=0, rotary_embedding_dim=0, **_):
+    """onnxruntime's rotary_embedding_helper::CheckInputs: the caches' width is half the rotary dim."""
+    x = ins.rank("input", 3, 4, layout="batch, sequence, hidden or batch, num_heads, sequence, head")
+    for name in ("cos_cache", "sin_cache"):
+        ins.rank(name, 2, layout="max position, rotary dim / 2")
+    half = ins.shape("cos_cache")[1]
+    ins.dim("sin_cache", 0, ins.shape("cos_cache")[0], "cos_cache's dim 0")
+    ins.dim("sin_cache", 1, half, "cos_cache's dim 1")
+    if len(x) == 3 and rotary_embedding_dim and not num_heads:
+        bad_attribute("num_heads", num_heads, "set when rotary_embedding_dim is, for a 3-D input")
+    head = x[3] if len(x) == 4 else x[2] // num_heads if num_heads else 2 * half
+    if len(x) == 3 and (not head or x[2] % head):
+        ins.fail("input", f"dim 2 is {x[2]}, expected a multiple of the head size {head}")
+    dim = rotary_embedding_dim or head
+    if dim > head:
+        bad_attribute("rotary_embedding_dim", dim, f"at most the head size {head}")
+    ins.dim("cos_cache", 1, dim // 2, f"half the rotary dim {dim}")
+    batch, seq = (x[0], x[2]) if len(x) == 4 else x[:2]
+    pos = ins["position_ids"]
+    if pos.numel() != 1 and ins.shape("position_ids") != (batch, seq):
+        ins.fail("position_ids", f"expected [1] or [{batch}, {seq}] (batch, sequence)")
+
+
 @describe("RotaryEmbedding", domain=MS, needs="in",
           rule=("dinput = dY rotated back by −θ on the rotary dims, dY elsewhere",
                 None,
@@ -254,19 +352,10 @@ def rotary_embedding(x, position_ids, cos_cache, sin_cache, *, interleaved=0, nu
     half = cos_cache.shape[-1]
     if x.dim() == 4:  # (B, N, S, H)
         x4 = x.transpose(1, 2)
-    elif x.dim() == 3:
-        if rotary_embedding_dim and not num_heads:
-            raise OnnxGradError(f"{op}: rotary_embedding_dim needs num_heads for a 3-D input")
-        head = x.shape[-1] // num_heads if num_heads else 2 * half
-        if x.shape[-1] % head:
-            raise OnnxGradError(f"{op}: hidden size {x.shape[-1]} is not a multiple of the head size {head}")
-        x4 = x.reshape(x.shape[0], x.shape[1], -1, head)
     else:
-        raise OnnxGradError(f"{op}: input must be 3-D or 4-D, got {list(x.shape)}")
+        head = x.shape[-1] // num_heads if num_heads else 2 * half
+        x4 = x.reshape(x.shape[0], x.shape[1], -1, head)
     dim = rotary_embedding_dim or x4.shape[-1]
-    if dim != 2 * half or dim > x4.shape[-1]:
-        raise OnnxGradError(f"{op}: caches of width {half} do not fit a rotary dimension of {dim} "
-                            f"(head size {x4.shape[-1]})")
     pos = rotary_positions(op, position_ids, x4.shape[0], x4.shape[1], x.device)
     if int(pos.max()) >= cos_cache.shape[0] or int(pos.min()) < 0:
         raise OnnxGradError(f"{op}: a position is outside the caches' {cos_cache.shape[0]} rows")

@@ -10,7 +10,8 @@ from __future__ import annotations
 import torch
 
 from ..errors import OnnxGradError
-from ..registry import describe, register
+from ..registry import describe, register, validates
+from .inputs import bad_attribute
 from .nn import _stash, layer_norm
 
 MS = "com.microsoft"
@@ -22,21 +23,20 @@ def _stats_dtype(x, float_dtype=None):
     return float_dtype or torch.promote_types(x.dtype, torch.float32)
 
 
-def _last_axis_param(op, name, t, hidden):
-    if t is not None and (t.dim() != 1 or t.shape[0] != hidden):
-        raise OnnxGradError(f"{op}: {name} must have shape ({hidden},), got {list(t.shape)}")
-
-
-def _skip_sum(op, x, skip, bias, hidden_params):
-    if x.dim() not in (2, 3):
-        raise OnnxGradError(f"{op}: input is expected to have 3 or 2 dimensions, got shape {list(x.shape)}")
-    hidden = x.shape[-1]
-    for name, t in hidden_params:
-        _last_axis_param(op, name, t, hidden)
+@validates("SkipLayerNormalization", domain=MS)
+@validates("SkipSimplifiedLayerNormalization", domain=MS)
+def _skip_norm_inputs(ins, **_):
+    """onnxruntime's skip_layer_norm_helper: skip broadcasts to the input, the rest are as wide as its hidden axis."""
+    x = ins.rank("input", 2, 3, layout="batch, sequence, hidden or sequence, hidden")
     # skip is (B, S, H), (1, S, H) or (S, H): plain broadcasting covers every form the kernel accepts.
-    if skip.shape[-1] != hidden or skip.dim() > x.dim() or any(
-            s not in (1, d) for s, d in zip(reversed(skip.shape), reversed(x.shape))):
-        raise OnnxGradError(f"{op}: skip of shape {list(skip.shape)} does not match input {list(x.shape)}")
+    ins.dim("skip", -1, x[-1], "the hidden size, input's last dim")
+    ins.broadcasts("skip", x, "the input's shape")
+    for name in ("gamma", "beta", "bias"):
+        if name in ins:
+            ins.width(name, x[-1], "the hidden size, input's last dim")
+
+
+def _skip_sum(x, skip, bias):
     total = x + skip
     return total if bias is None else total + bias
 
@@ -49,7 +49,7 @@ def _skip_sum(op, x, skip, bias, hidden_params):
                 "dbias = Σ dinput over the leading axes"))
 @register("SkipLayerNormalization", domain=MS, since=1)
 def skip_layer_norm(x, skip, gamma, beta=None, bias=None, *, epsilon=1e-12, n_outputs=1, float_dtype=None):
-    total = _skip_sum("SkipLayerNormalization", x, skip, bias, (("gamma", gamma), ("beta", beta), ("bias", bias)))
+    total = _skip_sum(x, skip, bias)
     work = total.to(_stats_dtype(x, float_dtype))
     mean = work.mean(-1, keepdim=True)
     inv_std = torch.rsqrt((work - mean).square().mean(-1, keepdim=True) + epsilon)
@@ -67,7 +67,7 @@ def skip_layer_norm(x, skip, gamma, beta=None, bias=None, *, epsilon=1e-12, n_ou
                 "dbias = Σ dinput over the leading axes"))
 @register("SkipSimplifiedLayerNormalization", domain=MS, since=1)
 def skip_simplified_layer_norm(x, skip, gamma, bias=None, *, epsilon=1e-12, n_outputs=1, float_dtype=None):
-    total = _skip_sum("SkipSimplifiedLayerNormalization", x, skip, bias, (("gamma", gamma), ("bias", bias)))
+    total = _skip_sum(x, skip, bias)
     work = total.to(_stats_dtype(x, float_dtype))
     inv_std = torch.rsqrt(work.square().mean(-1, keepdim=True) + epsilon)
     y = (work * inv_std * gamma.to(work.dtype)).to(x.dtype)
@@ -75,6 +75,17 @@ def skip_simplified_layer_norm(x, skip, gamma, bias=None, *, epsilon=1e-12, n_ou
         return y
     # NOTE: the schema lists a mean output, but an RMS norm has none: the kernel writes zeros.
     return (y, torch.zeros_like(inv_std), inv_std, total)[:n_outputs]
+
+
+@validates("LayerNormalization")
+@validates("SimplifiedLayerNormalization")
+def _norm_scale_inputs(ins, *, axis=-1, **_):
+    """onnxruntime's layer_norm_helper: the scale and bias broadcast to the normalized dims, X.shape[axis:]."""
+    x = ins.shape(ins.names[0])
+    if not -len(x) <= axis < len(x):
+        bad_attribute("axis", axis, f"in [{-len(x)}, {len(x)}) for X of rank {len(x)}")
+    for name in ins.names[1:]:
+        ins.broadcasts(name, x[axis:], f"the normalized dims, X's dims from axis {axis % len(x)}")
 
 
 @register("LayerNormalization", since=1, until=16, note=ORT_LAYER_NORM)
@@ -88,8 +99,6 @@ def layer_norm_contrib(x, scale, b=None, *, axis=-1, epsilon=1e-5, stash_type=1,
 @register("SimplifiedLayerNormalization", since=1, note=ORT_RMS_NORM)
 def simplified_layer_norm(x, scale, *, axis=-1, epsilon=1e-5, stash_type=1, n_outputs=1):
     axis = axis + x.dim() if axis < 0 else axis
-    if not 0 <= axis < x.dim():
-        raise OnnxGradError(f"SimplifiedLayerNormalization: axis {axis} is out of range for rank {x.dim()}")
     work = x.to(_stash(x, stash_type))
     inv_std = torch.rsqrt(work.square().mean(dim=tuple(range(axis, x.dim())), keepdim=True) + epsilon)
     y = (work * inv_std).to(x.dtype) * scale
@@ -101,6 +110,28 @@ def _rows(op, table, ids, name):
     if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= table.shape[0]):
         raise OnnxGradError(f"{op}: {name} holds an index outside [0, {table.shape[0]})")
     return table[ids.long()]
+
+
+@validates("EmbedLayerNormalization", domain=MS)
+def _embed_norm_inputs(ins, **_):
+    """onnxruntime's embed_layer_norm_helper: ids (batch, sequence), tables (rows, hidden), gamma and beta (hidden)."""
+    batch, seq = ins.rank("input_ids", 2, layout="batch, sequence")
+    _, hidden = ins.rank("word_embedding", 2, layout="vocabulary, hidden")
+    for name in ("position_embedding", "segment_embedding"):
+        ins.rank(name, 2, layout="rows, hidden")
+        ins.dim(name, 1, hidden, "the hidden size, word_embedding's dim 1")
+    if ins.given("segment_ids") != ins.given("segment_embedding"):
+        ins.fail("segment_ids" if not ins.given("segment_ids") else "segment_embedding",
+                 "is missing: segment_ids and segment_embedding are given together or not at all")
+    for name in ("segment_ids", "mask"):
+        if ins.given(name) and ins.shape(name) != (batch, seq):
+            ins.fail(name, f"expected input_ids' shape [{batch}, {seq}]")
+    if ins.given("position_ids") and ins.shape("position_ids") not in ((batch, seq), (1, seq)):
+        ins.fail("position_ids", f"expected [{batch}, {seq}] or [1, {seq}]")
+    for name in ("gamma", "beta"):
+        if not ins.given(name):
+            ins.fail(name, "is required")
+        ins.width(name, hidden, "the hidden size, word_embedding's dim 1")
 
 
 @describe("EmbedLayerNormalization", domain=MS, needs="in",
@@ -118,24 +149,13 @@ def embed_layer_norm(input_ids, segment_ids, word_embedding, position_embedding,
                      beta=None, mask=None, position_ids=None, *, epsilon=1e-12, mask_index_type=1, n_outputs=1,
                      float_dtype=None):
     op = "EmbedLayerNormalization"
-    if gamma is None or beta is None:
-        raise OnnxGradError(f"{op}: gamma and beta are required")
-    if input_ids.dim() != 2:
-        raise OnnxGradError(f"{op}: input_ids must be (batch, sequence), got {list(input_ids.shape)}")
-    if (segment_ids is None) != (segment_embedding is None):
-        raise OnnxGradError(f"{op}: segment_ids and segment_embedding must be given together")
     batch, seq = input_ids.shape
     if position_ids is None:
         position_ids = torch.arange(seq, device=input_ids.device).reshape(1, seq)
-    elif position_ids.shape not in ((batch, seq), (1, seq)):
-        raise OnnxGradError(f"{op}: position_ids must be ({batch}, {seq}) or (1, {seq}), got {list(position_ids.shape)}")
     total = _rows(op, word_embedding, input_ids, "input_ids") + _rows(op, position_embedding, position_ids,
                                                                        "the positions")
     if segment_ids is not None:
         total = total + _rows(op, segment_embedding, segment_ids, "segment_ids")
-    hidden = total.shape[-1]
-    _last_axis_param(op, "gamma", gamma, hidden)
-    _last_axis_param(op, "beta", beta, hidden)
     work = total.to(_stats_dtype(total, float_dtype))
     mean = work.mean(-1, keepdim=True)
     y = (work - mean) * torch.rsqrt((work - mean).square().mean(-1, keepdim=True) + epsilon)

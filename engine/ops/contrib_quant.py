@@ -12,7 +12,8 @@ from __future__ import annotations
 import torch
 
 from ..errors import OnnxGradError, UnsupportedOpError
-from ..registry import describe, register
+from ..registry import describe, register, validates
+from .inputs import bad_attribute
 
 MS = "com.microsoft"
 
@@ -53,6 +54,39 @@ def _zero_points(op, zero_points, bits, rows, blocks, work, device):
     raise OnnxGradError(f"{op}: zero_points of type {zero_points.dtype} are not supported (uint8 or float)")
 
 
+def _block_size(block_size):
+    if block_size < 16 or block_size & (block_size - 1):
+        bad_attribute("block_size", block_size, "a power of two >= 16")
+
+
+def _holds(ins, name, count, what):
+    t = ins[name]
+    if t is not None and t.numel() != count:
+        ins.fail(name, f"holds {t.numel()} values, expected {count} ({what})")
+
+
+@validates("MatMulNBits", domain=MS)
+def _matmul_nbits_inputs(ins, *, K, N, block_size, bits=4, **_):
+    """onnxruntime's MatMulNBits checks: A's last dim is K; B, scales, zero points hold N × blocks of K."""
+    _block_size(block_size)
+    ins.dim("A", -1, K, "attribute K")
+    blocks = -(-K // block_size)
+    ins.dtype("B", torch.uint8)
+    blob = block_size * bits // 8
+    _holds(ins, "B", N * blocks * blob, f"N {N} × {blocks} blocks × {blob} bytes of {bits}-bit values")
+    _holds(ins, "scales", N * blocks, f"N {N} × {blocks} blocks of K {K} by {block_size}")
+    zp = ins["zero_points"]
+    if zp is not None and zp.dtype == torch.uint8:
+        packed = -(-blocks * bits // 8)
+        if zp.numel() < N * packed:
+            ins.fail("zero_points", f"holds {zp.numel()} values, expected {N * packed} (N {N} × {blocks} blocks "
+                                    f"packed {8 // bits} per byte)")
+    elif zp is not None:
+        _holds(ins, "zero_points", N * blocks, f"N {N} × {blocks} blocks")
+    _holds(ins, "g_idx", K, f"one block index per row of K {K}")
+    ins.width("bias", N, "attribute N")
+
+
 @describe("MatMulNBits", domain=MS, needs="in",
           rule=("dA = dY · Wᵀ   # W = (unpack(B) − zero) · scale, the dequantized weights",
                 None,
@@ -67,16 +101,7 @@ def matmul_nbits(a, b, scales, zero_points=None, g_idx=None, bias=None, *, K, N,
     _check_bits(op, bits)
     if weight_prepacked:
         raise UnsupportedOpError(f"{op}: weight_prepacked=1 (an execution provider's private layout) is not supported")
-    if block_size < 16 or block_size & (block_size - 1):
-        raise OnnxGradError(f"{op}: block_size must be a power of two >= 16, got {block_size}")
-    if a.shape[-1] != K:
-        raise OnnxGradError(f"{op}: A's last axis is {a.shape[-1]}, attribute K is {K}")
     blocks = -(-K // block_size)
-    if b.dtype != torch.uint8 or b.numel() != N * blocks * block_size * bits // 8:
-        raise OnnxGradError(f"{op}: B must be uint8 of shape ({N}, {blocks}, {block_size * bits // 8}), got "
-                            f"{b.dtype} {list(b.shape)}")
-    if scales.numel() != N * blocks:
-        raise OnnxGradError(f"{op}: scales must hold {N}×{blocks} values, got shape {list(scales.shape)}")
     work = _work(a, float_dtype)
     q = unpack_bits(b.reshape(N, -1), bits)[:, :K].to(work)  # (N, K)
     zp = _zero_points(op, zero_points, bits, N, blocks, work, a.device)
@@ -100,6 +125,28 @@ def matmul_nbits(a, b, scales, zero_points=None, g_idx=None, bias=None, *, K, N,
     return y.to(a.dtype)
 
 
+@validates("GatherBlockQuantized", domain=MS)
+def _gather_block_quantized_inputs(ins, *, bits=4, block_size=128, gather_axis=0, quantize_axis=1, **_):
+    """onnxruntime's checks for uint8 data: rows gathered on axis 0, blocks along the packed last axis."""
+    _block_size(block_size)
+    data = ins.shape("data")
+    rank = len(data)
+    if ins["data"].dtype == torch.uint8 and gather_axis % rank != 0:
+        bad_attribute("gather_axis", gather_axis, "0 for uint8 data (onnxruntime's kernel)")
+    if ins["data"].dtype == torch.uint8 and quantize_axis % rank != rank - 1:
+        bad_attribute("quantize_axis", quantize_axis, f"the last axis, {rank - 1}, for uint8 data")
+    if bits not in (2, 4, 8):
+        return  # the forward refuses these bit widths
+    blocks = -(-data[-1] * (8 // bits) // block_size)
+    ins.rank("scales", rank, layout=f"data's {rank} dims, blocks last")
+    ins.dim("scales", -1, blocks, f"data's {data[-1] * 8 // bits} {bits}-bit columns in blocks of {block_size}")
+    ins.broadcasts("scales", data[:-1] + (blocks,), "data's leading dims")
+    zp = ins.shape("zero_points")
+    if zp is not None and (zp[:-1] != ins.shape("scales")[:-1] or zp[-1] * (8 // bits) < blocks):
+        ins.fail("zero_points", f"expected {ins.shape('scales')[:-1] + (-(-blocks * bits // 8),)} "
+                                f"(the scales' {blocks} blocks packed {8 // bits} per byte)")
+
+
 @describe("GatherBlockQuantized", domain=MS, needs="in",
           rule=(None,
                 None,
@@ -114,25 +161,14 @@ def gather_block_quantized(data, indices, scales, zero_points=None, *, bits=4, b
         raise UnsupportedOpError(f"{op}: data of type {data.dtype} is not supported (uint8-packed data is; "
                                  "int4, uint4, float8 and float4 tensors are not)")
     rank = data.dim()
-    if gather_axis % rank != 0 or quantize_axis % rank != rank - 1:
-        raise OnnxGradError(f"{op}: for uint8 data gather_axis must be 0 and quantize_axis the last axis, as in "
-                            f"onnxruntime's kernel (got {gather_axis} and {quantize_axis})")
-    if block_size < 16 or block_size & (block_size - 1):
-        raise OnnxGradError(f"{op}: block_size must be a power of two >= 16, got {block_size}")
     values = unpack_bits(data, bits)  # (..., C)
     cols = values.shape[-1]
     blocks = -(-cols // block_size)
-    if scales.dim() != rank or scales.shape[-1] != blocks or any(
-            s not in (1, d) for s, d in zip(scales.shape[:-1], values.shape[:-1])):
-        raise OnnxGradError(f"{op}: scales of shape {list(scales.shape)} do not match data {list(values.shape)} "
-                            f"with block_size {block_size}")
     work = _work(scales, float_dtype)
     if zero_points is None:
         zp = torch.full((), float(1 << (bits - 1)), dtype=work, device=data.device)
     else:
         zp = unpack_bits(zero_points, bits)[..., :blocks].to(work)
-        if zp.shape != scales.shape:
-            raise OnnxGradError(f"{op}: zero_points of shape {list(zero_points.shape)} do not match the scales")
         zp = zp.repeat_interleave(block_size, -1)[..., :cols]
     sc = scales.to(work).repeat_interleave(block_size, -1)[..., :cols]
     table = (values.to(work) - zp) * sc
@@ -155,6 +191,18 @@ def _per_column(op, name, t, columns, work):
     raise OnnxGradError(f"{op}: {name} must be a scalar or have {columns} elements, got shape {list(t.shape)}")
 
 
+def _integer_matmul_inputs(ins, scales: tuple[str, ...], zero_points: tuple[str, ...]):
+    """A (…, K) times B (K, N): B's scale and zero point per tensor or per column, the bias per column."""
+    a = ins.shape("A")
+    _, n = ins.rank("B", 2, layout="K, N")
+    ins.dim("B", 0, a[-1], "K, A's last dim")
+    for name in scales + zero_points:
+        shape = ins.shape(name)
+        if shape is not None and ins[name].numel() != 1 and shape != (n,):
+            ins.fail(name, f"expected a scalar or [{n}] (one per column of B)")
+    ins.width("bias", n, "N, B's dim 1")
+
+
 def _dynamic_uint8(x):
     """DynamicQuantizeLinear's uint8 quantization of x, dequantized: the values the kernel multiplies."""
     xf = x.detach().to(torch.float32)
@@ -163,6 +211,11 @@ def _dynamic_uint8(x):
     zero = torch.round(torch.clamp(-low / scale, 0.0, 255.0))
     q = torch.clamp(torch.round(xf / scale) + zero, 0, 255)
     return (q - zero) * scale
+
+
+@validates("DynamicQuantizeMatMul", domain=MS)
+def _dynamic_quantize_matmul_inputs(ins, **_):
+    _integer_matmul_inputs(ins, ("b_scale",), ("b_zero_point",))
 
 
 @describe("DynamicQuantizeMatMul", domain=MS, needs="in",
@@ -189,6 +242,11 @@ def dynamic_quantize_matmul(a, b, b_scale, b_zero_point=None, bias=None, *, floa
     if bias is not None:
         y = y + bias.to(work)
     return y.to(a.dtype)
+
+
+@validates("MatMulIntegerToFloat", domain=MS)
+def _matmul_integer_to_float_inputs(ins, **_):
+    _integer_matmul_inputs(ins, ("b_scale",), ("b_zero_point",))
 
 
 @describe("MatMulIntegerToFloat", domain=MS, needs="in",

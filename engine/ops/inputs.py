@@ -24,6 +24,15 @@ class Inputs:
         i = self._index[name]
         return self._values[i] if i < len(self._values) else None
 
+    def __contains__(self, name: str) -> bool:
+        """Whether the op's schema has an input `name` (given or not)."""
+        return name in self._index
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The schema's input names, in order."""
+        return tuple(self._index)
+
     def given(self, name: str) -> bool:
         return self[name] is not None
 
@@ -73,3 +82,8 @@ class Inputs:
     def value(self, name: str) -> int:
         """The first element of a small integer input (total_sequence_length), as a Python int."""
         return int(self[name].reshape(-1)[0])
+
+
+def bad_attribute(name: str, value, expected: str):
+    """Raise the one line for an attribute the op refuses (`expected` says what it takes)."""
+    raise InputShapeError(f"attribute {name!r} is {value}, expected {expected}")
