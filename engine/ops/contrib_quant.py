@@ -135,8 +135,8 @@ def _gather_block_quantized_inputs(ins, *, bits=4, block_size=128, gather_axis=0
         bad_attribute("gather_axis", gather_axis, "0 for uint8 data (onnxruntime's kernel)")
     if ins["data"].dtype == torch.uint8 and quantize_axis % rank != rank - 1:
         bad_attribute("quantize_axis", quantize_axis, f"the last axis, {rank - 1}, for uint8 data")
-    if bits not in (2, 4, 8):
-        return  # the forward refuses these bit widths
+    if bits not in (2, 4, 8) or ins["data"].dtype != torch.uint8:
+        return  # the forward refuses these bit widths and data types
     blocks = -(-data[-1] * (8 // bits) // block_size)
     ins.rank("scales", rank, layout=f"data's {rank} dims, blocks last")
     ins.dim("scales", -1, blocks, f"data's {data[-1] * 8 // bits} {bits}-bit columns in blocks of {block_size}")

@@ -65,7 +65,7 @@ def test_a_forward_alone_shows_its_gaps_and_describe_refuses_nonsense():
     try:
         rec = registry.record("Bare", "com.example.gaps")
         assert rec.gaps() == ("VJP needs", "rule text", "lowering or a reason it is refused")
-        assert rec.validate is None and rec.jvp is None  # left for later issues
+        assert rec.validate is None and rec.jvp is None  # no validator declared; JVP left for a later issue
     finally:
         registry.remove("com.example.gaps", "Bare")
     assert registry.record("Bare", "com.example.gaps") is None
@@ -73,6 +73,57 @@ def test_a_forward_alone_shows_its_gaps_and_describe_refuses_nonsense():
         registry.describe("Bare", domain="com.example.gaps", needs="x0", rule="dX = dY")
     with pytest.raises(ValueError, match="no_gradient"):
         registry.describe("Bare", domain="com.example.gaps", no_gradient="integers", rule="dX = dY")
+
+
+def test_every_contrib_op_records_its_validator():
+    """Each onnxruntime op that takes more than one shape checks its inputs (tests/ops/test_op_validation.py)."""
+    from engine.modelfile.contrib_schema import SIGNATURES
+
+    elementwise = {"Gelu", "QuickGelu"}  # one input of any shape: nothing to check
+    missing = [op for (domain, op) in SIGNATURES if op not in elementwise
+               and (registry.record(op, domain) is None or registry.record(op, domain).validate is None)]
+    assert not missing, f"contrib ops without @validates: {missing}"
+    gqa = registry.record("GroupQueryAttention", "com.microsoft")
+    assert gqa.validate.__module__ == gqa.forwards[0].fn.__module__  # beside its forward
+
+
+def test_a_validator_runs_before_the_forward_in_every_path_and_goes_with_its_op():
+    """The interpreter (first run) and the fx module (later runs, new shapes) both call it; the error names
+    the node; unregistering the op drops it."""
+    from engine.errors import InputShapeError
+
+    seen = []
+
+    @registry.register("Paired", domain="com.example.checked")
+    def paired(a, b):
+        seen.append("forward")
+        return a + b
+
+    @registry.validates("Paired", domain="com.example.checked")
+    def paired_inputs(ins, **_):
+        seen.append("validate")
+        ins.dim("in1", -1, ins.shape("in0")[-1], "in0's last dim")
+
+    graph = helper.make_graph(
+        [helper.make_node("Paired", ["A", "B"], ["Y"], name="pair", domain="com.example.checked")], "checked",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["n", "m"]) for n in "AB"],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["n", "m"])])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("com.example.checked", 1)])
+    try:
+        assert registry.record("Paired", "com.example.checked").validate is paired_inputs
+        model = engine.load(proto)
+        ones = np.ones((2, 3), np.float32)
+        for _ in range(3):  # the first run interprets, the later ones run the fx module
+            model.run({"A": ones, "B": ones})
+        assert seen == ["validate", "forward"] * 3
+        with pytest.raises(InputShapeError, match=r"^node 'pair' \(Paired\): input 'in1' of shape \[2, 4\]: "
+                                                  r"dim 1 is 4, expected 3 \(in0's last dim\)$"):
+            model.run({"A": ones, "B": np.ones((2, 4), np.float32)})
+        assert seen[-1] == "validate"
+    finally:
+        registry.remove("com.example.checked", "Paired")
+    assert registry.validator("com.example.checked", "Paired") is None
 
 
 def test_records_link_each_kind_of_lowering():

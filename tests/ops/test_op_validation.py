@@ -111,9 +111,10 @@ def test_a_broken_input_is_one_line_naming_node_input_and_dims_and_onnxruntime_r
 
 def test_every_unbroken_conformance_case_passes_its_validator():
     """The validators run on every case's inputs and attributes, directly: none is refused."""
-    from engine.run.validation import input_index
-    from engine.ops.inputs import Inputs
     import torch
+
+    from engine.ops.inputs import Inputs
+    from engine.run.validation import input_index
 
     refused = []
     for case in all_cases():
