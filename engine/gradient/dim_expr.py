@@ -174,6 +174,7 @@ def evaluate(dim, dims: Mapping[str, int]) -> int | None:
 def solve(dim: str, size: int, dims: Mapping[str, int]) -> tuple[str, int] | None:
     """(name, value) for the one name of `dim` that `dims` lacks, when the expression is affine in
     it (a + b, 2*a - 1) and `size` gives it a whole non-negative value; else None."""
+    dims = {k: v for k, v in dims.items() if k != dim}  # its own size, seen in a feed, is what to match
     missing = [n for n in names_in(dim) if n not in dims]
     if len(missing) != 1 or not is_expression(dim):
         return None
