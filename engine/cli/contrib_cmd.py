@@ -48,6 +48,8 @@ def run_contrib(args, progress) -> int:
     if args.per_op is not None and args.per_op < 1:
         raise OnnxGradError(f"--per-op must be at least 1, not {args.per_op}")
     cases = select(args.op, args.case, args.max_cases, args.per_op)
+    if args.lower:
+        return run_contrib_lowering(args, cases, progress)
     run = contrib_sweep(cases, gradients=args.gradients, seed=args.seed, progress=progress)
     out = sys.stdout if args.json != "-" else sys.stderr
     forward = collections.Counter(o.status for o in run.outcomes)
@@ -80,3 +82,39 @@ def run_contrib(args, progress) -> int:
         with open(args.failures, "w") as fh:
             fh.write("# Contrib sweep failures\n\n" + ("\n".join(bad) if bad else "None.") + "\n")
     return 1 if failed(run) else 0
+
+
+def run_contrib_lowering(args, cases, progress) -> int:
+    """`--contrib --lower`: the cases of ops with an expansion lowered, run by onnxruntime, against the engine."""
+    from ..conformance.contrib_lowered import ULPS, contrib_lowering_sweep, expanded_ops
+    from ..conformance.status import LOWERED
+
+    if args.gradients:
+        raise OnnxGradError("--contrib --lower compares the lowered gradients with the engine's; run --gradients "
+                            "(finite differences) on its own")
+    if not any(c.op in expanded_ops() for c in cases):
+        raise OnnxGradError(f"no selected contrib case has an expansion (those with one: {', '.join(sorted(expanded_ops()))})")
+    run = contrib_lowering_sweep(cases, seed=args.seed, progress=progress)
+    out = sys.stdout if args.json != "-" else sys.stderr
+    status = collections.Counter(o.status for o in run.outcomes)
+    others = ", ".join(f"{n} {s}" for s, n in sorted(status.items()) if s != LOWERED)
+    print(f"contrib lowered: {status.get(LOWERED, 0)} / {len(run.outcomes)} match the engine within "
+          f"{ULPS['float32']} (float32) and {ULPS['float16']} (float16) ulps" + (f" ({others})" if others else "")
+          + f"  {run.seconds:.1f}s", file=out)
+    for op, cells in run.per_op().items():
+        f16 = f"{cells['float16'][0]}/{cells['float16'][1]}" if cells["float16"][1] else "–"
+        print(f"  {op:<34} float32 {cells['float32'][0]}/{cells['float32'][1]}  float16 {f16}", file=out)
+    for o in run.outcomes:
+        if args.show == "all" or (args.show == "failures" and o.status != LOWERED):
+            print(f"  {o.status:<16} {o.name}: {o.reason}", file=out)
+    if args.json:
+        import json
+
+        from .common import write_json
+
+        write_json(args.json, json.dumps(run.to_json(), indent=1))
+    if args.failures:
+        bad = [f"- {o.status}: `{o.name}`: {o.reason}" for o in run.outcomes if o.status != LOWERED]
+        with open(args.failures, "w") as fh:
+            fh.write("# Contrib lowering failures\n\n" + ("\n".join(bad) if bad else "None.") + "\n")
+    return 1 if run.failed() else 0

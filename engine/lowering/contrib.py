@@ -47,17 +47,23 @@ def _inputs(node: NodeProto) -> list[str]:
     return list(node.input) + [""] * 10
 
 
+def _like(ctx):
+    """The expanded node's first input, typed: the tensors an expansion adds have no type until it is inferred."""
+    return ctx.node.input[0]
+
+
 def _gelu(ctx, x):
-    half = ctx.op("Mul", [x, ctx.scalar(0.5, x)])
-    erf = ctx.op("Erf", [ctx.op("Div", [x, ctx.scalar(math.sqrt(2.0), x)])])
-    return ctx.op("Mul", [half, ctx.op("Add", [erf, ctx.scalar(1.0, x)])])
+    half = ctx.op("Mul", [x, ctx.scalar(0.5, _like(ctx))])
+    erf = ctx.op("Erf", [ctx.op("Div", [x, ctx.scalar(math.sqrt(2.0), _like(ctx))])])
+    return ctx.op("Mul", [half, ctx.op("Add", [erf, ctx.scalar(1.0, _like(ctx))])])
 
 
 def _fast_gelu(ctx, x):
+    like = _like(ctx)
     cube = ctx.op("Mul", [x, ctx.op("Mul", [x, x])])
-    inner = ctx.op("Add", [x, ctx.op("Mul", [cube, ctx.scalar(0.044715, x)])])
-    tanh = ctx.op("Tanh", [ctx.op("Mul", [inner, ctx.scalar(math.sqrt(2.0 / math.pi), x)])])
-    return ctx.op("Mul", [ctx.op("Mul", [x, ctx.scalar(0.5, x)]), ctx.op("Add", [tanh, ctx.scalar(1.0, x)])])
+    inner = ctx.op("Add", [x, ctx.op("Mul", [cube, ctx.scalar(0.044715, like)])])
+    tanh = ctx.op("Tanh", [ctx.op("Mul", [inner, ctx.scalar(math.sqrt(2.0 / math.pi), like)])])
+    return ctx.op("Mul", [ctx.op("Mul", [x, ctx.scalar(0.5, like)]), ctx.op("Add", [tanh, ctx.scalar(1.0, like)])])
 
 
 def _plus(ctx, x, bias):
@@ -140,11 +146,12 @@ def _activation(ctx, node, y):
         return ctx.op(name, [y])
     if name == "LeakyRelu":
         return ctx.op("LeakyRelu", [y], alpha=params[0])
+    like = _like(ctx)
     if name == "Clip":
-        return ctx.op("Clip", [y, ctx.scalar(params[0], y), ctx.scalar(params[1], y)])
+        return ctx.op("Clip", [y, ctx.scalar(params[0], like), ctx.scalar(params[1], like)])
     if name == "HardSigmoid":
-        line = ctx.op("Add", [ctx.op("Mul", [y, ctx.scalar(params[0], y)]), ctx.scalar(params[1], y)])
-        return ctx.op("Clip", [line, ctx.scalar(0.0, y), ctx.scalar(1.0, y)])
+        line = ctx.op("Add", [ctx.op("Mul", [y, ctx.scalar(params[0], like)]), ctx.scalar(params[1], like)])
+        return ctx.op("Clip", [line, ctx.scalar(0.0, like), ctx.scalar(1.0, like)])
     raise ctx.error(f"activation {name!r} has no expansion")
 
 
@@ -157,14 +164,25 @@ def fused_conv(ctx, node):
     _final(ctx, node, _activation(ctx, node, _plus(ctx, y, z)))
 
 
-def _normalized(ctx, node, s, axes, epsilon, centered):
-    """(s − mean) · inv_std (or s · inv_rms), mean and inv_std over `axes`, each keepdims."""
-    total = ctx.reduce_sum(s, axes)
-    count = ctx.count_ratio(s, total)
-    mean = ctx.op("Div", [total, count])
+def _stats_type(ctx, x, stash_type=1):
+    """The kernels' statistics type: float32 for half inputs (stash_type 1), else the input's own."""
+    elem = ctx.elem(x)
+    return TensorProto.FLOAT if stash_type == 1 and elem in (TensorProto.FLOAT16, TensorProto.BFLOAT16) else elem
+
+
+def _as(ctx, t, elem, now):
+    """t (of type `now`) as `elem`."""
+    return t if elem == now else ctx.op("Cast", [t], to=elem)
+
+
+def _normalized(ctx, s, axes, epsilon, centered, work):
+    """(s − mean) · inv_std (or s · inv_rms), mean (None for an RMS norm) and inv_std over `axes`, each
+    keepdims; s and the statistics in `work`."""
+    mean = ctx.reduce("ReduceMean", s, axes) if centered else None
     d = ctx.op("Sub", [s, mean]) if centered else s
-    var = ctx.op("Div", [ctx.reduce_sum(ctx.op("Mul", [d, d]), axes), count])
-    inv = ctx.op("Reciprocal", [ctx.op("Sqrt", [ctx.op("Add", [var, ctx.scalar(epsilon, s)])])])
+    var = ctx.reduce("ReduceMean", ctx.op("Mul", [d, d]), axes)
+    epsilon = ctx.const(np.asarray(epsilon, onnx.helper.tensor_dtype_to_np_dtype(work)))
+    inv = ctx.op("Reciprocal", [ctx.op("Sqrt", [ctx.op("Add", [var, epsilon])])])
     return ctx.op("Mul", [d, inv]), mean, inv
 
 
@@ -181,10 +199,15 @@ def skip_layer_norm(ctx, node):
     x, skip, gamma = names[:3]
     beta, bias = (None, names[3]) if simplified else (names[3], names[4])
     s = _plus(ctx, ctx.op("Add", [x, skip]), bias)
-    normed, mean, inv = _normalized(ctx, node, s, [-1], attr(node, "epsilon", 1e-12), not simplified)
-    y = _plus(ctx, ctx.op("Mul", [normed, gamma]), beta)
-    if simplified:
-        mean = ctx.fill_like(inv, 0.0)  # the kernel's mean output of an RMS norm
+    elem, work = ctx.elem(x), _stats_type(ctx, x)
+    normed, mean, inv = _normalized(ctx, _as(ctx, s, work, elem), [-1], attr(node, "epsilon", 1e-12), not simplified,
+                                    work)
+    y = ctx.op("Mul", [normed, _as(ctx, gamma, work, ctx.elem(gamma))])
+    if beta:
+        y = ctx.op("Add", [y, _as(ctx, beta, work, ctx.elem(beta))])
+    y = _as(ctx, y, elem, work)
+    if simplified:  # the kernel's mean output of an RMS norm
+        mean = ctx.op("ConstantOfShape", [ctx.op("Shape", [inv])], value=onnx.helper.make_tensor("zero", work, [1], [0]))
     _norm_outputs(ctx, node, [y, mean, inv, s])
 
 
@@ -200,8 +223,9 @@ def layer_norm(ctx, node):
     names = _inputs(node)
     x, scale, b = names[:3]
     axes = _axes_from(ctx, x, attr(node, "axis", -1))
-    normed, mean, inv = _normalized(ctx, node, x, axes, attr(node, "epsilon", 1e-5), centered)
-    y = _plus(ctx, ctx.op("Mul", [normed, scale]), b if centered else "")
+    elem, work = ctx.elem(x), _stats_type(ctx, x, attr(node, "stash_type", 1))
+    normed, mean, inv = _normalized(ctx, _as(ctx, x, work, elem), axes, attr(node, "epsilon", 1e-5), centered, work)
+    y = _plus(ctx, ctx.op("Mul", [_as(ctx, normed, elem, work), scale]), b if centered else "")
     _norm_outputs(ctx, node, [y, mean, inv] if centered else [y, inv])
 
 
@@ -222,25 +246,37 @@ def _blockwise(ctx, scales, rows, blocks, block, cols):
     return ctx.op("Slice", [flat, ctx.ints([0]), ctx.ints([cols]), ctx.ints([1])])
 
 
+def _per_feature(ctx, table, n, blocks, group, work):
+    """(n, K) from a per-block (n, blocks) tensor: each input feature's block (`group`), kept a tensor so
+    its gradient stays exact."""
+    rows = ctx.op("Reshape", [_as(ctx, table, work, ctx.elem(table)), ctx.ints([n, blocks])])
+    return ctx.op("Gather", [rows, ctx.ints(group)], axis=1)
+
+
 @expansion("MatMulNBits")
 def matmul_nbits(ctx, node):
     a, b, scales, zero_points, g_idx, bias = _inputs(node)[:6]
     k, n, bits, block = attr(node, "K"), attr(node, "N"), attr(node, "bits", 4), attr(node, "block_size")
     blocks = -(-k // block)
+    elem, work = ctx.elem(a), _stats_type(ctx, a)  # half inputs are computed in float32, as the kernel does
+    dtype = onnx.helper.tensor_dtype_to_np_dtype(work)
     q = _unpacked(ctx, b, bits).reshape(n, -1)[:, :k]
-    dtype = onnx.helper.tensor_dtype_to_np_dtype(ctx.elem(a))
-    if g_idx:
-        raise ctx.error("g_idx (deprecated) has no expansion")
+    if g_idx and bits != 4:
+        raise ctx.error(f"g_idx with {bits}-bit weights has no expansion (onnxruntime's CPU kernel takes 4 bits)")
+    # NOTE: g_idx (deprecated, act-order) says which block each input feature's scale and zero point come from.
+    group = ctx.need_value(g_idx).astype(np.int64).reshape(-1) if g_idx else np.arange(k) // block
     if zero_points and ctx.elem(zero_points) != TensorProto.UINT8:
-        zero = ctx.op("Reshape", [zero_points, ctx.ints([n, blocks])])
-        centered = ctx.op("Sub", [ctx.const(q.astype(dtype)), _blockwise(ctx, zero, n, blocks, block, k)])
+        centered = ctx.op("Sub", [ctx.const(q.astype(dtype)), _per_feature(ctx, zero_points, n, blocks, group, work)])
     else:
-        zp = (_unpacked(ctx, zero_points, bits).reshape(n, -1)[:, :blocks] if zero_points
+        # NOTE: onnxruntime's CPU kernel ignores uint8 zero points when g_idx is given (as the engine does).
+        zp = (_unpacked(ctx, zero_points, bits).reshape(n, -1)[:, :blocks] if zero_points and not g_idx
               else np.full((n, blocks), 1 << (bits - 1)))
-        centered = ctx.const((q - np.repeat(zp, block, 1)[:, :k]).astype(dtype))
-    weight = ctx.op("Mul", [centered, _blockwise(ctx, scales, n, blocks, block, k)])
-    y = ctx.op("MatMul", [a, ctx.op("Transpose", [weight], perm=[1, 0])])
-    _final(ctx, node, _plus(ctx, y, bias))
+        centered = ctx.const((q - zp[:, group]).astype(dtype))
+    weight = ctx.op("Mul", [centered, _per_feature(ctx, scales, n, blocks, group, work)])
+    y = ctx.op("MatMul", [_as(ctx, a, work, elem), ctx.op("Transpose", [weight], perm=[1, 0])])
+    if bias:
+        y = ctx.op("Add", [y, _as(ctx, bias, work, ctx.elem(bias))])
+    _final(ctx, node, _as(ctx, y, elem, work))
 
 
 @expansion("GatherBlockQuantized")
@@ -256,8 +292,14 @@ def gather_block_quantized(ctx, node):
     dtype = onnx.helper.tensor_dtype_to_np_dtype(ctx.elem(scales))
     centered = ctx.const((q - np.repeat(zp, block, 1)[:, :cols]).astype(dtype))
     table = ctx.op("Mul", [centered, _blockwise(ctx, scales, rows, blocks, block, cols)])
-    # NOTE: ONNX Gather refuses an index out of range where the kernel gives a zero row.
-    _final(ctx, node, ctx.op("Gather", [table, indices], axis=0))
+    # NOTE: an index outside [-rows, rows) gives a row of zeros (the kernel's rule), where ONNX Gather refuses it.
+    none, count = ctx.const(np.asarray(0, np.int64)), ctx.const(np.asarray(rows, np.int64))  # 0-d: so is a scalar index
+    index = ctx.op("Cast", [indices], to=TensorProto.INT64)
+    index = ctx.op("Where", [ctx.op("Less", [index, none]), ctx.op("Add", [index, count]), index])
+    inside = ctx.op("And", [ctx.op("Not", [ctx.op("Less", [index, none])]), ctx.op("Less", [index, count])])
+    picked = ctx.op("Gather", [table, ctx.op("Where", [inside, index, none])], axis=0)
+    zero = ctx.const(np.zeros((), dtype))
+    _final(ctx, node, ctx.op("Where", [ctx.op("Unsqueeze", [inside, ctx.ints([-1])]), picked, zero]))
 
 
 @expansion("MatMulIntegerToFloat")
