@@ -191,9 +191,10 @@ class Session:
     def dims_text(self) -> str | None:
         """"batch=1 seq=16" for every symbolic dim of the inputs, or None when they have none."""
         from engine.gradient.dims import symbolic_dims
+        from engine.gradient.past_feeds import coherent_dims
 
-        names = symbolic_dims(self.graph)
-        return " ".join(f"{d}={self.dims.get(d, 1)}" for d in names) or None
+        names, sizes = symbolic_dims(self.graph), coherent_dims(self.graph, self.dims)  # an LLM's past, as made up
+        return " ".join(f"{d}={sizes.get(d, 1)}" for d in names) or None
 
     def clear_feed(self, name: str) -> None:
         if self.feeds.pop(name, None) is not None:

@@ -72,26 +72,29 @@ def optimum_llm() -> onnx.ModelProto:
 HEADS, KV_HEADS, HEAD = 2, 1, 16  # onnxruntime's GroupQueryAttention wants a head size of 16 with rotary
 
 
-def genai_llm(rotary: bool = True) -> onnx.ModelProto:
+def genai_llm(rotary: bool = True, length_inputs: bool = False) -> onnx.ModelProto:
     """Packed QKV into GroupQueryAttention (num_heads 2, kv_num_heads 1, head size 16 that only the
-    weights and attributes tell), seqlens_k and the total length computed from the mask."""
+    weights and attributes tell), seqlens_k and the total length computed from the mask, or (as
+    older builders wrote it) graph inputs themselves."""
     rng = np.random.default_rng(4)
     batch, seq, past, total, cache = "batch_size", "sequence_length", "past_sequence_length", "total_sequence_length", \
         "kv_cache_dim"
     hidden, width = HEADS * HEAD, (HEADS + 2 * KV_HEADS) * HEAD
     attrs = {"num_heads": HEADS, "kv_num_heads": KV_HEADS, **({"do_rotary": 1} if rotary else {})}
     caches = ["cos_cache", "sin_cache"] if rotary else []
+    lengths = ["seqlens_k", "total_sequence_length"] if length_inputs else ["seqlens_k", "total_len"]
     nodes = [
         helper.make_node("Gather", ["embed", "input_ids"], ["h"], name="embed"),
         helper.make_node("MatMul", ["h", "Wqkv"], ["qkv"], name="qkv_proj"),
+    ] + ([] if length_inputs else [
         helper.make_node("ReduceSum", ["attention_mask", "axis1"], ["lengths"], keepdims=0),
         helper.make_node("Sub", ["lengths", "one64"], ["last"]),
         helper.make_node("Cast", ["last"], ["seqlens_k"], to=TensorProto.INT32),
         helper.make_node("Shape", ["attention_mask"], ["mask_shape"]),
         helper.make_node("Gather", ["mask_shape", "one_scalar"], ["total64"], axis=0),
-        helper.make_node("Cast", ["total64"], ["total_len"], to=TensorProto.INT32),
+        helper.make_node("Cast", ["total64"], ["total_len"], to=TensorProto.INT32)]) + [
         helper.make_node("GroupQueryAttention", ["qkv", "", "", "past_key_values.0.key", "past_key_values.0.value",
-                                                 "seqlens_k", "total_len", *caches],
+                                                 *lengths, *caches],
                          ["attn", "present.0.key", "present.0.value"], domain="com.microsoft", name="gqa", **attrs),
         helper.make_node("MatMul", ["attn", "Wo"], ["logits"]),
     ]
@@ -101,9 +104,12 @@ def genai_llm(rotary: bool = True) -> onnx.ModelProto:
     if rotary:
         consts += [numpy_helper.from_array(f(angles).astype(np.float32), n) for n, f in (("cos_cache", np.cos),
                                                                                          ("sin_cache", np.sin))]
+    mask = [helper.make_tensor_value_info("seqlens_k", TensorProto.INT32, [batch]),
+            helper.make_tensor_value_info("total_sequence_length", TensorProto.INT32, [])] if length_inputs \
+        else [_int("attention_mask", [batch, total])]
     g = helper.make_graph(
         nodes, "genai_llm",
-        [_int("input_ids", [batch, seq]), _int("attention_mask", [batch, total]),
+        [_int("input_ids", [batch, seq]), *mask,
          _float("past_key_values.0.key", [batch, KV_HEADS, past, cache]),
          _float("past_key_values.0.value", [batch, KV_HEADS, past, cache])],
         [_float("logits", [batch, seq, VOCAB]), _float("present.0.key", [batch, KV_HEADS, total, cache]),

@@ -144,6 +144,15 @@ def test_group_query_attention_gets_its_head_size_from_the_model(rotary):
     _agrees(model, genai_llm(rotary), feeds)
 
 
+def test_genai_length_inputs_follow_the_past():
+    proto = genai_llm(length_inputs=True)
+    model = engine.load(proto)
+    feeds, chosen = complete_feeds(model, {}, targets=model.outputs, dims=with_past(model.graph, {}, 3))
+    assert feeds["seqlens_k"].tolist() == [4] and feeds["total_sequence_length"].item() == 5
+    assert feeds["seqlens_k"].dtype == np.int32 and feeds["past_key_values.0.key"].shape == (1, KV_HEADS, 3, HEAD)
+    _agrees(model, proto, feeds)
+
+
 def test_past_needs_a_model_with_past_and_a_whole_number():
     with pytest.raises(FeedError, match="no past key values"):
         with_past(engine.load("sample_models/mlp.onnx").graph, {}, 2)
