@@ -15,10 +15,11 @@ from ..errors import InputShapeError
 class Inputs:
     """A node's input values (torch tensors, None where omitted) by schema name."""
 
-    __slots__ = ("_index", "_values")
+    __slots__ = ("_index", "_values", "read_values")
 
     def __init__(self, index: Mapping[str, int], values: Sequence):
         self._index, self._values = index, values
+        self.read_values = False  # set by `value`: the verdict then depends on more than shapes and dtypes
 
     def __getitem__(self, name: str):
         i = self._index[name]
@@ -81,6 +82,7 @@ class Inputs:
 
     def value(self, name: str) -> int:
         """The first element of a small integer input (total_sequence_length), as a Python int."""
+        self.read_values = True
         return int(self[name].reshape(-1)[0])
 
 

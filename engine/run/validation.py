@@ -1,13 +1,17 @@
 """Steps that check their inputs: a step whose op has a validator (`@validates`, engine/registry.py)
 calls it before the forward, in every path that runs steps (the interpreter, the fx module, the
 verifier's per-node runs), since all of them call `Step.fn`. Steps of ops without one keep their
-function as it is and pay nothing. Fusion and lean swaps look functions up by identity, so the
-wrapping happens after them, when the plan makes its `Step`s; a fused step stands for several nodes
-and is not checked as any one of them.
+function as it is and pay nothing. A step validates once per signature of input shapes and dtypes
+(a validator that read an input's value, e.g. total_sequence_length, validates every call).
+
+Fusion and lean swaps look functions up by identity, so the wrapping happens after them, when the
+plan makes its `Step`s; a fused step stands for several nodes and is not checked as any one of them.
 """
 from __future__ import annotations
 
 from functools import lru_cache
+
+import torch
 
 from ..modelfile.contrib_schema import signature
 from ..ops.inputs import Inputs
@@ -21,15 +25,36 @@ def checked(graph, raw: list) -> list:
     if check is None:
         return raw
     fn, index = raw[3], input_index(node.domain, node.op_type, graph.opset(node.domain))
+    passed: set = set()  # the input signatures (shapes, dtypes) this step's validator accepted
 
     def step(*args, **kwargs):
-        check(Inputs(index, args), **kwargs)
+        key = signature_of(args)
+        if key is None or key not in passed:
+            inputs = Inputs(index, args)
+            check(inputs, **kwargs)
+            if key is not None and not inputs.read_values:  # a validator that read a value checks every call
+                if len(passed) >= 64:
+                    passed.clear()
+                passed.add(key)
         return fn(*args, **kwargs)
 
     step.__dict__.update(getattr(fn, "__dict__", {}))  # no_fold, fused: what readers of steps look for
     step.__wrapped__ = fn
     step.__qualname__ = step.__name__ = f"checked_{getattr(fn, '__name__', 'op')}"
     return [*raw[:3], step, *raw[4:]]
+
+
+def signature_of(args) -> tuple | None:
+    """What a shape-only validator's verdict depends on: each input's shape and dtype (None: not only tensors)."""
+    key = []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            key.append((a.shape, a.dtype))
+        elif a is None:
+            key.append(None)
+        else:
+            return None
+    return tuple(key)
 
 
 @lru_cache(maxsize=None)

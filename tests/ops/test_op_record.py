@@ -88,8 +88,8 @@ def test_every_contrib_op_records_its_validator():
 
 
 def test_a_validator_runs_before_the_forward_in_every_path_and_goes_with_its_op():
-    """The interpreter (first run) and the fx module (later runs, new shapes) both call it; the error names
-    the node; unregistering the op drops it."""
+    """The interpreter (first run) and the fx module (later runs, new shapes) both call it, once per
+    signature of input shapes; the error names the node; unregistering the op drops it."""
     from engine.errors import InputShapeError
 
     seen = []
@@ -116,7 +116,9 @@ def test_a_validator_runs_before_the_forward_in_every_path_and_goes_with_its_op(
         ones = np.ones((2, 3), np.float32)
         for _ in range(3):  # the first run interprets, the later ones run the fx module
             model.run({"A": ones, "B": ones})
-        assert seen == ["validate", "forward"] * 3
+        assert seen == ["validate", "forward", "forward", "forward"]  # once per signature of input shapes
+        model.run({"A": ones[:1], "B": ones[:1]})
+        assert seen[-2:] == ["validate", "forward"]
         with pytest.raises(InputShapeError, match=r"^node 'pair' \(Paired\): input 'in1' of shape \[2, 4\]: "
                                                   r"dim 1 is 4, expected 3 \(in0's last dim\)$"):
             model.run({"A": ones, "B": np.ones((2, 4), np.float32)})
