@@ -122,7 +122,7 @@ def genai_llama_int4(folder: Path):
         params = dict(model.named_parameters())
         with torch.no_grad():
             for name, w in weights.items():
-                layer, proj = name.rsplit(".", 1)
+                layer, _, proj = name.rpartition(".")
                 if proj == "qkv_proj":  # genai packs q, k and v into one MatMulNBits: its columns in that order
                     attn = layer.replace(".attn", ".self_attn")
                     sizes = [params[f"{attn}.{p}_proj.weight"].shape[0] for p in "qkv"]

@@ -1,10 +1,14 @@
 """Build the tool-written ONNX cases (`_tool_exports.CASES`), each tool in its own side venv.
 
     python benchmarks/build_tool_exports.py [--out DIR] [--only NAME ...] [--try [--no-build]] [--list]
+    python benchmarks/build_tool_exports.py --references [--out DIR] [--only NAME ...]
 
 A tool that cannot be installed, or a case that fails to build, is skipped with one line saying
 why. --try then runs each built case through onnxgrad in this interpreter: the forward pass
 against onnxruntime on the case's feeds, one float64 gradient, and `onnxgrad check --mode fast`.
+--references builds nothing: for each case already built it writes the torch-autograd oracle
+(reference.npz, by `_tool_references.py` in the tool's venv) and compares onnxgrad's float64
+gradient with it (`_tool_references_check`).
 """
 from __future__ import annotations
 
@@ -17,7 +21,9 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _tool_exports import CASES, DEFAULT_OUT, build_all, load_case  # noqa: E402
+from _tool_exports import CASES, DEFAULT_OUT, TOOLS, VENVS, _env, _last_line, build_all, load_case  # noqa: E402
+
+REFERENCES = Path(__file__).with_name("_tool_references.py")
 
 
 def size_mb(folder: Path) -> float:
@@ -77,23 +83,55 @@ def try_case(folder: Path) -> dict:
     return row
 
 
+def write_reference(name: str, folder: Path) -> str:
+    """Run `_tool_references.py` for a built case in its tool's venv (it adds only reference.npz);
+    one line: its forward check, or why it was skipped."""
+    tool = CASES[name].tool
+    python = VENVS / tool / "bin" / "python"
+    if not (VENVS / tool / ".onnxgrad-installed").exists() or not python.exists():
+        return f"skip {name}: no {tool} venv in {VENVS} (build the case first)"
+    done = subprocess.run([str(python), str(REFERENCES), name, str(folder)], capture_output=True, text=True,
+                          env=_env(TOOLS[tool], VENVS / tool), cwd=str(folder))
+    out = done.stdout + done.stderr
+    if done.returncode:
+        return f"skip {name}: no reference: {_last_line(out)}"
+    return " | ".join(ln for ln in out.splitlines() if ln.startswith(f"{name}: float"))
+
+
+def references(built: dict[str, Path]) -> None:
+    from _tool_references_check import TARGET, reference_errors
+
+    for name, folder in built.items():
+        line = write_reference(name, folder)
+        print(line, flush=True)
+        if not line.startswith("skip"):
+            r = reference_errors(folder)
+            print(f"  onnxgrad float64 gradient vs torch autograd: worst relative L2 {r['worst']:.2g} "
+                  f"({r['worst_x']}), {'within' if r['passed'] else 'ABOVE'} {TARGET:g}; y {r['y']:.2g}", flush=True)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(DEFAULT_OUT), help=f"output folder (default {DEFAULT_OUT})")
     ap.add_argument("--only", nargs="+", choices=sorted(CASES), metavar="NAME", help="build only these cases")
     ap.add_argument("--try", dest="try_", action="store_true", help="then run each built case through onnxgrad")
     ap.add_argument("--no-build", action="store_true", help="with --try: try the cases already built in --out")
+    ap.add_argument("--references", action="store_true",
+                    help="build nothing: write each built case's torch-autograd reference and compare onnxgrad to it")
     ap.add_argument("--list", action="store_true", help="list the cases and exit")
     args = ap.parse_args(argv)
     if args.list:
         for c in CASES.values():
             print(f"{c.name:20s} {c.tool:12s} {c.what}")
         return 0
-    if args.no_build:
+    if args.no_build or args.references:
         built = {n: Path(args.out) / n for n in args.only or CASES if (Path(args.out) / n / "case.json").exists()}
     else:
         results = build_all(args.out, args.only, log=lambda msg: print(msg, flush=True))
         built = {n: r for n, r in results.items() if isinstance(r, Path)}
+    if args.references:
+        references(built)
+        return 0
     for name, folder in built.items() if args.try_ else ():
         print(f"\n== {name}", flush=True)
         for k, v in try_case(folder).items():
