@@ -64,8 +64,9 @@ def _merged(ctx, t):
 def _key_masked(ctx, mask, batch, total):
     """Where the kernels' mask_index / key_padding_mask masks a key, as a bool broadcastable to
     (B, N, S, T): (B) valid lengths, (2B) ends then starts, (B, T) or (B, S, T) raw 0/1 (0 masks)."""
-    shape = ctx.need_shape(mask)
-    if len(shape) == 1:
+    rank = ctx.need_rank(mask)
+    if rank == 1:
+        shape = ctx.need_shape(mask)
         if batch is None:
             raise ctx.error(f"a 1-D mask {mask!r} needs the static batch size of the query")
         if shape[0] == 3 * batch + 2:
@@ -80,10 +81,10 @@ def _key_masked(ctx, mask, batch, total):
             starts = ctx.op("Slice", [bounds, ctx.ints([batch]), ctx.ints([2 * batch])])
             masked = ctx.op("Or", [masked, ctx.op("Less", [j, ctx.op("Unsqueeze", [starts, ctx.ints([1])])])])
         return ctx.op("Unsqueeze", [masked, ctx.ints([1, 2])])
-    if len(shape) not in (2, 3):
-        raise ctx.error(f"a {len(shape)}-D mask {mask!r} has no expansion (the engine refuses it)")
+    if rank not in (2, 3):
+        raise ctx.error(f"a {rank}-D mask {mask!r} has no expansion (the engine refuses it)")
     masked = ctx.op("Not", [ctx.op("Greater", [mask, ctx.const(_number(0, ctx.elem(mask)))])])
-    return ctx.op("Unsqueeze", [masked, ctx.ints([1, 2] if len(shape) == 2 else [1])])
+    return ctx.op("Unsqueeze", [masked, ctx.ints([1, 2] if rank == 2 else [1])])
 
 
 def _additive(ctx, node, mask, attention_bias, batch, q_len, total, past_len, work):
@@ -119,9 +120,17 @@ def _scale(node, head_size):
     return attr(node, "scale", 0.0) or 1.0 / float(np.sqrt(head_size))
 
 
-def _batch(ctx, t):
+def _dim(ctx, t, axis):
+    """t's static dimension `axis`, None where unknown."""
     shape = ctx.types[t].shape if t in ctx.types else None
-    return shape[0] if shape else None
+    return shape[axis] if shape else None
+
+
+def _need_dim(ctx, t, axis):
+    dim = _dim(ctx, t, axis)
+    if dim is None:
+        raise ctx.error(f"needs the static dimension {axis} of {t!r}, which shape inference could not find")
+    return dim
 
 
 @expansion("Attention")
@@ -132,7 +141,7 @@ def attention(ctx, node):
         raise ctx.error("do_rotary has no expansion (the engine and onnxruntime's CPU kernel refuse it)")
     if past and attr(node, "past_present_share_buffer", 0):
         raise ctx.error("past with past_present_share_buffer=1 has no expansion (the engine refuses it)")
-    width = ctx.need_shape(weights)[-1]
+    width = _need_dim(ctx, weights, -1)
     sizes = list(attr(node, "qkv_hidden_sizes", None) or [width // 3] * 3)
     work, elem = _work(ctx, x), ctx.elem(x)
     qkv = _plus(ctx, ctx.op("MatMul", [_cast(ctx, x, work), _cast(ctx, weights, work)]), _cast(ctx, bias, work))
@@ -143,7 +152,7 @@ def attention(ctx, node):
         pk, pv = (ctx.op("Gather", [past_w, ctx.const(np.asarray(i, np.int64))], axis=0) for i in (0, 1))
         k, v = ctx.op("Concat", [pk, k], axis=2), ctx.op("Concat", [pv, v], axis=2)
         past_len = _length(ctx, past, 3)
-    add = _additive(ctx, node, mask, attention_bias, _batch(ctx, x), _length(ctx, x, 1), _length(ctx, k, 2),
+    add = _additive(ctx, node, mask, attention_bias, _dim(ctx, x, 0), _length(ctx, x, 1), _length(ctx, k, 2),
                     past_len, work)
     out, _ = _attend(ctx, q, k, v, _scale(node, sizes[0] // heads), add, work)
     _output(ctx, node, 0, _merged(ctx, out), work, elem)
@@ -175,8 +184,8 @@ def _mha_inputs(ctx, node, heads, work):
     rank = ctx.need_rank(node.input[0])
     if rank == 5:
         q, k, v = _unpacked(ctx, query, 3)
-        return q, k, v, ctx.need_shape(node.input[0])[-1], False
-    hidden = ctx.need_shape(node.input[0])[-1]
+        return q, k, v, _need_dim(ctx, node.input[0], -1), False
+    hidden = _need_dim(ctx, node.input[0], -1)
     q = _heads(ctx, _plus(ctx, query, bias and _part(ctx, bias, 0, hidden)), heads)
     key_rank = ctx.need_rank(node.input[1])
     if key_rank == 5:
@@ -209,7 +218,7 @@ def multi_head_attention(ctx, node):
         k = ctx.op("Concat", [_cast(ctx, past_key, work), k], axis=2)
         v = ctx.op("Concat", [_cast(ctx, past_value, work), v], axis=2)
         past_len = _length(ctx, past_key, 2)
-    add = _additive(ctx, node, mask, attention_bias, _batch(ctx, query), _length(ctx, q, 2), _length(ctx, k, 2),
+    add = _additive(ctx, node, mask, attention_bias, _dim(ctx, query, 0), _length(ctx, q, 2), _length(ctx, k, 2),
                     past_len, work)
     out, logits = _attend(ctx, q, k, v, _scale(node, head_size), add, work)
     for i, value in enumerate((_merged(ctx, out), k, v, logits)):

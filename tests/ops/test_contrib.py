@@ -185,7 +185,8 @@ def test_contrib_cli_refuses_an_unknown_op(capsys):
 
 LOWERED = ("Gelu", "BiasGelu", "FastGelu", "QuickGelu", "BiasAdd", "BiasSplitGelu", "GemmFastGelu", "FusedMatMul",
            "FusedConv", "SkipLayerNormalization", "SkipSimplifiedLayerNormalization", "SimplifiedLayerNormalization",
-           "LayerNormalization", "MatMulIntegerToFloat")
+           "LayerNormalization", "MatMulIntegerToFloat", "Attention", "MultiHeadAttention", "EmbedLayerNormalization",
+           "DynamicQuantizeMatMul")
 
 
 def _lowered_gradients_match(proto, y, xs, zs, feeds):
