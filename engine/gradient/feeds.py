@@ -16,6 +16,7 @@ from ..modelfile.index import GraphIndex, node_inputs
 from .dim_expr import evaluate
 from .dims import Dims, dims_from_feeds, sized
 from .feed_syntax import SPEC_HELP
+from .head_sizes import consumers_through
 from .past_feeds import past_plan
 
 if TYPE_CHECKING:
@@ -71,29 +72,22 @@ def index_bound(graph: GraphIndex, name: str) -> int | None:
     likewise, OneHot's depth), following it through reshapes and casts; None when it indexes none."""
     from onnx import helper, numpy_helper
 
-    bounds, stack, seen = [], [name], set()
-    while stack:
-        t = stack.pop()
-        if t in seen:
-            continue
-        seen.add(t)
-        for i in graph.consumers.get(t, []):
-            node = graph.nodes[i]
-            ins = node_inputs(node)
-            attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-            if node.op_type in ("Gather", "GatherElements") and len(ins) > 1 and ins[1] == t:
-                info = graph.types.get(ins[0])
-                axis = int(attrs.get("axis", 0))
-                if info is not None and info.shape is not None and -len(info.shape) <= axis < len(info.shape):
-                    size = info.shape[axis]
-                    if isinstance(size, int) and size > 0:
-                        bounds.append(size)
-            elif node.op_type == "OneHot" and ins and ins[0] == t and len(ins) > 1 and ins[1] in graph.initializers:
-                depth = numpy_helper.to_array(graph.initializers[ins[1]]).reshape(-1)
-                if depth.size and int(depth[0]) > 0:
-                    bounds.append(int(depth[0]))
-            elif node.op_type in INDEX_PASSING and ins and ins[0] == t:
-                stack.extend(o for o in node.output if o)
+    bounds = []
+    for t, i in consumers_through(graph, name, INDEX_PASSING):
+        node = graph.nodes[i]
+        ins = node_inputs(node)
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        if node.op_type in ("Gather", "GatherElements") and len(ins) > 1 and ins[1] == t:
+            info = graph.types.get(ins[0])
+            axis = int(attrs.get("axis", 0))
+            if info is not None and info.shape is not None and -len(info.shape) <= axis < len(info.shape):
+                size = info.shape[axis]
+                if isinstance(size, int) and size > 0:
+                    bounds.append(size)
+        elif node.op_type == "OneHot" and ins and ins[0] == t and len(ins) > 1 and ins[1] in graph.initializers:
+            depth = numpy_helper.to_array(graph.initializers[ins[1]]).reshape(-1)
+            if depth.size and int(depth[0]) > 0:
+                bounds.append(int(depth[0]))
     return min(bounds) if bounds else None
 
 

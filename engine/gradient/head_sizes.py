@@ -7,6 +7,8 @@ these sizes are never guessed: a dim none of these give is left to the caller.
 """
 from __future__ import annotations
 
+from typing import Iterator
+
 from onnx import helper
 
 from ..modelfile.index import GraphIndex, node_inputs
@@ -14,6 +16,23 @@ from ..modelfile.index import GraphIndex, node_inputs
 # Ops a past tensor passes through unchanged in shape on its way to the attention that reads it.
 SHAPE_KEEPING = frozenset({"Identity", "Cast"})
 MS = "com.microsoft"
+
+
+def consumers_through(graph: GraphIndex, name: str, passing) -> Iterator[tuple[str, int]]:
+    """(tensor, node index) for each node reading `name`, or what ops in `passing` make of it (read
+    as their first input), each tensor once."""
+    stack, seen = [name], set()
+    while stack:
+        t = stack.pop()
+        if t in seen:
+            continue
+        seen.add(t)
+        for i in graph.consumers.get(t, []):
+            node = graph.nodes[i]
+            if node.op_type in passing and node_inputs(node)[:1] == [t]:
+                stack.extend(o for o in node.output if o)
+            else:
+                yield t, i
 
 
 def _attrs(node) -> dict:
@@ -74,28 +93,20 @@ def head_sizes(graph: GraphIndex, past: str) -> tuple[dict[int, int], str]:
     rank = len(graph.types[past].shape or ())
     out: dict[int, int] = {}
     source = ""
-    stack, seen = [past], set()
-    while stack:
-        t = stack.pop()
-        if t in seen:
-            continue
-        seen.add(t)
-        for i in graph.consumers.get(t, []):
-            node = graph.nodes[i]
-            if node.domain == MS and node.op_type in ("GroupQueryAttention", "MultiHeadAttention"):
-                found = _attention_sizes(graph, i, list(node.input).index(t))
-                if found:
-                    for axis, size in found[0].items():
-                        out.setdefault(axis, size)
-                    source = source or found[1]
-            elif node.op_type == "Concat":  # past joined to the current keys: the other axes agree
-                axis = _attrs(node).get("axis", 0) % rank
-                for other in [*node_inputs(node), *node.output]:
-                    shape = graph.types[other].shape if other in graph.types else None
-                    for a, d in enumerate(shape or ()):
-                        if a != axis and isinstance(d, int) and d > 0 and len(shape) == rank:
-                            out.setdefault(a, d)
-                            source = source or f"Concat {graph.node_names[i]!r}"
-            elif node.op_type in SHAPE_KEEPING:
-                stack.extend(o for o in node.output if o)
+    for t, i in consumers_through(graph, past, SHAPE_KEEPING):
+        node = graph.nodes[i]
+        if node.domain == MS and node.op_type in ("GroupQueryAttention", "MultiHeadAttention"):
+            found = _attention_sizes(graph, i, list(node.input).index(t))
+            if found:
+                for axis, size in found[0].items():
+                    out.setdefault(axis, size)
+                source = source or found[1]
+        elif node.op_type == "Concat":  # past joined to the current keys: the other axes agree
+            axis = _attrs(node).get("axis", 0) % rank
+            for other in [*node_inputs(node), *node.output]:
+                shape = graph.types[other].shape if other in graph.types else None
+                for a, d in enumerate(shape or ()):
+                    if a != axis and isinstance(d, int) and d > 0 and len(shape) == rank:
+                        out.setdefault(a, d)
+                        source = source or f"Concat {graph.node_names[i]!r}"
     return out, source
