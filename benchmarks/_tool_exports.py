@@ -10,7 +10,8 @@ instead of downloading one. The builders themselves (`_tool_builders.py`) run in
 
 A built case is a folder: model.onnx (plus the tool's external data / genai files), feeds.npz
 (a value for every graph input, coherent with each other) and case.json (tool, model, y, xs, zs,
-notes); `load_case` reads it back.
+notes); `load_case` reads it back. `build_tool_exports.py --references` adds reference.npz, the
+torch-autograd oracle of the case (`_tool_references.py`).
 """
 from __future__ import annotations
 

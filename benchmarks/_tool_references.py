@@ -9,6 +9,12 @@ seeded cotangent of y's shape), "y" (float64) and "grad:<x>" = dy·∂y/∂x by 
 The module is first proved to be the exported function: its float32 forward on feeds.npz must
 match onnxruntime's y to REL_TOL (relative to y's largest magnitude), else nothing is written.
 The model files are only read, never rewritten.
+
+Where the module itself computes in float32 whatever its dtype, the float64 reference keeps it, and
+the graph (run in float64 by onnxgrad) does not: diffusers' timestep embedding (`timesteps.float()`;
+sin(500 f) then moves by ~1e-5 per ulp of f, and dynamo folds f one ulp away from torch's) gives
+the UNets ~6e-7, HF's float32 rotary angles give the Llamas ~1e-7. With a float64
+timestep product (the graph's frequencies) both UNets agree with onnxgrad to ~3e-9.
 """
 from __future__ import annotations
 
