@@ -116,3 +116,32 @@ def genai_llm(rotary: bool = True, length_inputs: bool = False) -> onnx.ModelPro
          _float("present.0.value", [batch, KV_HEADS, total, cache])],
         _inits(rng, embed=(VOCAB, hidden), Wqkv=(hidden, width), Wo=(hidden, VOCAB)) + consts)
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+
+
+def merged_decoder() -> onnx.ModelProto:
+    """The inputs of optimum's merged seq2seq decoder (self-attention past over
+    past_decoder_sequence_length, cross-attention cache over encoder_sequence_length,
+    use_cache_branch), with a body that reads each: the caches' sum only on the with-past branch."""
+    rng = np.random.default_rng(5)
+    batch, dec, past, enc = "batch_size", "decoder_sequence_length", "past_decoder_sequence_length", \
+        "encoder_sequence_length"
+    nodes = [
+        helper.make_node("Gather", ["embed", "input_ids"], ["tok"]),
+        helper.make_node("Concat", [f"past_key_values.0.{side}.{kind}" for side in ("decoder", "encoder")
+                                    for kind in ("key", "value")], ["caches"], axis=2),
+        helper.make_node("ReduceSum", ["caches"], ["both"], keepdims=0),
+        helper.make_node("Where", ["use_cache_branch", "both", "zero"], ["gate"]),
+        helper.make_node("MatMul", ["encoder_hidden_states", "Wc"], ["ctx"]),
+        helper.make_node("ReduceMean", ["ctx"], ["ctx_mean"], axes=[1]),
+        helper.make_node("Add", ["tok", "ctx_mean"], ["h"]),
+        helper.make_node("Mul", ["h", "gate"], ["logits"]),
+    ]
+    kv = [_float(f"past_key_values.0.{side}.{kind}", [batch, 2, length, 4])
+          for side, length in (("decoder", past), ("encoder", enc)) for kind in ("key", "value")]
+    g = helper.make_graph(
+        nodes, "merged_decoder",
+        [_int("input_ids", [batch, dec]), _float("encoder_hidden_states", [batch, enc, 8]), *kv,
+         helper.make_tensor_value_info("use_cache_branch", TensorProto.BOOL, [1])],
+        [_float("logits", [batch, dec, 8])],
+        _inits(rng, embed=(VOCAB, 8), Wc=(8, 8)) + [numpy_helper.from_array(np.array(0, np.float32), "zero")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])

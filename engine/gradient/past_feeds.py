@@ -27,6 +27,7 @@ from .head_sizes import head_sizes
 
 PAST = 4  # positions already cached
 SEQ = 2  # positions this step adds
+ENCODER = 3  # a seq2seq decoder's encoder positions: over one, cross-attention ignores its keys
 
 
 def is_past_input(graph: GraphIndex, name: str) -> bool:
@@ -55,6 +56,7 @@ class PastLayout:
     seq_dims: tuple[str, ...]
     total_dims: tuple[str, ...]
     totals: tuple[str, ...]  # expressions over a past and a current dim (optimum's attention_mask)
+    encoder_dims: tuple[str, ...]
     heads: dict[str, tuple[int, str]] = field(default_factory=dict)  # head dim -> (size, where read)
 
 
@@ -67,6 +69,7 @@ def past_layout(graph: GraphIndex) -> PastLayout | None:
     if not past_dims:
         return None
     every = _names(graph, graph.inputs)
+    encoder_dims = tuple(d for d in every if "encoder" in d.lower() and any(w in d.lower() for w in ("seq", "len")))
     others = [d for d in every if d not in past_dims and not any(w in d.lower() for w in ("batch", "encoder", "max"))]
     total_dims = [d for d in others if "total" in d.lower()]
     for mask in (n for n in graph.inputs if "attention_mask" in n.lower() and "encoder" not in n.lower()):
@@ -83,7 +86,7 @@ def past_layout(graph: GraphIndex) -> PastLayout | None:
         for axis, d in enumerate(graph.types[n].shape):
             if isinstance(d, str) and axis in sizes and not set(names_in(d)) & set(past_dims):
                 heads.setdefault(d, (sizes[axis], source))
-    return PastLayout(past_inputs, past_dims, seq_dims, tuple(dict.fromkeys(total_dims)), totals, heads)
+    return PastLayout(past_inputs, past_dims, seq_dims, tuple(dict.fromkeys(total_dims)), totals, encoder_dims, heads)
 
 
 def with_past(graph: GraphIndex, dims: Mapping[str, int] | None, past: int | None) -> dict[str, int]:
@@ -127,7 +130,9 @@ class PastPlan:
         if name == self.layout.past_inputs[0]:
             return None, spec, self.summary
         if name in self.layout.past_inputs:
-            return None, spec, f"past of {_positions(self.past)}"
+            if set(_names(graph, [name])) & set(self.layout.past_dims):
+                return None, spec, f"past of {_positions(self.past)}"
+            return None, spec, "cross-attention keys and values over the encoder's positions"
         if not integer or info.shape is None:
             return None, spec, ""
         shape = sized(info.shape, self.dims)
@@ -183,7 +188,8 @@ def past_plan(graph: GraphIndex, sizes: Mapping[str, int]) -> PastPlan | None:
     seq = SEQ if seq is None else seq
     if past < 0:
         raise FeedError(f"the fed values show {total} positions in all, fewer than the {seq} current ones")
-    for names, size in ((layout.past_dims, past), (layout.seq_dims, seq), (layout.total_dims, past + seq)):
+    for names, size in ((layout.past_dims, past), (layout.seq_dims, seq), (layout.total_dims, past + seq),
+                        (layout.encoder_dims, ENCODER)):
         for d in names:
             out.setdefault(d, size)
     for d, (size, _) in layout.heads.items():

@@ -14,7 +14,7 @@ from engine.gradient.dim_expr import evaluate, names_in, solve
 from engine.gradient.dims import check_dims, describe_dims, dims_from_feeds, sized, symbolic_dims
 from engine.gradient.feeds import check_feed, complete_feeds
 from engine.gradient.past_feeds import past_layout, with_past
-from tests.past_models import HEAD, KV_HEADS, PAST_OPTIMUM, VOCAB, genai_llm, optimum_llm
+from tests.past_models import HEAD, KV_HEADS, PAST_OPTIMUM, VOCAB, genai_llm, merged_decoder, optimum_llm
 
 NAMES = ("a", "b", "seq_len", "s0")
 
@@ -151,6 +151,20 @@ def test_genai_length_inputs_follow_the_past():
     assert feeds["seqlens_k"].tolist() == [4] and feeds["total_sequence_length"].item() == 5
     assert feeds["seqlens_k"].dtype == np.int32 and feeds["past_key_values.0.key"].shape == (1, KV_HEADS, 3, HEAD)
     _agrees(model, proto, feeds)
+
+
+def test_merged_decoder_takes_the_with_past_branch():
+    proto = merged_decoder()
+    model = engine.load(proto)
+    feeds, chosen = complete_feeds(model, {}, targets=model.outputs)
+    assert feeds["use_cache_branch"].tolist() == [True]
+    assert feeds["past_key_values.0.decoder.key"].shape == (1, 2, 4, 4)
+    assert feeds["past_key_values.0.encoder.key"].shape == (1, 2, 3, 4) == feeds["past_key_values.0.encoder.value"].shape
+    assert feeds["encoder_hidden_states"].shape == (1, 3, 8) and feeds["input_ids"].shape == (1, 2)
+    assert "encoder's positions" in {d.name: d.note for d in chosen}["past_key_values.0.encoder.key"]
+    _agrees(model, proto, feeds)
+    first, _ = complete_feeds(model, {}, targets=model.outputs, dims=with_past(model.graph, {}, 0))
+    assert first["use_cache_branch"].tolist() == [False] and first["past_key_values.0.decoder.key"].shape[2] == 0
 
 
 def test_past_needs_a_model_with_past_and_a_whole_number():
