@@ -3,9 +3,9 @@ existing backward rules differentiate them and the lowered file runs on any runt
 
 Each expansion writes the node's own output names, so selections naming them still resolve. Integer
 weights (MatMulNBits' packed B, GatherBlockQuantized's data) are unpacked into constants; scales stay
-tensors, so their gradients are still exact. Ops without an expansion (the attention family,
-RotaryEmbedding, EmbedLayerNormalization, DynamicQuantizeMatMul's straight-through A) stop lowering
-with one line naming the node.
+tensors, so their gradients are still exact. The attention family and the other fused ops expand in
+contrib_attention.py and contrib_fused.py. An op without an expansion, or an attribute combination an
+expansion cannot write (a quantized KV cache, say), stops lowering with one line naming the node.
 """
 from __future__ import annotations
 
@@ -341,4 +341,4 @@ def expand_contrib(proto: ModelProto, weights=None) -> ModelProto:
 
 
 # The attention family and the other fused contrib ops register their expansions from their own modules.
-from . import contrib_attention, contrib_fused  # noqa: E402,F401  (registers)
+from . import contrib_attention, contrib_fused  # noqa: E402,F401  lazy cycle: they register into EXPANSIONS above
