@@ -61,24 +61,27 @@ def _merged(ctx, t):
     return ctx.op("Reshape", [ctx.op("Transpose", [t], perm=[0, 2, 1, 3]), ctx.ints([0, 0, -1])])
 
 
-def _key_masked(ctx, mask, batch, total):
+def _key_masked(ctx, mask, query, total):
     """Where the kernels' mask_index / key_padding_mask masks a key, as a bool broadcastable to
-    (B, N, S, T): (B) valid lengths, (2B) ends then starts, (B, T) or (B, S, T) raw 0/1 (0 masks)."""
+    (B, N, S, T): (B) valid lengths, (2B) ends then starts, (B, T) or (B, S, T) raw 0/1 (0 masks).
+    `query`: the node's input whose dimension 0 is the batch."""
     rank = ctx.need_rank(mask)
     if rank == 1:
-        shape = ctx.need_shape(mask)
-        if batch is None:
-            raise ctx.error(f"a 1-D mask {mask!r} needs the static batch size of the query")
-        if shape[0] == 3 * batch + 2:
-            raise ctx.error(f"the (3·batch + 2) mask_index format of {mask!r} has no expansion (the engine refuses it)")
-        if shape[0] not in (batch, 2 * batch):
-            raise ctx.error(f"mask {mask!r} of shape {list(shape)} is neither (B) nor (2B) for B={batch}")
+        length, batch = _dim(ctx, mask, 0), _dim(ctx, query, 0)
+        if length is not None and batch is not None and length not in (batch, 2 * batch):
+            form = "the (3·batch + 2) format" if length == 3 * batch + 2 else "neither (B) nor (2B)"
+            raise ctx.error(f"mask {mask!r} of length {length} for batch {batch} is {form}: no expansion (the engine "
+                            "refuses it)")
         j = _arange(ctx, total)
         bounds = ctx.op("Cast", [mask], to=TensorProto.INT64)
-        ends = ctx.op("Slice", [bounds, ctx.ints([0]), ctx.ints([batch])])
+        b = ctx.op("Slice", [ctx.op("Shape", [query]), ctx.ints([0]), ctx.ints([1])])
+        ends = ctx.op("Slice", [bounds, ctx.ints([0]), b])
         masked = ctx.op("Not", [ctx.op("Less", [j, ctx.op("Unsqueeze", [ends, ctx.ints([1])])])])
-        if shape[0] == 2 * batch:
-            starts = ctx.op("Slice", [bounds, ctx.ints([batch]), ctx.ints([2 * batch])])
+        if length is None or batch is None or length == 2 * batch:
+            # (B) or (2B) known only at run time: zeros after the mask make the starts of a (B) mask 0
+            zeros = ctx.op("ConstantOfShape", [b], value=helper.make_tensor("zero", TensorProto.INT64, [1], [0]))
+            padded = ctx.op("Concat", [bounds, zeros], axis=0)
+            starts = ctx.op("Slice", [padded, b, ctx.op("Add", [b, b])])
             masked = ctx.op("Or", [masked, ctx.op("Less", [j, ctx.op("Unsqueeze", [starts, ctx.ints([1])])])])
         return ctx.op("Unsqueeze", [masked, ctx.ints([1, 2])])
     if rank not in (2, 3):
@@ -87,14 +90,14 @@ def _key_masked(ctx, mask, batch, total):
     return ctx.op("Unsqueeze", [masked, ctx.ints([1, 2] if rank == 2 else [1])])
 
 
-def _additive(ctx, node, mask, attention_bias, batch, q_len, total, past_len, work):
+def _additive(ctx, node, mask, attention_bias, query, q_len, total, past_len, work):
     """What the kernels add to the scaled scores (as the engine's additive_bias): the key mask's
     mask_filter_value, the lowest float on keys after the query (unidirectional), the attention bias."""
     zero = ctx.const(_number(0, work)) if mask or attr(node, "unidirectional", 0) else None
     terms = []
     if mask:
         fill = ctx.const(_number(attr(node, "mask_filter_value", -10000.0), work))
-        terms.append(ctx.op("Where", [_key_masked(ctx, mask, batch, total), fill, zero]))
+        terms.append(ctx.op("Where", [_key_masked(ctx, mask, query, total), fill, zero]))
     if attr(node, "unidirectional", 0):
         i = ctx.op("Unsqueeze", [_arange(ctx, q_len), ctx.ints([1])])
         after = ctx.op("Greater", [ctx.op("Sub", [_arange(ctx, total), i]), past_len or ctx.const(np.asarray(0, np.int64))])
@@ -152,7 +155,7 @@ def attention(ctx, node):
         pk, pv = (ctx.op("Gather", [past_w, ctx.const(np.asarray(i, np.int64))], axis=0) for i in (0, 1))
         k, v = ctx.op("Concat", [pk, k], axis=2), ctx.op("Concat", [pv, v], axis=2)
         past_len = _length(ctx, past, 3)
-    add = _additive(ctx, node, mask, attention_bias, _dim(ctx, x, 0), _length(ctx, x, 1), _length(ctx, k, 2),
+    add = _additive(ctx, node, mask, attention_bias, x, _length(ctx, x, 1), _length(ctx, k, 2),
                     past_len, work)
     out, _ = _attend(ctx, q, k, v, _scale(node, sizes[0] // heads), add, work)
     _output(ctx, node, 0, _merged(ctx, out), work, elem)
@@ -218,7 +221,7 @@ def multi_head_attention(ctx, node):
         k = ctx.op("Concat", [_cast(ctx, past_key, work), k], axis=2)
         v = ctx.op("Concat", [_cast(ctx, past_value, work), v], axis=2)
         past_len = _length(ctx, past_key, 2)
-    add = _additive(ctx, node, mask, attention_bias, _dim(ctx, query, 0), _length(ctx, q, 2), _length(ctx, k, 2),
+    add = _additive(ctx, node, mask, attention_bias, query, _length(ctx, q, 2), _length(ctx, k, 2),
                     past_len, work)
     out, logits = _attend(ctx, q, k, v, _scale(node, head_size), add, work)
     for i, value in enumerate((_merged(ctx, out), k, v, logits)):

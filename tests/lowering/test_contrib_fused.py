@@ -120,15 +120,22 @@ def _lowered_once_runs_at_two_sizes(proto, y, xs, make_feeds):
             assert ulps(got[f"d{x}"], want[x], "float32") <= 64, (batch, seq, x)
 
 
-def test_attention_with_symbolic_batch_and_sequence_lowers_once():
+@pytest.mark.parametrize("mask_shape", [["b", "s"], ["b"], ["m"]], ids=["raw", "lengths", "length_or_ends_starts"])
+def test_attention_with_symbolic_batch_and_sequence_lowers_once(mask_shape):
+    """As onnxruntime's BERT optimizer writes it: the mask_index of (B) lengths (EmbedLayerNormalization's
+    output) on a symbolic batch; a mask whose length is its own symbol is (B) or (2B), read at run time."""
     f, i32 = TensorProto.FLOAT, TensorProto.INT32
     proto = _symbolic("Attention", [("input", f, ["b", "s", 8]), ("weights", f, [8, 24]), ("bias", f, [24]),
-                                    ("mask_index", i32, ["b", "s"])],
+                                    ("mask_index", i32, mask_shape)],
                       {"num_heads": 2, "unidirectional": 1}, [("output", f, ["b", "s", 8]), ("present", f, [2, "b", 2, "s", 4])])
 
     def feeds(rng, batch, seq):
-        mask = rng.integers(0, 2, (batch, seq)).astype(np.int32)
-        mask[:, 0] = 1
+        if len(mask_shape) == 2:
+            mask = rng.integers(0, 2, (batch, seq)).astype(np.int32)
+            mask[:, 0] = 1
+        else:  # ends, and with a symbolic length at the second size also starts
+            mask = rng.integers(2, seq + 1, batch if mask_shape == ["b"] or batch == 1 else 2 * batch).astype(np.int32)
+            mask[batch:] = rng.integers(0, 2, mask.size - batch)
         return {"input": rng.standard_normal((batch, seq, 8)).astype(np.float32),
                 "weights": rng.standard_normal((8, 24)).astype(np.float32), "bias": rng.standard_normal(24).astype(np.float32),
                 "mask_index": mask}
@@ -172,12 +179,12 @@ def test_multi_head_attention_and_embed_layer_norm_with_symbolic_axes_lower_once
 
 @pytest.mark.parametrize("attrs, inputs, match", [
     ({"do_rotary": 1}, [("mask_index", TensorProto.INT32, [2, 3])], "do_rotary has no expansion"),
-    ({}, [("mask_index", TensorProto.INT32, [4])], "needs the static batch size"),
+    ({}, [("mask_index", TensorProto.INT32, [8])], "3·batch"),
     ({}, [("mask_index", TensorProto.INT32, [2, 1, 3, 3])], "4-D mask"),
 ])
 def test_attention_forms_without_an_expansion_are_refused_in_one_line(attrs, inputs, match):
     f = TensorProto.FLOAT
-    batch = 2 if match == "4-D mask" else "b"
+    batch = "b" if match == "do_rotary has no expansion" else 2
     proto = _symbolic("Attention", [("input", f, [batch, 3, 8]), ("weights", f, [8, 24]), ("", None, None)] + inputs,
                       {"num_heads": 2, **attrs}, [("output", f, [batch, 3, 8])])
     with warnings.catch_warnings():
