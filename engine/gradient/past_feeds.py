@@ -31,9 +31,10 @@ ENCODER = 3  # a seq2seq decoder's encoder positions: over one, cross-attention 
 
 
 def is_past_input(graph: GraphIndex, name: str) -> bool:
-    """past_key_values.0.key, past_key.0, past.0.decoder.value, ...: a float tensor of rank 3 or more."""
+    """past_key_values.0.key, past_key.0, past.0.decoder.value, past_0, kv_cache.0.key, ...: a float
+    tensor of rank 3 or more."""
     low, info = name.lower(), graph.types.get(name)
-    return (("past" in low or "cache" in low) and any(k in low for k in ("key", "value", "kv"))
+    return (("past" in low or ("cache" in low and any(k in low for k in ("key", "value", "kv"))))
             and info is not None and info.is_float and info.shape is not None and len(info.shape) >= 3)
 
 
