@@ -128,12 +128,11 @@ class PastPlan:
         low, info = name.lower(), graph.types.get(name)
         integer = info is not None and bool(info.elem_type) and not info.is_float
         total = self.past + self.seq
-        if name == self.layout.past_inputs[0]:
-            return None, spec, self.summary
         if name in self.layout.past_inputs:
-            if set(_names(graph, [name])) & set(self.layout.past_dims):
-                return None, spec, f"past of {_positions(self.past)}"
-            return None, spec, "cross-attention keys and values over the encoder's positions"
+            selfs = [n for n in self.layout.past_inputs if set(_names(graph, [n])) & set(self.layout.past_dims)]
+            if name not in selfs:
+                return None, spec, "cross-attention keys and values over the encoder's positions"
+            return None, spec, self.summary if name == selfs[0] else f"past of {_positions(self.past)}"
         if not integer or info.shape is None:
             return None, spec, ""
         shape = sized(info.shape, self.dims)
