@@ -16,7 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 from tests import paths
 
 sys.path.insert(0, os.path.join(str(paths.ROOT), "benchmarks"))
-from _tool_references import dequantized_weights  # noqa: E402
+from _tool_references import Float64Islands, dequantized_weights  # noqa: E402
 from _tool_references_check import reference_errors  # noqa: E402
 
 
@@ -75,3 +75,20 @@ def test_reference_errors_measure_the_engine_against_the_reference(tmp_path, sca
     assert r["passed"] is passed
     assert r["worst_x"] == "x" and r["y"] < 1e-12
     assert r["worst"] == pytest.approx(abs(1 - 1 / scale), abs=1e-12)
+
+
+def test_float64_islands_keep_float64_through_float32_casts():
+    """HF's RMSNorm casts to float32 whatever its dtype: under the mode the float64 pass stays float64
+    (its value is the float64 computation, not float32's) and autograd still flows."""
+    x = torch.randn(3, 8, dtype=torch.float64, requires_grad=True)
+    with Float64Islands():
+        h = x.to(torch.float32)
+        rms = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)
+        positions = torch.arange(3).float()
+        const = torch.ones(2, dtype=torch.float32).float()
+        typed = x.type(torch.float32)
+    assert h.dtype == positions.dtype == typed.dtype == torch.float64 and const.dtype == torch.float32
+    want = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+    torch.testing.assert_close(rms, want, rtol=1e-15, atol=1e-15)
+    (g,) = torch.autograd.grad(rms.sum(), [x])
+    assert g.dtype == torch.float64 and torch.isfinite(g).all()
