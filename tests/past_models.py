@@ -30,9 +30,10 @@ def _heads(src: str, out: str, heads: int, head: int) -> list:
             helper.make_node("Transpose", [out + "_r"], [out], perm=[0, 2, 1, 3])]
 
 
-def optimum_llm() -> onnx.ModelProto:
+def optimum_llm(mask_dim: str = PAST_OPTIMUM) -> onnx.ModelProto:
     """One attention layer (2 heads of 4) over the past and current positions, with a learned
-    position table of POSITIONS rows: a position past it fails the Gather."""
+    position table of POSITIONS rows: a position past it fails the Gather. Older optimum wrote the
+    mask's length as `past_sequence_length + 1`."""
     rng = np.random.default_rng(3)
     batch, seq, past = "batch_size", "sequence_length", "past_sequence_length"
     nodes = [
@@ -61,10 +62,10 @@ def optimum_llm() -> onnx.ModelProto:
     consts += [numpy_helper.from_array(np.array(v, np.float32), n) for n, v in (("one", 1.0), ("big", 1e4))]
     g = helper.make_graph(
         nodes, "optimum_llm",
-        [_int("input_ids", [batch, seq]), _int("attention_mask", [batch, PAST_OPTIMUM]), _int("position_ids", [batch, seq]),
+        [_int("input_ids", [batch, seq]), _int("attention_mask", [batch, mask_dim]), _int("position_ids", [batch, seq]),
          _float("past_key_values.0.key", [batch, 2, past, 4]), _float("past_key_values.0.value", [batch, 2, past, 4])],
-        [_float("logits", [batch, seq, VOCAB]), _float("present.0.key", [batch, 2, PAST_OPTIMUM, 4]),
-         _float("present.0.value", [batch, 2, PAST_OPTIMUM, 4])],
+        [_float("logits", [batch, seq, VOCAB]), _float("present.0.key", [batch, 2, mask_dim, 4]),
+         _float("present.0.value", [batch, 2, mask_dim, 4])],
         _inits(rng, embed=(VOCAB, 8), pos_table=(POSITIONS, 8), Wq=(8, 8), Wk=(8, 8), Wv=(8, 8), Wo=(8, VOCAB)) + consts)
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 

@@ -177,6 +177,9 @@ def past_plan(graph: GraphIndex, sizes: Mapping[str, int]) -> PastPlan | None:
         return next((int(out[d]) for d in names if d in out), None)
 
     past, seq = known(layout.past_dims), known(layout.seq_dims)
+    if seq is None:  # older optimum: a mask over `past_sequence_length + 1` fixes one current position
+        seq = next((k for d in layout.totals if set(names_in(d)) <= set(layout.past_dims)
+                    and (k := evaluate(d, dict.fromkeys(layout.past_dims, 0))) and k > 0), None)
     total = known(layout.total_dims)
     if total is None:
         total = next((int(out[d]) for d in layout.totals if d in out), None)

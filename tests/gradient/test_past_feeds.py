@@ -124,6 +124,15 @@ def test_optimum_llm_made_up_feeds_run_in_onnxruntime(past):
     assert f"using {want}..{want + 1}" in notes["position_ids"]
 
 
+def test_a_mask_over_past_plus_one_fixes_one_current_position():
+    proto = optimum_llm("past_sequence_length + 1")
+    model = engine.load(proto)
+    feeds, _ = complete_feeds(model, {}, targets=model.outputs)
+    assert feeds["input_ids"].shape == (1, 1) and feeds["attention_mask"].shape == (1, 5)
+    assert feeds["position_ids"].tolist() == [[4]]
+    _agrees(model, proto, feeds)
+
+
 def test_fed_values_set_the_past():
     key = np.zeros((2, 2, 3, 4), np.float32)
     feeds, _ = complete_feeds(OPTIMUM, {"past_key_values.0.key": key}, targets=["logits"])
