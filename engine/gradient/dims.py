@@ -40,8 +40,8 @@ def parse_dims(text: str) -> dict[str, int]:
         try:
             value = int(size)
         except ValueError:
-            value = 0
-        if not eq or not name.strip() or value < 1:
+            value = -1
+        if not eq or not name.strip() or value < (0 if is_past_dim(name.strip()) else 1):  # a past may be empty
             raise FeedError(f"bad dim {part!r}: write NAME=N with N a positive integer, e.g. seq=32,batch=2")
         dims[name.strip()] = value
     return dims
