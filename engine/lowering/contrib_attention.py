@@ -12,11 +12,11 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto, helper
 
+from ..modelfile.contrib_schema import signature
 from .context import attr
-from .contrib import expansion
+from .contrib import MS, expansion
 
 HALF = (TensorProto.FLOAT16, TensorProto.BFLOAT16)
-GQA_REFUSED = ("kv_cache_bit_width", "sliding_window_cache")
 
 
 def _work(ctx, t) -> int:
@@ -58,19 +58,19 @@ def _final(ctx, node, value, k):
         ctx.emit("Identity", [value], [node.output[k]])
 
 
-def rotate(ctx, x, cos, sin, rank, half, interleaved):
-    """The rotary embedding of x's last axis (2·half wide, rank `rank`) by angles whose cos and sin
-    broadcast against (…, half): pairs (x[2i], x[2i+1]) when interleaved, else (x[i], x[i + half])."""
+def rotate(ctx, x, cos, sin, half, interleaved):
+    """The rotary embedding of x's last axis (x of rank 4, 2·half wide) by angles whose cos and sin broadcast
+    against (…, half): pairs (x[2i], x[2i+1]) when interleaved, else (x[i], x[i + half])."""
     def turned(x1, x2, c, s):
         return (ctx.op("Sub", [ctx.op("Mul", [x1, c]), ctx.op("Mul", [x2, s])]),
                 ctx.op("Add", [ctx.op("Mul", [x1, s]), ctx.op("Mul", [x2, c])]))
 
     if not interleaved:
         return ctx.op("Concat", list(turned(_last(ctx, x, 0, half), _last(ctx, x, half, 2 * half), cos, sin)), axis=-1)
-    pairs = ctx.op("Reshape", [x, ctx.ints([0] * (rank - 1) + [half, 2])])
+    pairs = ctx.op("Reshape", [x, ctx.ints([0, 0, 0, half, 2])])
     c, s = _unsqueeze(ctx, cos, [-1]), _unsqueeze(ctx, sin, [-1])
     y = ctx.op("Concat", list(turned(_last(ctx, pairs, 0, 1), _last(ctx, pairs, 1, 2), c, s)), axis=-1)
-    return ctx.op("Reshape", [y, ctx.ints([0] * (rank - 1) + [2 * half])])
+    return ctx.op("Reshape", [y, ctx.ints([0, 0, 0, 2 * half])])
 
 
 def _rotary_part(ctx, x, head, cos, sin, half, interleaved, elem=None, work=None):
@@ -79,7 +79,7 @@ def _rotary_part(ctx, x, head, cos, sin, half, interleaved, elem=None, work=None
     part = x if head == 2 * half else _last(ctx, x, 0, 2 * half)
     if elem != work:
         part = ctx.op("Cast", [part], to=work)
-    y = rotate(ctx, part, cos, sin, 4, half, interleaved)
+    y = rotate(ctx, part, cos, sin, half, interleaved)
     if elem != work:
         y = ctx.op("Cast", [y], to=elem)
     return y if head == 2 * half else ctx.op("Concat", [y, _last(ctx, x, 2 * half, head)], axis=-1)
@@ -112,7 +112,7 @@ def rotary_embedding(ctx, node):
         raise ctx.error(f"caches of width {half} do not fit a rotary dimension of {dim or head}")
     pos = ctx.op("Cast", [position_ids], to=TensorProto.INT64)
     if ctx.need_rank(position_ids) <= 1:  # a start offset: positions start + 0 … S − 1 for every batch
-        steps = ctx.op("Range", [_i64(ctx, 0), _dim(ctx, x4, 1), _i64(ctx, 1)])
+        steps = ctx.op("Range", [_i64(ctx, 0), _dim(ctx, x, 2 if rank == 4 else 1), _i64(ctx, 1)])
         pos = ctx.op("Add", [ctx.op("Reshape", [pos, ctx.ints([1, 1])]), _unsqueeze(ctx, steps, [0])])
     work = _work(ctx, x)
     cos, sin = (_unsqueeze(ctx, ctx.op("Gather", [_cast(ctx, c, work), pos], axis=0), [2])
@@ -124,9 +124,7 @@ def rotary_embedding(ctx, node):
         _final(ctx, node, ctx.op("Reshape", [y, ctx.op("Shape", [x])]), 0)
 
 
-GQA_INPUTS = ("query", "key", "value", "past_key", "past_value", "seqlens_k", "total_sequence_length", "cos_cache",
-              "sin_cache", "position_ids", "attention_bias", "head_sink", "k_scale", "v_scale", "q_norm_weight",
-              "k_norm_weight", "query_seqlens")
+GQA_INPUTS = signature(MS, "GroupQueryAttention")[0]
 
 
 def _named_inputs(node) -> dict:
