@@ -69,9 +69,16 @@ def past_layout(graph: GraphIndex) -> PastLayout | None:
     past_dims = tuple(d for d in _names(graph, past_inputs) if "past" in d.lower())
     if not past_dims:
         return None
+    heads: dict[str, tuple[int, str]] = {}
+    for n in past_inputs:
+        sizes, source = head_sizes(graph, n)
+        for axis, d in enumerate(graph.types[n].shape):
+            if isinstance(d, str) and axis in sizes and not set(names_in(d)) & set(past_dims):
+                heads.setdefault(d, (sizes[axis], source))
     every = _names(graph, graph.inputs)
     encoder_dims = tuple(d for d in every if "encoder" in d.lower() and any(w in d.lower() for w in ("seq", "len")))
-    others = [d for d in every if d not in past_dims and not any(w in d.lower() for w in ("batch", "encoder", "max"))]
+    others = [d for d in every if d not in past_dims and d not in heads
+              and not any(w in d.lower() for w in ("batch", "encoder", "max"))]
     total_dims = [d for d in others if "total" in d.lower()]
     for mask in (n for n in graph.inputs if "attention_mask" in n.lower() and "encoder" not in n.lower()):
         shape = graph.types[mask].shape if mask in graph.types else None
@@ -79,14 +86,8 @@ def past_layout(graph: GraphIndex) -> PastLayout | None:
         if isinstance(last, str) and not is_expression(last) and last not in past_dims:
             total_dims.append(last)
     seq_dims = tuple(d for d in others if d not in total_dims and any(w in d.lower() for w in ("seq", "len")))
-    declared = {d for n in graph.inputs if n in graph.types for d in (graph.types[n].shape or ())}
+    declared = dict.fromkeys(d for n in graph.inputs if n in graph.types for d in (graph.types[n].shape or ()))
     totals = tuple(d for d in declared if is_expression(d) and set(names_in(d)) & set(past_dims))
-    heads: dict[str, tuple[int, str]] = {}
-    for n in past_inputs:
-        sizes, source = head_sizes(graph, n)
-        for axis, d in enumerate(graph.types[n].shape):
-            if isinstance(d, str) and axis in sizes and not set(names_in(d)) & set(past_dims):
-                heads.setdefault(d, (sizes[axis], source))
     return PastLayout(past_inputs, past_dims, seq_dims, tuple(dict.fromkeys(total_dims)), totals, encoder_dims, heads)
 
 
