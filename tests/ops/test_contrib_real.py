@@ -185,13 +185,20 @@ def test_dynamic_quantized_bert_runs_like_onnxruntime():
     grads = engine.load(optimized).gradient(optimized.graph.output[0].name, ln, [optimized.graph.input[0].name],
                                             feeds).grads
     assert all(np.isfinite(g).all() and np.abs(g).max() > 0 for g in grads.values())
+    # lowered (DynamicQuantizeMatMul's A straight through, as the engine's), run by onnxruntime
+    from engine.lowering import lower
+
+    y = optimized.graph.output[0].name
+    lowered = lower(optimized, y=y, xs=",".join(ln), zs=optimized.graph.input[0].name)
+    got = dict(zip([o.name for o in lowered.graph.output], _onnxruntime(lowered, feeds)))
+    for n in ln:
+        np.testing.assert_allclose(got[f"d{y}_d{n}"], grads[n], rtol=1e-3, atol=1e-4 * max(1.0, np.abs(grads[n]).max()))
 
 
-@pytest.mark.parametrize("source", ["llama-optimized", "llama-4bit"])
+@pytest.mark.parametrize("source", ["llama-optimized", "llama-4bit", "bert-optimized"])
 def test_lowered_contrib_model_runs_its_gradient_in_onnxruntime(source):
-    """The contrib ops expand into ai.onnx ops: the lowered file's gradients, run by onnxruntime, are the engine's.
-    (GPT-2 and BERT also hold a plain LayerNormalization, whose lowering rule writes ReduceMean's opset-17 form
-    into these opset-18 exports: not lowerable yet, with or without contrib ops.)"""
+    """The contrib ops expand into ai.onnx ops: the lowered file's gradients, run by onnxruntime, are the engine's
+    (BERT's through its fused Attention and SkipLayerNormalization)."""
     from engine.lowering import lower
 
     name, kind = source.split("-")
