@@ -14,6 +14,8 @@ import re
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from engine.cli import main as cli_main
 from engine.conformance.contrib_cases import all_cases
@@ -113,3 +115,51 @@ def test_cli_runs_the_lowering_sweep_and_prints_per_op_counts(capsys):
 def test_cli_refuses_gradients_with_lower(capsys):
     assert cli_main(["conformance", "--contrib", "--lower", "--gradients", "--op", "Gelu"]) == 2
     assert "--gradients" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def genai_lowered():
+    """A genai-shaped model (packed GroupQueryAttention with rotary, symbolic batch, sequence and past
+    lengths, seqlens_k and the total length computed from the mask) lowered once w.r.t. the embeddings
+    and the past cache: the sweep's cases have static shapes, this one keeps every length a run-time value."""
+    import onnxruntime as ort
+
+    import engine
+    from engine.lowering import lower
+    from tests.past_models import genai_llm
+
+    proto = genai_llm()
+    xs = ["h", "past_key_values.0.key", "past_key_values.0.value"]
+    lowered = lower(proto, "logits", xs, ["attention_mask"], dy="dy")
+    assert not any(n.domain == "com.microsoft" for n in lowered.graph.node)
+    session = ort.InferenceSession(lowered.SerializeToString(), providers=["CPUExecutionProvider"])
+    return engine.load(proto), session, xs
+
+
+@settings(max_examples=12, deadline=None)
+@given(batch=st.sampled_from([1, 2]), seq=st.integers(1, 3), past=st.integers(0, 4), short=st.integers(0, 2),
+       seed=st.integers(0, 2**16))
+def test_a_genai_shaped_model_lowers_with_run_time_lengths(genai_lowered, batch, seq, past, short, seed):
+    """Prompts (an empty past, a right-padded row) and decode steps (a left-padded row's shorter past):
+    onnxruntime on the lowered file gives the engine's logits, presents and gradients."""
+    from tests.past_models import HEAD, KV_HEADS, VOCAB
+
+    model, session, xs = genai_lowered
+    if past and seq > 1:
+        batch = 1  # the kernel's rule: a prompt over a past is one sequence
+    total = past + seq
+    short = min(short, past if past else seq - 1) if batch == 2 else 0  # row 1 holds that many fewer tokens
+    rng = np.random.default_rng(seed)
+    mask = np.ones((batch, total), np.int64)
+    mask[1:, total - short:] = 0  # only its sum counts: seqlens_k = sum - 1
+    feeds = {"input_ids": rng.integers(0, VOCAB, (batch, seq)).astype(np.int64), "attention_mask": mask,
+             "past_key_values.0.key": rng.standard_normal((batch, KV_HEADS, past, HEAD)).astype(np.float32),
+             "past_key_values.0.value": rng.standard_normal((batch, KV_HEADS, past, HEAD)).astype(np.float32)}
+    want = model.run(feeds)
+    dy = rng.standard_normal(want["logits"].shape).astype(np.float32)
+    grads = model.gradient("logits", xs, ["attention_mask"], feeds, dy=dy).grads
+    got = dict(zip([o.name for o in session.get_outputs()], session.run(None, {**feeds, "dy": dy})))
+    for name in ("logits", "present.0.key", "present.0.value"):
+        assert ulps(got[name], want[name], "float32") <= ULPS["float32"], name
+    for x in xs:
+        assert ulps(got[f"dlogits_d{x}"], grads[x], "float32") <= ULPS["float32"], x
