@@ -20,6 +20,7 @@ left is the graph's own float32 constants: genai's cos/sin caches (~2e-8), the e
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
@@ -198,6 +199,16 @@ CASES = {"yolo11n": yolo11n, "unet_torchscript": _unet, "unet_dynamo": _unet,
 
 
 # --- the oracle ---------------------------------------------------------------------------------
+def fingerprint(folder: Path) -> str:
+    """sha256 of case.json, feeds.npz and the model with its external data: a reference.npz
+    carries it, so one left from an earlier build of the case is recognised."""
+    model = json.loads((folder / "case.json").read_text())["model"]
+    h = hashlib.sha256()
+    for f in ["case.json", "feeds.npz"] + sorted(f.name for f in folder.iterdir() if f.name.startswith(model)):
+        h.update(f.encode() + b"\0" + (folder / f).read_bytes())
+    return h.hexdigest()
+
+
 class Float64Islands(torch.overrides.TorchFunctionMode):
     """A cast to float32 (`.float()`, `.to(torch.float32)`, `.type(...)`) of a tensor that is not
     float32 gives float64: float64 stays float64, and integers (positions, timesteps) meet it in
@@ -274,7 +285,7 @@ def reference(name: str, folder: Path) -> dict[str, np.ndarray]:
     grads = torch.autograd.grad(y, [v[x] for x in case["xs"]], dy, allow_unused=True)
     rel64 = float(np.abs(y.detach().numpy() - want).max()) / scale
     print(f"{name}: float64 torch vs onnxruntime: {rel64:.3g}")
-    out = {"y": y.detach().numpy(), "dy": dy.numpy()}
+    out = {"y": y.detach().numpy(), "dy": dy.numpy(), "fingerprint": np.array(fingerprint(folder))}
     for x, g in zip(case["xs"], grads):
         out[f"grad:{x}"] = (torch.zeros_like(v[x]) if g is None else g).detach().numpy()
     return out

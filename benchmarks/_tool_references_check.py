@@ -19,6 +19,10 @@ from _tool_exports import DEFAULT_OUT, load_case  # noqa: E402
 TARGET = 1e-6
 
 
+class StaleReference(Exception):
+    """reference.npz does not belong to the case's current model, feeds or selection."""
+
+
 def relative_l2(got: np.ndarray, want: np.ndarray) -> float:
     """|got - want| / |want| in the L2 norm; the absolute norm where the reference is all zeros."""
     diff = float(np.linalg.norm(np.asarray(got, np.float64) - want))
@@ -30,13 +34,19 @@ def reference_errors(folder) -> dict:
     """{"grads": {x: relative L2 error}, "worst": max of them, "worst_x", "y": relative L2 error of
     onnxgrad's float64 y, "grad_s": seconds of the gradient call (load excluded, compile included),
     "passed": worst ≤ TARGET}.
-    Raises FileNotFoundError when the case has no reference.npz."""
+    Raises FileNotFoundError when the case has no reference.npz, StaleReference when it was written
+    for another build of the case."""
+    from _tool_references import fingerprint
+
     import engine
 
     folder = Path(folder)
     case = load_case(folder)
     with np.load(folder / "reference.npz") as npz:
         ref = {k: npz[k] for k in npz.files}
+    if str(ref["fingerprint"]) != fingerprint(folder):
+        raise StaleReference(f"{folder / 'reference.npz'} was written for another build of the case: "
+                             "rerun build_tool_exports.py --references")
     model = engine.load(case["path"])
     t = time.perf_counter()
     res = model.gradient(case["y"], case["xs"], case["zs"], case["feeds"], dy=ref["dy"], dtype="float64")

@@ -16,8 +16,8 @@ from onnx import TensorProto, helper, numpy_helper
 from tests import paths
 
 sys.path.insert(0, os.path.join(str(paths.ROOT), "benchmarks"))
-from _tool_references import Float64Islands, dequantized_weights  # noqa: E402
-from _tool_references_check import reference_errors  # noqa: E402
+from _tool_references import Float64Islands, dequantized_weights, fingerprint  # noqa: E402
+from _tool_references_check import StaleReference, reference_errors  # noqa: E402
 
 
 def matmul_nbits_model(k: int, n: int, block: int, zero_points: bool, seed: int) -> onnx.ModelProto:
@@ -65,7 +65,8 @@ def write_tanh_case(folder, scale: float) -> None:
     y = torch.tanh(leaf @ torch.tensor(w, dtype=torch.float64))
     dy = torch.from_numpy(rng.standard_normal((3, 5)))
     (grad,) = torch.autograd.grad(y, [leaf], dy)
-    np.savez(folder / "reference.npz", y=y.detach().numpy(), dy=dy.numpy(), **{"grad:x": scale * grad.numpy()})
+    np.savez(folder / "reference.npz", y=y.detach().numpy(), dy=dy.numpy(), fingerprint=np.array(fingerprint(folder)),
+             **{"grad:x": scale * grad.numpy()})
 
 
 @pytest.mark.parametrize("scale, passed", [(1.0, True), (1.001, False)])
@@ -92,3 +93,10 @@ def test_float64_islands_keep_float64_through_float32_casts():
     torch.testing.assert_close(rms, want, rtol=1e-15, atol=1e-15)
     (g,) = torch.autograd.grad(rms.sum(), [x])
     assert g.dtype == torch.float64 and torch.isfinite(g).all()
+
+
+def test_reference_errors_refuse_a_reference_of_another_build(tmp_path):
+    write_tanh_case(tmp_path, 1.0)
+    np.savez(tmp_path / "feeds.npz", x=np.zeros((3, 4), np.float32))
+    with pytest.raises(StaleReference, match="another build"):
+        reference_errors(tmp_path)
