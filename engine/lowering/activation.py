@@ -112,7 +112,8 @@ def shrink(ctx, node, grads):
 @rule("Gelu")
 def gelu(ctx, node, grads):
     """none: Φ(x) + x φ(x); tanh: torch's formula for the derivative of its approximation."""
-    (g,), x = grads, node.input[0]
+    (g,), like = grads, node.input[0]
+    x = ctx.widened(like)  # in float16 x³ overflows from |x| > 40 and 0 · inf would follow, as torch takes float32
     half = ctx.scalar(0.5, x)
     if attr(node, "approximate", "none") == "tanh":
         k_beta, k_kappa = math.sqrt(2.0 / math.pi), 0.044715
@@ -124,12 +125,12 @@ def gelu(ctx, node, grads):
         d_inner = ctx.op("Add", [ctx.scalar(k_beta, x), ctx.op("Mul", [x2, ctx.scalar(3 * k_kappa * k_beta, x)])])
         sech2 = ctx.op("Sub", [ctx.scalar(1.0, x), ctx.op("Mul", [t, t])])
         right = ctx.op("Mul", [ctx.op("Mul", [ctx.op("Mul", [half, x]), sech2]), d_inner])
-        return _times(ctx, g, ctx.op("Add", [left, right]))
+        return _times(ctx, g, ctx.narrowed(ctx.op("Add", [left, right]), like))
     cdf = ctx.op("Mul", [half, ctx.op("Add", [ctx.scalar(1.0, x),
                                               ctx.op("Erf", [ctx.op("Mul", [x, ctx.scalar(math.sqrt(0.5), x)])])])])
     pdf = ctx.op("Mul", [ctx.op("Exp", [ctx.op("Mul", [ctx.op("Mul", [x, x]), ctx.scalar(-0.5, x)])]),
                          ctx.scalar(1.0 / math.sqrt(2.0 * math.pi), x)])
-    return _times(ctx, g, ctx.op("Add", [cdf, ctx.op("Mul", [x, pdf])]))
+    return _times(ctx, g, ctx.narrowed(ctx.op("Add", [cdf, ctx.op("Mul", [x, pdf])]), like))
 
 
 @rule("Mish")

@@ -16,6 +16,8 @@ from onnx import NodeProto, TensorProto, helper, numpy_helper
 
 from ..errors import LoweringError
 
+HALF_TYPES = (TensorProto.FLOAT16, TensorProto.BFLOAT16)
+
 
 @dataclass(frozen=True)
 class TypeInfo:
@@ -282,13 +284,37 @@ class Ctx:
             return g
         return self.op("ReduceSum", [g, self.ints(axes)], keepdims=keepdims)
 
-    def count_ratio(self, big: str, small: str) -> str:
-        """size(big) / size(small) in big's float type: how many inputs a mean averaged over."""
+    def per_count(self, big: str, small: str) -> str:
+        """1 / (size(big) / size(small)) in big's float type, one over how many inputs a mean averaged over; taken
+        in float64 first: a mean over more than 65504 inputs divides by infinity in float16, where its
+        reciprocal is still a (subnormal) number."""
         sb, ss = self.shape(big), self.shape(small)
         if sb is not None and ss is not None:
-            return self.scalar(float(np.prod(sb, dtype=np.int64) // max(1, np.prod(ss, dtype=np.int64))), big)
-        ratio = self.op("Div", [self.op("Size", [big]), self.op("Size", [small])])
-        return self.op("Cast", [ratio], to=self.elem(big))
+            return self.scalar(1.0 / max(1, np.prod(sb, dtype=np.int64) // max(1, np.prod(ss, dtype=np.int64))), big)
+        ratio = self.op("Cast", [self.op("Div", [self.op("Size", [big]), self.op("Size", [small])])], to=TensorProto.DOUBLE)
+        return self.op("Cast", [self.op("Reciprocal", [ratio])], to=self.elem(big))
+
+    def wide_type(self, like: str) -> int:
+        """float32 for a half type, else like's own: torch takes the intermediates of many backward formulas
+        in float32 (its opmath), and so must their lowering where a half intermediate would overflow."""
+        return TensorProto.FLOAT if self.elem(like) in HALF_TYPES else self.elem(like)
+
+    def cast(self, t: str, to: int) -> str:
+        """t cast to `to` (t itself where its type is known to be `to`), typed so that later scalars take `to`."""
+        info = self.types.get(t)
+        if info is not None and info.elem_type == to:
+            return t
+        out = self.op("Cast", [t], to=to)
+        self.types[out] = TypeInfo(to, None if info is None else info.shape)
+        return out
+
+    def widened(self, t: str) -> str:
+        """t (of a known type) in wide_type."""
+        return self.cast(t, self.wide_type(t))
+
+    def narrowed(self, t: str, like: str) -> str:
+        """t (of float32 after `widened`) back in like's element type."""
+        return self.op("Cast", [t], to=self.elem(like)) if self.elem(like) in HALF_TYPES else t
 
     def unbroadcast(self, g: str, x: str, out: str) -> str:
         """Sum g (shaped like `out`) over the axes along which x was broadcast, back to x's shape."""

@@ -90,7 +90,7 @@ def scatter(ctx, node, grads):
     if reduction in ("max", "min"):  # ties, the original value included, share the gradient evenly
         data_hit, update_hit = ctx.op("Equal", [data, out]), ctx.op("Equal", [updates, take(out)])
         counts = put(as_float(data_hit), as_float(update_hit), "add")
-        share = ctx.op("Div", [g, counts])
+        share = ctx.op("Div", [g, ctx.op("Max", [counts, one])])  # never 0/0, whatever Equal says
         return [ctx.op("Where", [data_hit, share, zero]) if ctx.wants(0) else None, None,
                 ctx.op("Where", [update_hit, take(share), zero]) if ctx.wants(2) else None]
     # mul: a factor x of a product p gets p / x, exactly with zeros (counted as in ReduceProd)

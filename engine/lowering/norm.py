@@ -50,7 +50,7 @@ class Moments:
     def spread(self, g) -> str:
         """g, one value per normalized slice, on each element of its slice, divided by the slice's size."""
         ctx = self.ctx
-        return ctx.op("Div", [ctx.op("Expand", [g, ctx.op("Shape", [self.x])]), ctx.count_ratio(self.x, self.inv)])
+        return ctx.op("Mul", [ctx.op("Expand", [g, ctx.op("Shape", [self.x])]), ctx.per_count(self.x, self.inv)])
 
 
 @rule("LayerNormalization")
@@ -116,12 +116,12 @@ def instance_norm(ctx, node, grads):
     """y = scale[c] x̂ + B[c], x̂ over the spatial axes of each (n, c)."""
     g, x, scale = grads[0], node.input[0], node.input[1]
     rank = ctx.need_rank(x)
-    m = Moments(ctx, x, range(2, rank), attr(node, "epsilon", 1e-5))
+    m = Moments(ctx, ctx.widened(x), range(2, rank), attr(node, "epsilon", 1e-5))  # float32 statistics, as torch
     out = [None, None, None]
     if ctx.wants(0):
-        out[0] = m.input_grad(ctx.op("Mul", [g, _per_channel(ctx, scale, rank)]))
+        out[0] = ctx.narrowed(m.input_grad(ctx.widened(ctx.op("Mul", [g, _per_channel(ctx, scale, rank)]))), x)
     if ctx.wants(1):
-        out[1] = ctx.reduce_sum(ctx.op("Mul", [g, m.xhat]), _channel_axes(rank), keepdims=0)
+        out[1] = ctx.reduce_sum(ctx.op("Mul", [g, ctx.narrowed(m.xhat, x)]), _channel_axes(rank), keepdims=0)
     if ctx.wants(2):
         out[2] = ctx.reduce_sum(g, _channel_axes(rank), keepdims=0)
     return out
@@ -154,10 +154,12 @@ def batch_norm(ctx, node, grads):
         out[2] = gsum
     if ctx.wants(3):
         out[3] = ctx.op("Neg", [ctx.op("Mul", [gsum, scaled_inv])])
-    if ctx.wants(4):  # d/dvar of (var + eps)^(-1/2) is -1/2 inv^3
-        gc = ctx.reduce_sum(ctx.op("Mul", [g, centered]), axes, keepdims=0)
-        inv3 = ctx.op("Mul", [inv, ctx.op("Mul", [inv, inv])])
-        out[4] = ctx.op("Mul", [ctx.op("Mul", [gc, ctx.op("Mul", [scale, inv3])]), ctx.scalar(-0.5, x)])
+    if ctx.wants(4):  # d/dvar of (var + eps)^(-1/2) is -1/2 inv^3, which overflows float16 from var < 3e-4
+        gc = ctx.widened(ctx.reduce_sum(ctx.op("Mul", [g, centered]), axes, keepdims=0))
+        wide_inv = ctx.widened(inv)
+        inv3 = ctx.op("Mul", [wide_inv, ctx.op("Mul", [wide_inv, wide_inv])])
+        slope = ctx.op("Mul", [ctx.op("Mul", [gc, ctx.op("Mul", [ctx.widened(scale), inv3])]), ctx.scalar(-0.5, gc)])
+        out[4] = ctx.narrowed(slope, x)
     return out
 
 

@@ -98,7 +98,7 @@ def _lp_factor(ctx, x, p: float) -> str:
 def global_average_pool(ctx, node, grads):
     x, out = node.input[0], node.output[0]
     spread = ctx.op("Expand", [grads[0], ctx.op("Shape", [x])])
-    return [ctx.op("Div", [spread, ctx.count_ratio(x, out)])]
+    return [ctx.op("Mul", [spread, ctx.per_count(x, out)])]
 
 
 @rule("GlobalMaxPool")
@@ -106,9 +106,10 @@ def global_max_pool(ctx, node, grads):
     """To the maximal elements of each channel, split evenly among ties (as the engine's amax)."""
     x, out = node.input[0], node.output[0]
     shape = ctx.op("Shape", [x])
-    hits = ctx.op("Cast", [ctx.op("Equal", [x, out])], to=ctx.elem(x))
-    counts = ctx.reduce_sum(hits, range(2, ctx.need_rank(x)))
-    return [ctx.op("Mul", [ctx.op("Expand", [ctx.op("Div", [grads[0], counts]), shape]), hits])]
+    hits = ctx.cast(ctx.op("Equal", [x, out]), ctx.wide_type(x))  # counted in float32 for half types, never 0/0
+    counts = ctx.op("Max", [ctx.reduce_sum(hits, range(2, ctx.need_rank(x))), ctx.scalar(1.0, hits)])
+    share = ctx.narrowed(ctx.op("Div", [hits, counts]), x)
+    return [ctx.op("Mul", [ctx.op("Expand", [grads[0], shape]), share])]
 
 
 @rule("GlobalLpPool")

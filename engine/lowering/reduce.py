@@ -33,18 +33,21 @@ def kept(ctx, node, op_type: str, t: str) -> str:
     return t if static is None else ctx.reduce(op_type, t, static)
 
 
-def spread(ctx, node, g) -> str:
-    """g, shaped like the reduced output, broadcast back over the input's shape."""
+def unreduced(ctx, node, g) -> str:
+    """g, shaped like the reduced output, with the reduced axes back as ones (keepdims)."""
     x = node.input[0]
     if not attr(node, "keepdims", 1):
         if dynamic_axes(ctx, node) is not None:
-            g = ctx.op("Reshape", [g, ctx.op("Shape", [kept(ctx, node, "ReduceSum", x)])])
-        else:
-            axes = reduced_axes(ctx, node)
-            if axes is None:
-                return g
-            g = ctx.op("Unsqueeze", [g, ctx.ints(axes)])
-    return ctx.op("Expand", [g, ctx.op("Shape", [x])])
+            return ctx.op("Reshape", [g, ctx.op("Shape", [kept(ctx, node, "ReduceSum", x)])])
+        axes = reduced_axes(ctx, node)
+        if axes is not None:
+            return ctx.op("Unsqueeze", [g, ctx.ints(axes)])
+    return g
+
+
+def spread(ctx, node, g) -> str:
+    """g, shaped like the reduced output, broadcast back over the input's shape."""
+    return ctx.op("Expand", [unreduced(ctx, node, g), ctx.op("Shape", [node.input[0]])])
 
 
 @rule("ReduceSum")
@@ -55,7 +58,7 @@ def reduce_sum(ctx, node, grads):
 @rule("ReduceMean")
 def reduce_mean(ctx, node, grads):
     x, out = node.input[0], node.output[0]
-    return [ctx.op("Div", [spread(ctx, node, grads[0]), ctx.count_ratio(x, out)])]
+    return [ctx.op("Mul", [spread(ctx, node, grads[0]), ctx.per_count(x, out)])]
 
 
 @rule("ReduceSumSquare")
@@ -102,11 +105,15 @@ def log_softmax(ctx, node, grads):
 
 @rule("ReduceMax", "ReduceMin")
 def reduce_max_min(ctx, node, grads):
-    """The gradient goes to the extreme elements, split evenly among ties (as torch.amax / amin)."""
+    """The gradient goes to the extreme elements, split evenly among ties (as torch.amax / amin). The
+    share is counted in float32 for half types (exact up to 2^24 ties), never 0/0, and the reduced values
+    broadcast rather than Expand: onnxruntime without graph optimizations, in float16, compared an expanded
+    copy of the max unequal to every element after a Resize (all shares 0/0)."""
     x, out = node.input[0], node.output[0]
-    hits = ctx.op("Cast", [ctx.op("Equal", [x, spread(ctx, node, out)])], to=ctx.elem(x))
-    counts = ctx.op("Expand", [kept(ctx, node, "ReduceSum", hits), ctx.op("Shape", [x])])
-    return [ctx.op("Mul", [spread(ctx, node, grads[0]), ctx.op("Div", [hits, counts])])]
+    hits = ctx.cast(ctx.op("Equal", [x, unreduced(ctx, node, out)]), ctx.wide_type(x))
+    counts = ctx.op("Max", [kept(ctx, node, "ReduceSum", hits), ctx.scalar(1.0, hits)])
+    share = ctx.narrowed(ctx.op("Div", [hits, counts]), x)
+    return [ctx.op("Mul", [unreduced(ctx, node, grads[0]), share])]
 
 
 @rule("ReduceL1")
@@ -117,9 +124,9 @@ def reduce_l1(ctx, node, grads):
 
 @rule("ReduceLogSum")
 def reduce_log_sum(ctx, node, grads):
-    """d log(sum x) = g / sum x, the sum being exp(output)."""
+    """d log(sum x) = g / sum x, the sum being exp(output): g exp(-output), which never overflows."""
     out = node.output[0]
-    return [spread(ctx, node, ctx.op("Div", [grads[0], ctx.op("Exp", [out])]))]
+    return [spread(ctx, node, ctx.op("Mul", [grads[0], ctx.op("Exp", [ctx.op("Neg", [out])])]))]
 
 
 @rule("ReduceProd")

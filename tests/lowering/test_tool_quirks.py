@@ -80,3 +80,52 @@ def test_resize_without_static_sizes(mode, how):
     rng = np.random.default_rng(1)
     feeds = [{"x": rng.standard_normal(shape).astype(np.float32)} for shape in [(1, 2, 3, 4), (2, 1, 5, 6)]]
     _matches_engine(model, "y", ["x"], [], feeds)
+
+
+H = TensorProto.FLOAT16
+
+
+def _half_matches_engine(nodes, x_shape, y_shape, x, inits=(), opset=17):
+    """y = nodes(x) in float16, lowered, run by onnxruntime without graph optimizations (where its float16
+    kernels are taken as written): finite wherever the engine's float16 gradient is, and close to it."""
+    graph = helper.make_graph(nodes, "half", [vi("x", H, x_shape)], [vi("y", H, y_shape)], list(inits))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    lowered = engine.lower(model, "y", ["x"], [], dy=True)
+    check_valid(lowered)
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.log_severity_level = 3
+    session = ort.InferenceSession(lowered.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    m = engine.load(model)
+    dy = np.random.default_rng(2).standard_normal(m.run({"x": x})["y"].shape).astype(np.float16)
+    got = session.run(["dy_dx"], {"x": x, "dy": dy})[0]
+    want = np.asarray(m.gradient("y", ["x"], [], feeds={"x": x}, dy=dy).grads["x"])
+    assert np.isfinite(want).all() and np.isfinite(got).all()
+    got, want = got.astype(np.float64), want.astype(np.float64)  # relative: a gradient of 1e-5 counts too
+    assert np.linalg.norm(got - want) <= 1e-2 * np.linalg.norm(want)
+
+
+def test_half_reduce_max_after_resize_is_not_nan():
+    """NNSmith's float16 graph: Cos, a linear Resize, ReduceMax over a size-1 axis. onnxruntime without graph
+    optimizations compared the expanded max unequal to every element, so the tie share was 0/0."""
+    sizes = numpy_helper.from_array(np.array([19, 1, 35, 1, 1], np.int64), "sizes")
+    nodes = [helper.make_node("Cos", ["x"], ["c"]), helper.make_node("Resize", ["c", "", "", "sizes"], ["r"], mode="linear"),
+             helper.make_node("ReduceMax", ["r"], ["y"], axes=[4], keepdims=0)]
+    x = np.random.default_rng(3).standard_normal((19, 1, 1, 1, 1)).astype(np.float16)
+    _half_matches_engine(nodes, [19, 1, 1, 1, 1], [19, 1, 35, 1], x, [sizes])
+
+
+def test_half_gelu_tanh_of_large_inputs_is_finite():
+    """x³ overflows float16 from |x| > 40; the derivative there is 0 or 1, which the float32 intermediates give."""
+    x = np.array([-300.0, -50.0, -3.0, 0.0, 0.5, 3.0, 50.0, 300.0], np.float16)
+    _half_matches_engine([helper.make_node("Gelu", ["x"], ["y"], approximate="tanh")], [8], [8], x, opset=20)
+
+
+@pytest.mark.parametrize("op", ["ReduceMean", "GlobalAveragePool"])
+def test_half_mean_over_more_than_65504_inputs(op):
+    """1/n, not g/n: n = 70,000 is infinite in float16, its reciprocal is not."""
+    x = np.random.default_rng(4).standard_normal((1, 1, 70000)).astype(np.float16)
+    attrs = {"keepdims": 1} if op == "ReduceMean" else {}
+    _half_matches_engine([helper.make_node(op, ["x"], ["y"], **attrs)], [1, 1, 70000], [1, 1, 1], x)
