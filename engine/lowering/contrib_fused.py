@@ -278,12 +278,13 @@ def dynamic_quantize_matmul(ctx, node):
     # A_q. The integer q carries no gradient and the lowering's DynamicQuantizeLinear rule gives its scale
     # none (the engine detaches the whole round trip), so A_q reaches A with gradient 0. The engine's
     # backward is straight-through, A + stop(A_q - A): A's own gradient enters through fmod(A, tiny), the
-    # remainder of A below the smallest normal float. It is 0 for every normal A (each is a multiple of tiny;
-    # fmod is exact) and under tiny for the rest, while its derivative is 1 (Mod's rule: dA = g), so A_used
-    # is A_q in value and A in gradient: dA = dY · weightᵀ, the engine's straight-through VJP.
+    # remainder of A below the smallest normal float. It is 0 wherever |A| ≥ 2^-103 in float32 (2^-970 in
+    # double: A is then a multiple of tiny, and fmod is exact) and under tiny (1e-38) elsewhere, while its
+    # derivative is 1 (Mod's rule: dA = g), so A_used is A_q in value and A in gradient: dA = dY · weightᵀ,
+    # the engine's straight-through VJP.
     a_work = _cast(ctx, a, work)
-    a_q = _cast(ctx, ctx.op("DequantizeLinear", ctx.op("DynamicQuantizeLinear", [_cast(ctx, a, TensorProto.FLOAT)],
-                                                        n=3)), work)
+    a_q = ctx.op("DequantizeLinear", ctx.op("DynamicQuantizeLinear", [_cast(ctx, a, TensorProto.FLOAT)], n=3))
+    a_q = _cast(ctx, a_q, work, TensorProto.FLOAT)
     tiny = ctx.const(_number(np.finfo(helper.tensor_dtype_to_np_dtype(work)).tiny, work))
     a_used = ctx.op("Add", [a_q, ctx.op("Mod", [a_work, tiny], fmod=1)])
     y = _plus(ctx, ctx.op("MatMul", [a_used, weight]), _cast(ctx, bias, work))
