@@ -42,8 +42,10 @@ def if_(ctx, node, grads):
         found = propagate(sub, forward, {r: g for r, g in zip(results, grads) if g is not None}, targets)
         for t, f, o in zip(targets, found, outs):
             sub.emit("Identity", [f if f is not None else sub.fill_like(t, 0.0)], [o])
+        # outputs typed without shapes: a branch the condition never takes may see dy at another rank (an
+        # exporter's If that squeezes an axis only where it is 1), which a declared shape would refuse
         branches[key] = helper.make_graph(sub.nodes, f"{label}_{key}_backward", [],
-                                          [ctx.value_info(o, t) for o, t in zip(outs, targets)])
+                                          [helper.make_tensor_value_info(o, ctx.elem(t), None) for o, t in zip(outs, targets)])
     ctx.emit("If", [node.input[0]], outs, **branches)
     return _returned(node, dict(zip(targets, outs)))
 

@@ -49,11 +49,12 @@ def window(ctx, node, x, kernel=None) -> Window:
     return Window(tuple(kernel), tuple(strides), tuple(dilations), tuple(begin), tuple(end))
 
 
-def fit(ctx, t, x) -> str:
-    """t cropped, then zero-padded at the end, to x's spatial sizes (read at run time)."""
+def fit(ctx, t, x, begin) -> str:
+    """t from `begin` on (per spatial axis), cropped, then zero-padded at the end, to x's spatial sizes (read
+    at run time)."""
     rank = ctx.need_rank(x)
     axes = ctx.ints(range(2, rank))
-    t = ctx.op("Slice", [t, ctx.ints([0] * (rank - 2)), ctx.dims(x, 2), axes])
+    t = ctx.op("Slice", [t, ctx.ints(begin), ctx.op("Add", [ctx.dims(x, 2), ctx.ints(begin)]), axes])
     short = ctx.op("Sub", [ctx.dims(x, 2), ctx.dims(t, 2)])
     return ctx.op("Pad", [t, ctx.op("Concat", [ctx.ints([0] * (rank + 2)), short], axis=0)])
 
@@ -71,7 +72,9 @@ def adjoint(ctx, g, w, x, out, win: Window, group: int = 1, end=None) -> str:
         if any(output_padding):
             attrs["output_padding"] = output_padding
         return ctx.op("ConvTranspose", [g, w], pads=list(win.begin) + end, **attrs)
-    return fit(ctx, ctx.op("ConvTranspose", [g, w], pads=list(win.begin) + [0] * len(end), **attrs), x)
+    # no pads: a begin pad past the transposed conv's own extent (pads 253 around a 1 x 1 input) would leave
+    # onnxruntime an output size <= 0, so the begin rows are sliced off after
+    return fit(ctx, ctx.op("ConvTranspose", [g, w], pads=[0] * 2 * len(end), **attrs), x, list(win.begin))
 
 
 def weight_grad(ctx, g, x, w_shape, win: Window, group: int, end=None) -> str:

@@ -129,3 +129,30 @@ def test_half_mean_over_more_than_65504_inputs(op):
     x = np.random.default_rng(4).standard_normal((1, 1, 70000)).astype(np.float16)
     attrs = {"keepdims": 1} if op == "ReduceMean" else {}
     _half_matches_engine([helper.make_node(op, ["x"], ["y"], **attrs)], [1, 1, 70000], [1, 1, 1], x)
+
+
+def test_if_whose_dead_branch_has_another_rank():
+    """The TorchScript exporter's Squeeze of a dim that may be 1: If(dim == 1) Squeeze else Identity, the
+    output declared at the squeezed rank. The backward If's untaken branch sees dy at that rank too."""
+    axes = numpy_helper.from_array(np.array([0], np.int64), "axes")
+    then_g = helper.make_graph([helper.make_node("Squeeze", ["t", "axes"], ["s"])], "then", [], [vi("s", F, [3])])
+    else_g = helper.make_graph([helper.make_node("Identity", ["t"], ["i"])], "else", [], [vi("i", F, [1, 3])])
+    nodes = [helper.make_node("Tanh", ["x"], ["t"]), helper.make_node("Shape", ["t"], ["shape"], end=1),
+             helper.make_node("Squeeze", ["shape", "axes"], ["first"]), helper.make_node("Equal", ["first", "one"], ["c"]),
+             helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g)]
+    graph = helper.make_graph(nodes, "squeeze_if", [vi("x", F, [1, 3])], [vi("y", F, [3])],
+                              [axes, numpy_helper.from_array(np.array(1, np.int64), "one")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    _matches_engine(model, "y", ["x"], [], [{"x": np.array([[0.1, -0.5, 2.0]], np.float32)}])
+
+
+def test_conv_with_pads_beyond_a_small_symbolic_input():
+    """NNSmith: a 3 x 3 kernel, stride 3, begin pads 4 before a 1 x 1 input of symbolic size. The transposed
+    conv that lands on x cropped its begin pads itself, and onnxruntime found its output size <= 0."""
+    w = numpy_helper.from_array(np.random.default_rng(5).standard_normal((2, 1, 3, 3)).astype(np.float32), "w")
+    node = helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[3, 3], strides=[3, 3], pads=[4, 4, 0, 0])
+    graph = helper.make_graph([node], "conv", [vi("x", F, ["N", 1, "H", "W"])], [vi("y", F, ["N", 2, "P", "Q"])], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    rng = np.random.default_rng(6)
+    feeds = [{"x": rng.standard_normal(shape).astype(np.float32)} for shape in [(1, 1, 1, 1), (2, 1, 4, 5)]]
+    _matches_engine(model, "y", ["x", "w"], [], feeds)
