@@ -24,11 +24,24 @@ def dynamic_axes(ctx, node) -> str | None:
     return axes if axes and ctx.value(axes) is None else None
 
 
+def _given_axes(ctx, node) -> list[int] | None:
+    """The constant axes as written (negative ones too; None: none given), for a rank shape inference lost."""
+    axes = attr(node, "axes")
+    if axes is None and len(node.input) > 1 and node.input[1]:
+        axes = [int(a) for a in ctx.need_value(node.input[1]).reshape(-1)]
+    return list(axes) if axes else None
+
+
 def kept(ctx, node, op_type: str, t: str) -> str:
     """t reduced by op_type over the node's axes, with keepdims=1."""
     axes = dynamic_axes(ctx, node)
     if axes is not None:
         return ctx.op(op_type, [t, axes], keepdims=1, noop_with_empty_axes=attr(node, "noop_with_empty_axes", 0))
+    if ctx.rank(node.input[0]) is None:  # the axes as written, which need no rank
+        given = _given_axes(ctx, node)
+        if given is None:
+            return t if attr(node, "noop_with_empty_axes", 0) else ctx.op(op_type, [t], keepdims=1)
+        return ctx.reduce(op_type, t, given)
     static = reduced_axes(ctx, node)
     return t if static is None else ctx.reduce(op_type, t, static)
 
@@ -37,7 +50,7 @@ def unreduced(ctx, node, g) -> str:
     """g, shaped like the reduced output, with the reduced axes back as ones (keepdims)."""
     x = node.input[0]
     if not attr(node, "keepdims", 1):
-        if dynamic_axes(ctx, node) is not None:
+        if dynamic_axes(ctx, node) is not None or ctx.rank(x) is None:
             return ctx.op("Reshape", [g, ctx.op("Shape", [kept(ctx, node, "ReduceSum", x)])])
         axes = reduced_axes(ctx, node)
         if axes is not None:

@@ -156,3 +156,16 @@ def test_conv_with_pads_beyond_a_small_symbolic_input():
     rng = np.random.default_rng(6)
     feeds = [{"x": rng.standard_normal(shape).astype(np.float32)} for shape in [(1, 1, 1, 1), (2, 1, 4, 5)]]
     _matches_engine(model, "y", ["x", "w"], [], feeds)
+
+
+@pytest.mark.parametrize("op", ["ReduceMin", "ReduceMean"])
+def test_reduce_of_a_tensor_of_unknown_rank(op):
+    """Reshape to a shape fed at run time: shape inference knows no rank, so the reduction's axes are used as
+    written and the reduced axes restored from a keepdims reduction's shape (NNSmith seed 272, float64)."""
+    nodes = [helper.make_node("Reshape", ["x", "shape"], ["r"]), helper.make_node(op, ["r"], ["y"], axes=[-1], keepdims=0)]
+    graph = helper.make_graph(nodes, "unknown_rank", [vi("x", F, [6]), vi("shape", TensorProto.INT64, ["k"])],
+                              [vi("y", F, ["m"])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    x = np.array([0.5, -1.0, 2.0, -1.0, 3.0, 0.0], np.float32)  # a tie in the first row
+    feeds = [{"x": x, "shape": np.array(s, np.int64)} for s in ([2, 3], [3, 2])]
+    _matches_engine(model, "y", ["x"], ["shape"], feeds)
