@@ -82,8 +82,9 @@ def test_ulps_are_counted_at_the_values_scale():
     assert ulps(want[:2], want, "float32") == float("inf")
 
 
-def test_a_wrong_expansion_is_reported_wrong(monkeypatch):
-    """An interleaved rotary written as the half-split one (a real confusion of layouts) is caught in both types."""
+@pytest.fixture
+def half_split_rotary(monkeypatch):
+    """RotaryEmbedding's expansion confusing its layouts: an interleaved rotary written as the half-split one."""
     from engine.lowering import contrib
 
     right = contrib.EXPANSIONS["RotaryEmbedding"]
@@ -97,10 +98,19 @@ def test_a_wrong_expansion_is_reported_wrong(monkeypatch):
         right(ctx, flipped)
 
     monkeypatch.setitem(contrib.EXPANSIONS, "RotaryEmbedding", swapped)
-    case = next(c for c in all_cases() if c.op == "RotaryEmbedding" and dict(c.attrs).get("interleaved"))
+    return next(c for c in all_cases() if c.op == "RotaryEmbedding" and dict(c.attrs).get("interleaved"))
+
+
+def test_a_wrong_expansion_is_reported_wrong(half_split_rotary):
     for dtype in ("float32", "float16"):
-        outcome = lower_contrib_case(case, dtype)
+        outcome = lower_contrib_case(half_split_rotary, dtype)
         assert outcome.status == WRONG and outcome.ulps > 100 * ULPS[dtype], outcome
+
+
+def test_cli_exits_1_on_a_wrong_case(half_split_rotary, capsys):
+    code = cli_main(["conformance", "--contrib", "--lower", "--op", "RotaryEmbedding", "--case", half_split_rotary.label])
+    out = capsys.readouterr().out
+    assert code == 1 and f"wrong            {half_split_rotary.name}: output: " in out
 
 
 def test_cli_runs_the_lowering_sweep_and_prints_per_op_counts(capsys):
