@@ -10,7 +10,6 @@ expansion cannot write (a quantized KV cache, say), stops lowering with one line
 from __future__ import annotations
 
 import math
-from typing import Callable
 
 import numpy as np
 import onnx
@@ -18,29 +17,12 @@ from onnx import ModelProto, NodeProto, TensorProto
 
 from ..errors import LoweringError
 from ..modelfile.contrib_schema import is_default_domain_contrib
-from .context import Ctx, attr
+from . import contrib_attention, contrib_fused  # noqa: F401  (importing them registers their expansions)
+from .context import attr
+from .contrib_table import EXPANSIONS, MS, NOT_EXPANDED, expansion, final  # noqa: F401  (NOT_EXPANDED: read by records)
 from .rewrite import drop_unused_domains, expand_nodes, opset_of
 
-MS = "com.microsoft"
 MIN_OPSET = 13  # ReduceSum's axes input, Split's and Slice's input forms
-
-EXPANSIONS: dict[str, Callable[[Ctx, NodeProto], None]] = {}
-# Contrib ops with no expansion -> why (their records say it; lowering stops at them naming the node).
-NOT_EXPANDED: dict[str, str] = {}
-
-
-def expansion(*ops: str):
-    def register(fn):
-        for op in ops:
-            EXPANSIONS[op] = fn
-        return fn
-
-    return register
-
-
-def not_expanded(why: str, *ops: str) -> None:
-    for op in ops:
-        NOT_EXPANDED[op] = why
 
 
 def _inputs(node: NodeProto) -> list[str]:
@@ -70,37 +52,33 @@ def _plus(ctx, x, bias):
     return ctx.op("Add", [x, bias]) if bias else x
 
 
-def _final(ctx, node, value, k=0):
-    ctx.emit("Identity", [value], [node.output[k]])
-
-
 @expansion("Gelu")
 def gelu(ctx, node):
-    _final(ctx, node, _gelu(ctx, node.input[0]))
+    final(ctx, node, _gelu(ctx, node.input[0]))
 
 
 @expansion("BiasGelu")
 def bias_gelu(ctx, node):
-    _final(ctx, node, _gelu(ctx, ctx.op("Add", list(node.input[:2]))))
+    final(ctx, node, _gelu(ctx, ctx.op("Add", list(node.input[:2]))))
 
 
 @expansion("FastGelu")
 def fast_gelu(ctx, node):
     x, bias = _inputs(node)[:2]
-    _final(ctx, node, _fast_gelu(ctx, _plus(ctx, x, bias)))
+    final(ctx, node, _fast_gelu(ctx, _plus(ctx, x, bias)))
 
 
 @expansion("QuickGelu")
 def quick_gelu(ctx, node):
     x = node.input[0]
     gate = ctx.op("Sigmoid", [ctx.op("Mul", [x, ctx.scalar(attr(node, "alpha", 1.702), x)])])
-    _final(ctx, node, ctx.op("Mul", [x, gate]))
+    final(ctx, node, ctx.op("Mul", [x, gate]))
 
 
 @expansion("BiasAdd")
 def bias_add(ctx, node):
     x, bias, skip = node.input[:3]
-    _final(ctx, node, ctx.op("Add", [ctx.op("Add", [x, bias]), skip]))
+    final(ctx, node, ctx.op("Add", [ctx.op("Add", [x, bias]), skip]))
 
 
 @expansion("BiasSplitGelu")
@@ -110,13 +88,13 @@ def bias_split_gelu(ctx, node):
     total = ctx.op("Add", [x, bias])
     left = ctx.op("Slice", [total, ctx.ints([0]), ctx.ints([width // 2]), ctx.ints([-1])])
     right = ctx.op("Slice", [total, ctx.ints([width // 2]), ctx.ints([width]), ctx.ints([-1])])
-    _final(ctx, node, ctx.op("Mul", [left, _gelu(ctx, right)]))
+    final(ctx, node, ctx.op("Mul", [left, _gelu(ctx, right)]))
 
 
 @expansion("GemmFastGelu")
 def gemm_fast_gelu(ctx, node):
     x, w, bias = _inputs(node)[:3]
-    _final(ctx, node, _fast_gelu(ctx, _plus(ctx, ctx.op("MatMul", [x, w]), bias)))
+    final(ctx, node, _fast_gelu(ctx, _plus(ctx, ctx.op("MatMul", [x, w]), bias)))
 
 
 def _moved(ctx, t, trans_batch, trans):
@@ -135,7 +113,7 @@ def fused_matmul(ctx, node):
     b = _moved(ctx, node.input[1], attr(node, "transBatchB", 0), attr(node, "transB", 0))
     y = ctx.op("MatMul", [a, b])
     alpha = attr(node, "alpha", 1.0)
-    _final(ctx, node, y if alpha == 1.0 else ctx.op("Mul", [y, ctx.scalar(alpha, node.input[0])]))
+    final(ctx, node, y if alpha == 1.0 else ctx.op("Mul", [y, ctx.scalar(alpha, node.input[0])]))
 
 
 def _activation(ctx, node, y):
@@ -161,7 +139,7 @@ def fused_conv(ctx, node):
     conv_attrs = {a: attr(node, a) for a in ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
                   if attr(node, a) is not None}
     y = ctx.op("Conv", [x, w] + ([b] if b else []), **conv_attrs)
-    _final(ctx, node, _activation(ctx, node, _plus(ctx, y, z)))
+    final(ctx, node, _activation(ctx, node, _plus(ctx, y, z)))
 
 
 def _stats_type(ctx, x, stash_type=1):
@@ -189,7 +167,7 @@ def _normalized(ctx, s, axes, epsilon, centered, work):
 def _norm_outputs(ctx, node, values):
     for k, value in enumerate(values):
         if k < len(node.output) and node.output[k]:
-            _final(ctx, node, value, k)
+            final(ctx, node, value, k)
 
 
 @expansion("SkipLayerNormalization", "SkipSimplifiedLayerNormalization")
@@ -276,7 +254,7 @@ def matmul_nbits(ctx, node):
     y = ctx.op("MatMul", [_as(ctx, a, work, elem), ctx.op("Transpose", [weight], perm=[1, 0])])
     if bias:
         y = ctx.op("Add", [y, _as(ctx, bias, work, ctx.elem(bias))])
-    _final(ctx, node, _as(ctx, y, elem, work))
+    final(ctx, node, _as(ctx, y, elem, work))
 
 
 @expansion("GatherBlockQuantized")
@@ -299,7 +277,7 @@ def gather_block_quantized(ctx, node):
     inside = ctx.op("And", [ctx.op("Not", [ctx.op("Less", [index, none])]), ctx.op("Less", [index, count])])
     picked = ctx.op("Gather", [table, ctx.op("Where", [inside, index, none])], axis=0)
     zero = ctx.const(np.zeros((), dtype))
-    _final(ctx, node, ctx.op("Where", [ctx.op("Unsqueeze", [inside, ctx.ints([-1])]), picked, zero]))
+    final(ctx, node, ctx.op("Where", [ctx.op("Unsqueeze", [inside, ctx.ints([-1])]), picked, zero]))
 
 
 @expansion("MatMulIntegerToFloat")
@@ -309,7 +287,7 @@ def matmul_integer_to_float(ctx, node):
     acc = ctx.op("MatMulInteger", [a, b] + zeros)
     scale = ctx.op("Mul", [a_scale, b_scale])
     y = ctx.op("Mul", [ctx.op("Cast", [acc], to=ctx.elem(a_scale)), scale])
-    _final(ctx, node, _plus(ctx, y, bias))
+    final(ctx, node, _plus(ctx, y, bias))
 
 
 def _contrib(node: NodeProto, opset: int) -> bool:
@@ -338,7 +316,3 @@ def expand_contrib(proto: ModelProto, weights=None) -> ModelProto:
     expand_nodes(proto, weights, expansion_for, "expanded")
     drop_unused_domains(proto, {MS})
     return proto
-
-
-# The attention family and the other fused contrib ops register their expansions from their own modules.
-from . import contrib_attention, contrib_fused  # noqa: E402,F401  lazy cycle: they register into EXPANSIONS above

@@ -14,7 +14,7 @@ from onnx import TensorProto, helper
 
 from ..modelfile.contrib_schema import signature
 from .context import attr
-from .contrib import MS, expansion
+from .contrib_table import MS, expansion
 
 HALF = (TensorProto.FLOAT16, TensorProto.BFLOAT16)
 
@@ -53,7 +53,7 @@ def _last(ctx, t, start, stop):
     return ctx.op("Slice", [t, ctx.ints([start]), ctx.ints([stop]), ctx.ints([-1])])
 
 
-def _final(ctx, node, value, k):
+def final(ctx, node, value, k):
     if k < len(node.output) and node.output[k]:
         ctx.emit("Identity", [value], [node.output[k]])
 
@@ -119,9 +119,9 @@ def rotary_embedding(ctx, node):
                 for c in (cos_cache, sin_cache))  # (B or 1, S, 1, half)
     y = _rotary_part(ctx, x4, head, cos, sin, half, attr(node, "interleaved", 0), ctx.elem(x), work)
     if rank == 4:
-        _final(ctx, node, ctx.op("Transpose", [y], perm=[0, 2, 1, 3]), 0)
+        final(ctx, node, ctx.op("Transpose", [y], perm=[0, 2, 1, 3]), 0)
     else:
-        _final(ctx, node, ctx.op("Reshape", [y, ctx.op("Shape", [x])]), 0)
+        final(ctx, node, ctx.op("Reshape", [y, ctx.op("Shape", [x])]), 0)
 
 
 GQA_INPUTS = signature(MS, "GroupQueryAttention")[0]
@@ -311,4 +311,4 @@ def group_query_attention(ctx, node):
         outputs.append(probs if attr(node, "qk_output", 0) == 2 else
                        ctx.op("Where", [visible, scores, _value(ctx, 0.0, work)]))
     for k_out, value in enumerate(outputs):
-        _final(ctx, node, value if work == elem else ctx.op("Cast", [value], to=elem), k_out)
+        final(ctx, node, value if work == elem else ctx.op("Cast", [value], to=elem), k_out)

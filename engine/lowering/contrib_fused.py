@@ -12,7 +12,7 @@ import numpy as np
 from onnx import TensorProto, helper
 
 from .context import attr
-from .contrib import _final, expansion
+from .contrib_table import expansion, final
 
 
 def _inputs(node) -> list[str]:
@@ -36,7 +36,7 @@ def _output(ctx, node, k, value, work, elem):
     """Output k of the node (when it is wanted), rounded from the work type to `elem` once."""
     if k < len(node.output) and node.output[k]:
         if work == elem:
-            _final(ctx, node, value, k)
+            final(ctx, node, value, k)
         else:
             ctx.emit("Cast", [value], [node.output[k]], to=elem)
 
@@ -253,7 +253,7 @@ def embed_layer_norm(ctx, node):
         else:
             count = ctx.op("ConstantOfShape", [ctx.op("Slice", [ctx.op("Shape", [ids]), ctx.ints([0]), ctx.ints([1])])],
                            value=helper.make_tensor("zero", TensorProto.INT32, [1], [0]))
-        _final(ctx, node, count, 1)
+        final(ctx, node, count, 1)
     _output(ctx, node, 2, total, elem, elem)
 
 
