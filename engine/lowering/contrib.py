@@ -17,6 +17,7 @@ from onnx import ModelProto, NodeProto, TensorProto
 
 from ..errors import LoweringError
 from ..modelfile.contrib_schema import is_default_domain_contrib
+from ..modelfile.index import implicit_inputs
 from . import contrib_attention, contrib_fused  # noqa: F401  (importing them registers their expansions)
 from .context import attr
 from .contrib_table import EXPANSIONS, MS, NOT_EXPANDED, expansion, final  # noqa: F401  (NOT_EXPANDED: read by records)
@@ -313,6 +314,18 @@ def expand_contrib(proto: ModelProto, weights=None) -> ModelProto:
                             f"{', '.join(sorted(EXPANSIONS))})")
         return fn
 
+    packed = {t for n in proto.graph.node if _contrib(n, opset) for t in n.input}
     expand_nodes(proto, weights, expansion_for, "expanded")
     drop_unused_domains(proto, {MS})
+    _drop_unread(proto.graph, packed)
     return proto
+
+
+def _drop_unread(graph, candidates) -> None:
+    """In place: the initializers among `candidates` nothing reads any more (MatMulNBits' packed weights,
+    unpacked into constants): onnxruntime warns about each, and they would double the file's size."""
+    read = {t for n in graph.node for t in list(n.input) + list(implicit_inputs(n))} | {o.name for o in graph.output}
+    kept = [t for t in graph.initializer if t.name in read or t.name not in candidates]
+    if len(kept) < len(graph.initializer):
+        del graph.initializer[:]
+        graph.initializer.extend(kept)
