@@ -15,9 +15,9 @@ import numpy as np
 from engine.errors import FeedError
 from engine.gradient.dims import dims_from_feeds
 from engine.gradient.feeds import declared_dtype, declared_shape, parse_spec
-from engine.gradient.past_feeds import coherent_dims
+from engine.gradient.past_feeds import coherent_dims, past_plan
 
-FEED_KINDS = ("random", "zeros", "ones", "constant", "npy", "expression")
+FEED_KINDS = ("random", "zeros", "ones", "constant", "npy", "expression", "made-up")
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,8 @@ class FeedSource:
             return f"file {os.path.basename(self.path)}"
         if self.kind == "expression":
             return f"= {self.expression}"
+        if self.kind == "made-up":  # an LLM's positions or lengths, which follow its past (engine.gradient.past_feeds)
+            return f"made up: {self.expression}"
         return self.kind
 
     @property
@@ -210,6 +212,10 @@ def materialize(graph, sources: Mapping[str, FeedSource], constants: Callable[[s
 
 
 def _one(graph, name: str, source: FeedSource, lookup, dims: Mapping[str, int]) -> np.ndarray:
+    if source.kind == "made-up":
+        plan = past_plan(graph, dims)
+        value = plan.choose(graph, name, "zeros", 0)[0] if plan is not None else None
+        return value if value is not None else parse_spec(graph, name, "zeros", dims=dims)
     if source.kind == "random":
         return parse_spec(graph, name, f"random:{source.seed}", dims=dims)
     if source.kind in ("zeros", "ones"):

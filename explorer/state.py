@@ -15,6 +15,7 @@ import numpy as np
 import engine
 from engine.errors import FeedError, SelectionError
 from engine.gradient.feeds import default_spec
+from engine.gradient.past_feeds import coherent_dims, past_plan
 
 from .feeding import FeedSource, materialize, source_from
 from .jobs import VALUES_BUDGET, CheckJob, CheckOptions, GradientJob, ValuesJob, intermediate_bytes
@@ -159,9 +160,15 @@ class Session:
     def default_source(self, name: str) -> FeedSource | None:
         """A graph input nobody fed gets the engine's default (`engine.gradient.feeds.default_spec`, as the CLI):
         seeded random floats, zeros for integer and bool inputs."""
-        if name in self.graph.inputs:
-            return source_from("", default_spec(self.graph, name, self.seed))
-        return None
+        if name not in self.graph.inputs:
+            return None
+        spec = default_spec(self.graph, name, self.seed)
+        plan = past_plan(self.graph, coherent_dims(self.graph, self.dims))  # an LLM with past: as the CLI makes it up
+        if plan is not None:
+            value, spec, _ = plan.choose(self.graph, name, spec, self.seed)
+            if value is not None:
+                return FeedSource("made-up", expression=spec)
+        return source_from("", spec)
 
     def feed_source(self, name: str) -> tuple[FeedSource | None, bool]:
         """(source, explicit): what feeds `name`, and whether the user chose it."""
@@ -191,7 +198,6 @@ class Session:
     def dims_text(self) -> str | None:
         """"batch=1 seq=16" for every symbolic dim of the inputs, or None when they have none."""
         from engine.gradient.dims import symbolic_dims
-        from engine.gradient.past_feeds import coherent_dims
 
         names, sizes = symbolic_dims(self.graph), coherent_dims(self.graph, self.dims)  # an LLM's past, as made up
         return " ".join(f"{d}={sizes.get(d, 1)}" for d in names) or None

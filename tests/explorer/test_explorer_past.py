@@ -8,7 +8,7 @@ import pytest
 
 import engine
 from explorer.state import Session
-from tests.past_models import genai_llm, optimum_llm
+from tests.past_models import genai_llm, merged_decoder, optimum_llm
 
 
 @pytest.mark.parametrize("build,past", [(optimum_llm, None), (genai_llm, None), (genai_llm, 0)])
@@ -27,3 +27,20 @@ def test_explorer_made_up_values_run_in_onnxruntime(build, past):
     for name, value in zip(session.model.outputs, theirs):
         np.testing.assert_allclose(mine[name], value, rtol=1e-4, atol=1e-5, err_msg=name)
         assert np.any(value), name
+
+
+@pytest.mark.parametrize("build", [optimum_llm, lambda: genai_llm(length_inputs=True), merged_decoder])
+def test_explorer_makes_up_the_same_values_as_the_cli(build):
+    """Positions after the past, the lengths, use_cache_branch and token ids: one past plan for both."""
+    from engine.gradient.feeds import complete_feeds
+
+    proto = build()
+    session = Session(engine.load(proto), "test")
+    mine = session.feed_values()
+    cli, _ = complete_feeds(session.model, {}, targets=session.model.outputs)
+    assert set(mine) == set(cli)
+    for name, value in cli.items():
+        np.testing.assert_array_equal(mine[name], np.asarray(value), err_msg=name)
+    positions = [n for n in mine if "position" in n]
+    for name in positions:
+        assert mine[name].min() == 4, name  # after the past of 4, not zeros
