@@ -83,9 +83,10 @@ def reduce_sum_square(ctx, node, grads):
 
 @rule("ReduceL2")
 def reduce_l2(ctx, node, grads):
-    # NOTE: at a zero norm the derivative does not exist; the division gives NaN, as torch does.
+    # NOTE: at a zero norm the derivative does not exist; like the engine (torch's vector_norm) it is 0 there.
     x, out = node.input[0], node.output[0]
-    ratio = ctx.op("Div", [grads[0], out])
+    zero = ctx.op("Equal", [out, ctx.scalar(0.0, out)])
+    ratio = ctx.op("Div", [grads[0], ctx.op("Where", [zero, ctx.scalar(1.0, out), out])])
     return [ctx.op("Mul", [spread(ctx, node, ratio), x])]
 
 

@@ -169,3 +169,9 @@ def test_reduce_of_a_tensor_of_unknown_rank(op):
     x = np.array([0.5, -1.0, 2.0, -1.0, 3.0, 0.0], np.float32)  # a tie in the first row
     feeds = [{"x": x, "shape": np.array(s, np.int64)} for s in ([2, 3], [3, 2])]
     _matches_engine(model, "y", ["x"], ["shape"], feeds)
+
+
+def test_half_reduce_l2_of_a_zero_slice_is_zero():
+    """At a zero norm the engine (torch's vector_norm) gives 0, not 0/0."""
+    x = np.array([[0.0, 0.0, 0.0], [1.0, -2.0, 2.0]], np.float16)
+    _half_matches_engine([helper.make_node("ReduceL2", ["x"], ["y"], axes=[1], keepdims=1)], [2, 3], [2, 1], x)
