@@ -2,7 +2,7 @@
 graph optimizations off) match torch autograd through NNSmith's own module, are refused, give NaN, or
 cannot run for want of an onnxruntime kernel (tests/nnsmith_lowering.py says how each is judged).
 
-    python benchmarks/bench_lower_nnsmith.py [--graphs 300] [--dtypes float16,float32,float64] [--start 0]
+    python benchmarks/bench_lower_nnsmith.py [--graphs 300] [--dtypes float16,float32,float64] [--start 0] [--optimize]
 
 Results (counts, and every selection that did not match) go to benchmarks/results/lower_nnsmith.json. The
 process caps its address space (--memory-gb, default 6): a few graphs draw kernels so large that torch or
@@ -23,7 +23,7 @@ sys.path.insert(0, ROOT)
 from _results import write_json  # noqa: E402
 
 
-def sweep(dtype: str, seeds, log=print) -> dict:
+def sweep(dtype: str, seeds, optimize: bool = False, log=print) -> dict:
     from tests import nnsmith_graphs as ng
     from tests import nnsmith_lowering as nl
 
@@ -35,7 +35,7 @@ def sweep(dtype: str, seeds, log=print) -> dict:
             continue
         graphs += 1
         try:
-            outcomes = nl.lowered_outcomes(graph)
+            outcomes = nl.lowered_outcomes(graph, optimize=optimize)
         except Exception as exc:  # noqa: BLE001 - torch or onnxruntime out of memory, and anything else: counted
             outcomes = [nl.Outcome(seed, "?", "error", f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}")]
         for o in outcomes:
@@ -54,6 +54,7 @@ def main() -> int:
     ap.add_argument("--start", type=int, default=0, help="first seed")
     ap.add_argument("--dtypes", default="float16,float32,float64")
     ap.add_argument("--memory-gb", type=float, default=6.0)
+    ap.add_argument("--optimize", action="store_true", help="onnxruntime's graph optimizations on (default off)")
     ap.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results", "lower_nnsmith.json"))
     args = ap.parse_args()
     cap = int(args.memory_gb * (1 << 30))
@@ -62,9 +63,9 @@ def main() -> int:
     import torch
 
     results = {"seeds": [args.start, args.start + args.graphs], "onnxruntime": ort.__version__,
-               "torch": torch.__version__, "dtypes": {}}
+               "torch": torch.__version__, "graph_optimizations": args.optimize, "dtypes": {}}
     for dtype in args.dtypes.split(","):
-        results["dtypes"][dtype] = sweep(dtype, range(args.start, args.start + args.graphs))
+        results["dtypes"][dtype] = sweep(dtype, range(args.start, args.start + args.graphs), args.optimize)
         write_json(args.out, results)
     print(f"wrote {args.out}")
     return 0
