@@ -17,7 +17,8 @@ from engine.gradient.dims import dims_from_feeds
 from engine.gradient.feeds import declared_dtype, declared_shape, parse_spec
 from engine.gradient.past_feeds import coherent_dims, past_plan
 
-FEED_KINDS = ("random", "zeros", "ones", "constant", "npy", "expression", "made-up")
+FEED_KINDS = ("random", "zeros", "ones", "constant", "npy", "expression")  # what the feed dialog offers
+MADE_UP = "made-up"  # an LLM's positions or lengths, which follow its past (engine.gradient.past_feeds): not offered
 
 
 @dataclass(frozen=True)
@@ -29,7 +30,7 @@ class FeedSource:
     expression: str = ""
 
     def __post_init__(self):
-        if self.kind not in FEED_KINDS:
+        if self.kind not in FEED_KINDS and self.kind != MADE_UP:
             raise FeedError(f"unknown feed kind {self.kind!r}; use one of {', '.join(FEED_KINDS)}")
 
     def describe(self) -> str:
@@ -41,7 +42,7 @@ class FeedSource:
             return f"file {os.path.basename(self.path)}"
         if self.kind == "expression":
             return f"= {self.expression}"
-        if self.kind == "made-up":  # an LLM's positions or lengths, which follow its past (engine.gradient.past_feeds)
+        if self.kind == MADE_UP:
             return f"made up: {self.expression}"
         return self.kind
 
@@ -212,7 +213,7 @@ def materialize(graph, sources: Mapping[str, FeedSource], constants: Callable[[s
 
 
 def _one(graph, name: str, source: FeedSource, lookup, dims: Mapping[str, int]) -> np.ndarray:
-    if source.kind == "made-up":
+    if source.kind == MADE_UP:
         plan = past_plan(graph, dims)
         value = plan.choose(graph, name, "zeros", 0)[0] if plan is not None else None
         return value if value is not None else parse_spec(graph, name, "zeros", dims=dims)

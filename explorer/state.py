@@ -17,7 +17,7 @@ from engine.errors import FeedError, SelectionError
 from engine.gradient.feeds import default_spec
 from engine.gradient.past_feeds import coherent_dims, past_plan
 
-from .feeding import FeedSource, materialize, source_from
+from .feeding import MADE_UP, FeedSource, materialize, source_from
 from .jobs import VALUES_BUDGET, CheckJob, CheckOptions, GradientJob, ValuesJob, intermediate_bytes
 from .summaries import SummaryCache, summarize
 
@@ -167,7 +167,7 @@ class Session:
         if plan is not None:
             value, spec, _ = plan.choose(self.graph, name, spec, self.seed)
             if value is not None:
-                return FeedSource("made-up", expression=spec)
+                return FeedSource(MADE_UP, expression=spec)
         return source_from("", spec)
 
     def feed_source(self, name: str) -> tuple[FeedSource | None, bool]:

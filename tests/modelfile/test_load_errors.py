@@ -13,7 +13,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import engine
-from engine.errors import ExecutionError, ModelLoadError
+from engine.errors import ExecutionError, ModelLoadError, OnnxGradError
 from tests import paths
 
 ROOT = str(paths.ROOT)
@@ -68,15 +68,26 @@ def test_a_step_out_of_memory_names_the_node_and_the_size_asked_for():
         model.run({"S": np.array([2**22, 2**23], np.int64)})
 
 
-def test_a_memory_error_without_a_message_is_one_line_naming_the_node():
-    # A corrupted axis makes LayerNormalization's reduction list 2**40 long: Python's MemoryError, empty.
+def test_a_corrupted_axis_is_one_line_naming_the_attribute_before_any_allocation():
+    # The axis made LayerNormalization's reduction list 2**40 long (a MemoryError); its validator refuses it first.
     x = helper.make_tensor_value_info("X", TensorProto.FLOAT, [2, 4])
     model = _one_node(helper.make_node("LayerNormalization", ["X", "S"], ["Y"], name="ln", axis=-(2**40)), [x],
                       [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [2, 4])],
                       [onnx.numpy_helper.from_array(np.ones(4, np.float32), "S")])
-    with pytest.raises(ExecutionError, match=r"^node 'ln' \(LayerNormalization\) ran out of memory") as err:
+    with pytest.raises(OnnxGradError, match=r"^node 'ln' \(LayerNormalization\): attribute 'axis' is -1099511627776, "
+                                            r"expected in \[-2, 2\)") as err:
         model.run({"X": np.ones((2, 4), np.float64).astype(np.float32)})
     assert "\n" not in str(err.value)
+
+
+def test_a_memory_error_without_a_message_is_one_line_naming_the_node():
+    from types import SimpleNamespace
+
+    from engine.run.step_errors import step_error
+
+    err = step_error(SimpleNamespace(name="ln", op_type="LayerNormalization"), MemoryError())
+    assert isinstance(err, ExecutionError)
+    assert str(err) == "node 'ln' (LayerNormalization) ran out of memory (the size asked for is not known)"
 
 
 def test_the_seeded_load_path_fuzz_finds_no_escape():
