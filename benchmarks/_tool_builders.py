@@ -180,8 +180,8 @@ def tiny_whisper():
         suppress_tokens=[], begin_suppress_tokens=[])))
 
 
-def yolo_model():
-    """YOLO('yolo11n.yaml'), perturbed; call it with the cwd in a scratch folder (exports land there)."""
+def yolo_model(yaml: str = "yolo11n.yaml"):
+    """YOLO(yaml), perturbed; call it with the cwd in a scratch folder (exports land there)."""
     sys.path.insert(0, str(Path(__file__).parent))
     from _real_models import stub_torchvision
 
@@ -189,21 +189,25 @@ def yolo_model():
     from ultralytics import YOLO
 
     torch.manual_seed(SEED)
-    yolo = YOLO("yolo11n.yaml")  # the architecture from the yaml shipped in the package
+    yolo = YOLO(yaml)  # the architecture from the yaml shipped in the package
     perturb(yolo.model)
     return yolo
 
 
 # --- the cases ----------------------------------------------------------------------------------
+def yolo_export(yaml: str, imgsz: int) -> Path:
+    """The ONNX file ultralytics writes for YOLO(yaml) (in a scratch folder that outlives this call)."""
+    tmp = tempfile.mkdtemp()
+    cwd = os.getcwd()
+    os.chdir(tmp)  # the export lands next to the "weights" (the yaml name), i.e. in the cwd
+    try:
+        return Path(yolo_model(yaml).export(format="onnx", imgsz=imgsz)).resolve()
+    finally:
+        os.chdir(cwd)
+
+
 def yolo11n(folder: Path) -> Path:
-    with tempfile.TemporaryDirectory() as tmp:
-        cwd = os.getcwd()
-        os.chdir(tmp)  # the export lands next to the "weights" (the yaml name), i.e. in the cwd
-        try:
-            exported = Path(yolo_model().export(format="onnx", imgsz=320)).resolve()
-        finally:
-            os.chdir(cwd)
-        shutil.move(exported, folder / "model.onnx")
+    shutil.move(yolo_export("yolo11n.yaml", 320), folder / "model.onnx")
     images = np.random.default_rng(SEED).random((1, 3, 320, 320), dtype=np.float32)
     return write_case(folder, "ultralytics", {"images": images}, "output0", ["images"],
                       "ultralytics YOLO('yolo11n.yaml').export(format='onnx', imgsz=320): torchscript exporter, "
@@ -322,15 +326,24 @@ def whisper_merged(folder: Path) -> Path:
     return _whisper(folder, merged=True)
 
 
+# The genai builder imports transformers, which imports torchvision: stubbed first, as in this process.
+GENAI_BUILDER = ("import runpy, sys; sys.path.insert(0, sys.argv.pop(1)); from _real_models import stub_torchvision; "
+                 "stub_torchvision(); runpy.run_module('onnxruntime_genai.models.builder', run_name='__main__')")
+
+
+def run_genai_builder(hf_dir: Path, folder: Path, precision: str, cache: Path) -> None:
+    cmd = [sys.executable, "-c", GENAI_BUILDER, str(Path(__file__).parent), "-i", str(hf_dir), "-o", str(folder),
+           "-p", precision, "-e", "cpu", "-c", str(cache)]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    print(done.stdout + done.stderr)  # into build.log
+    if done.returncode:
+        raise RuntimeError(f"model builder failed: {(done.stderr or done.stdout).strip().splitlines()[-1:]}")
+
+
 def _genai(folder: Path, precision: str) -> Path:
     with tempfile.TemporaryDirectory() as tmp:
         save_tiny_llama(Path(tmp) / "hf")  # beside the builder's cache folder
-        cmd = [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(Path(tmp) / "hf"),
-               "-o", str(folder), "-p", precision, "-e", "cpu", "-c", str(Path(tmp) / "cache")]
-        done = subprocess.run(cmd, capture_output=True, text=True)
-        print(done.stdout + done.stderr)  # into build.log
-        if done.returncode:
-            raise RuntimeError(f"model builder failed: {(done.stderr or done.stdout).strip().splitlines()[-1:]}")
+        run_genai_builder(Path(tmp) / "hf", folder, precision, Path(tmp) / "cache")
     path = folder / "model.onnx"
     # batch 1: onnxruntime's GroupQueryAttention refuses a batch > 1 when new tokens follow a past.
     feeds = feeds_for(path, llm_dims(batch=1), TINY_LLAMA["vocab_size"])
@@ -360,4 +373,7 @@ if __name__ == "__main__":
 
     stub_torchvision()  # transformers imports torchvision too (installed system-wide since), ops unloadable
     out.mkdir(parents=True, exist_ok=True)
+    from _tool_builders_more import MORE  # more architectures per tool, built the same way
+
+    BUILDERS.update(MORE)
     BUILDERS[name](out)

@@ -82,6 +82,13 @@ CASES = {c.name: c for c in (
     Case("whisper_merged", "optimum", "tiny Whisper, optimum-onnx merged decoder (If on use_cache_branch)"),
     Case("genai_llama_fp32", "genai", "tiny Llama, onnxruntime-genai model builder fp32"),
     Case("genai_llama_int4", "genai", "tiny Llama, onnxruntime-genai model builder int4 (MatMulNBits)"),
+    # More architectures through the same tools (_tool_builders_more.py).
+    Case("gpt2_optimum", "optimum", "tiny GPT-2, optimum-onnx text-generation-with-past"),
+    Case("qwen2_optimum", "optimum", "tiny Qwen2, optimum-onnx text-generation-with-past"),
+    Case("bart_merged", "optimum", "tiny BART, optimum-onnx merged decoder (If on use_cache_branch)"),
+    Case("genai_gemma_fp32", "genai", "tiny Gemma, onnxruntime-genai model builder fp32"),
+    Case("genai_qwen2_int4", "genai", "tiny Qwen2, onnxruntime-genai model builder int4 (MatMulNBits)"),
+    Case("yolov8n_seg", "ultralytics", "YOLOv8n segmentation, imgsz 256"),
 )}
 
 
