@@ -152,8 +152,9 @@ def validate(graph: GraphIndex, y: str, xs, zs=(), strict: bool = False) -> Grad
     reached, free = upstream(graph, [y], member_set)
     if free:
         raise SelectionError(
-            f"y {y!r} is not determined by xs ∪ zs: it depends on {_join(free)}, "
-            "which is in neither (add it to zs, or to xs to differentiate with respect to it)"
+            f"y {y!r} is not determined by xs ∪ zs: it depends on {_join(free)}, which "
+            + ("is in neither (add it to zs, or to xs to differentiate with respect to it)" if len(free) == 1 else
+               "are in neither (add them to zs, or to xs to differentiate with respect to them)")
         )
     disconnected = frozenset(n for n in xs if n not in reached)
     return GradientSpec(y=y, xs=xs, zs=zs, disconnected=disconnected, determined=tuple(determined))

@@ -54,3 +54,14 @@ def test_lower_accepts_zs_inputs_and_its_gradient_matches_the_engine(two_inputs,
     w = np.linspace(-1, 1, 6).astype(np.float32).reshape(2, 3)
     np.testing.assert_allclose(got["dy_da"], feeds["b"] * (1 - np.tanh(feeds["a"] * feeds["b"] + w) ** 2),
                                rtol=1e-5, atol=1e-6)
+
+
+def test_the_inputs_y_still_needs_are_named_in_one_grammatical_line(two_inputs):
+    from engine.errors import SelectionError
+
+    model = engine.load(str(two_inputs))
+    with pytest.raises(SelectionError, match=r"depends on 'b', which is in neither \(add it to zs"):
+        model.selection("y", "a")
+    with pytest.raises(SelectionError, match=r"depends on 'a' and 'b', which are in neither \(add them to zs"):
+        model.selection("y", "w")
+    assert model.selection("y", "w", "inputs").zs == ("a", "b")
