@@ -77,6 +77,8 @@ class DiffReport:
     matched_tensors: int = 0
     elapsed_s: float = 0.0
     notes: tuple[str, ...] = field(default=())
+    # A's node -> node edges by node name, so the report draws its graph alone (HTML, Jupyter); not in the JSON.
+    edges: tuple[tuple[str, str], ...] = ()
 
     @property
     def first_divergence(self) -> Divergence | None:
@@ -120,6 +122,12 @@ class DiffReport:
 
     def to_json(self, indent: int | None = 1) -> str:
         return json.dumps(self.to_dict(), indent=indent)
+
+    def _repr_html_(self) -> str:
+        """Jupyter shows the self-contained HTML report inline."""
+        from .html import report_html  # lazy cycle: html.py imports this module's values
+
+        return report_html(self)
 
 
 def _ratio(error: float, tolerance: float) -> float:
