@@ -48,3 +48,8 @@ class DistributedError(OnnxGradError):
 class InputShapeError(OnnxGradError):
     """A node's input has a rank, dims, type or value its op refuses (the op's validator said so, before
     the forward ran): the message names the input by its schema name, the expected and the actual."""
+
+
+class DiffError(OnnxGradError):
+    """`diff` was asked for something it cannot compare: a dtype or onnxruntime with two models, neither,
+    an unknown dtype; the message says which."""

@@ -1,0 +1,192 @@
+"""`diff(a, b, ...)`: run both sides on the same feeds, then compare A's nodes (units.py) with their
+match in B, forward in topological order and gradient in reverse; each node's local error comes from
+B's nodes replayed on A's values (tape.py: one run of B whose nodes read A's matched values)."""
+from __future__ import annotations
+
+import math
+import time
+
+import torch
+
+from .matching import match
+from .report import FORWARD, GRADIENT, DiffReport, NodeDiff
+from .sides import make_feeds, open_sides
+from .tape import reverse, run_tape
+from .tolerance import eps_of, reduction_length, relative_error, tolerance
+from .units import units as make_units
+from .verdicts import culprits
+
+
+def diff(a, b=None, y=None, xs=(), zs=(), feeds=None, *, dims=None, past=None, seed=0, dtype=None, against=None,
+         device="cpu") -> DiffReport:
+    """Compare A with B (a second model; A run in `dtype` "float16"/"bfloat16"; or `against`
+    "onnxruntime") node by node, forward and, with y and xs, gradient. docs/diff.md."""
+    start = time.perf_counter()
+    sides = open_sides(a, b, dtype=dtype, against=against)
+    xs, zs = _names(xs), _names(zs)
+    model_a = sides.a
+    feeds, targets, spec, notes = make_feeds(model_a, feeds, y=y, xs=xs, zs=zs, dims=dims, past=past, seed=seed)
+    tape_a = run_tape(model_a, feeds, targets, device=device)
+    if sides.mode == "onnxruntime":
+        from .ort import ort_sides
+
+        matching = match(model_a.graph, model_a.graph)
+        plain, replay = ort_sides(sides.source, model_a, tape_a, feeds)
+        graph_b, sent_b = None, None
+    else:
+        model_b = sides.b
+        matching = match(model_a.graph, model_b.graph)
+        feeds_b = {matching.tensors[n]: v for n, v in feeds.items() if n in matching.tensors}
+        targets_b = [matching.tensors[t] for t in targets if t in matching.tensors]
+        if not targets_b:
+            from ..errors import DiffError
+
+            raise DiffError(f"B holds none of A's outputs {targets}: nothing to compare")
+        feeds_b, _, _, more = make_feeds(model_b, feeds_b, seed=seed, dims=dims, past=past)
+        plain = run_tape(model_b, feeds_b, targets_b, dtype=sides.b_dtype, device=device)
+        replay = run_tape(model_b, feeds_b, targets_b, dtype=sides.b_dtype, device=device,
+                          replace=_from_a(tape_a, model_a.graph, matching))
+        graph_b = model_b.graph
+    units = make_units(model_a.graph, graph_b, matching, tape_a.order)
+    weights = set(model_a.graph.initializers)
+    rows = [_forward(u, k, tape_a, plain, replay, matching, sides.mode, weights) for k, u in enumerate(units)]
+    if spec is not None and sides.mode != "onnxruntime":
+        rows += _gradient(units, tape_a, plain, replay, matching, y)
+    elif y is not None and xs and sides.mode == "onnxruntime":
+        notes += ("onnxruntime runs forward only: the gradient is not compared",)
+    rows = [r for r in rows if r is not None]
+    return DiffReport(sides.label_a, sides.label_b, sides.mode, y, tuple(xs), tuple(zs), tuple(rows),
+                      culprits(rows, units), matching.unmatched, len(matching.tensors),
+                      time.perf_counter() - start, tuple(notes))
+
+
+def _names(names) -> list[str]:
+    if isinstance(names, str):
+        return [n for n in names.split(",") if n]
+    return list(names)
+
+
+def _from_a(tape_a, graph_a, matching):
+    """B's replay reads A's value wherever B's tensor stands for one A computed (never for inputs and
+    initializers: a changed weight must show at its consumer)."""
+    produced = {t for n in graph_a.nodes for t in n.output if t}
+    of_b = {b: a for a, b in matching.tensors.items() if a in produced}
+
+    def replace(name, value):
+        a = of_b.get(name)
+        v = tape_a.values.get(a) if a is not None else None
+        if v is None or not isinstance(v, torch.Tensor) or v.shape != value.shape:
+            return None
+        return v.to(value.dtype) if v.dtype != value.dtype else v
+
+    return replace
+
+
+def _value(side, name):
+    return side.values.get(name) if name is not None else None
+
+
+def _worst(pairs) -> float:
+    errs = [relative_error(x, y) for x, y in pairs if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)]
+    return max(errs, default=0.0)
+
+
+def _eps(*values) -> float:
+    return max((eps_of(v.dtype) for v in values if isinstance(v, torch.Tensor)), default=0.0)
+
+
+def _forward(u, order, tape_a, plain, replay, matching, mode, weights) -> NodeDiff | None:
+    m = matching.tensors
+    outs_a = [tape_a.values.get(t) for t in u.outputs]
+    pairs = [(tape_a.values.get(t), _value(plain, m[t])) for t in u.outputs]
+    local_pairs = [(tape_a.values.get(t), _value(replay, m[t])) for t in u.outputs]
+    if not any(isinstance(x, torch.Tensor) and isinstance(z, torch.Tensor) for x, z in local_pairs):
+        return None
+    ins = [(t, tape_a.values.get(t), _value(plain, m.get(t))) for t in u.inputs]
+    eps = _eps(*outs_a, *(v for _, v in local_pairs))
+    tol = tolerance(eps, reduction_length([v for _, v, _ in ins], outs_a))
+    local = _worst(local_pairs)
+    notes = [u.note] if u.note else []
+    for t, va, vb in ins:  # a weight that differs shows here, at its consumer
+        if t not in weights:
+            continue
+        e = _worst([(va, vb)])
+        if e > tolerance(_eps(va, vb)):
+            notes.append(f"initializer {t!r} differs (error {e:.2g})")
+    if _overflow_begins(pairs, [vb for _, _, vb in ins]):
+        notes.append(("float16 " if mode == "dtype" else "") + "overflow begins here (B's values turn non-finite)")
+    return NodeDiff(u.name, u.op_type, FORWARD, order, _b_names(u, plain), u.outputs, _worst(pairs), local, tol,
+                    _beyond(local, tol), tuple((t, _worst([(va, vb)])) for t, va, vb in ins
+                                               if isinstance(va, torch.Tensor) and va.is_floating_point()),
+                    "; ".join(notes))
+
+
+def _beyond(error: float, tol: float) -> bool:
+    return math.isnan(error) or error > tol
+
+
+def _overflow_begins(pairs, inputs_b) -> bool:
+    """B's output turned non-finite where A's is finite, from inputs B still held finite."""
+    def finite(v):
+        return not isinstance(v, torch.Tensor) or not v.is_floating_point() or bool(torch.isfinite(v).all())
+    return (any(finite(va) and not finite(vb) for va, vb in pairs if vb is not None)
+            and all(finite(v) for v in inputs_b))
+
+
+def _b_names(u, side) -> tuple[str, ...]:
+    graph = getattr(side, "graph", None)
+    return tuple(graph.nodes[j].name for j in u.b_nodes) if graph is not None else ()
+
+
+def _gradient(units, tape_a, plain, replay, matching, y) -> list[NodeDiff]:
+    """Reverse order: what each unit sends back from A's incoming gradient, by A's rule and by B's (replayed
+    on A's values); the accumulated error is A's sending against B's own backward."""
+    m = matching.tensors
+    if y not in m or y not in tape_a.values:
+        return []
+    grads_a = reverse(tape_a, tape_a.order, {y: torch.ones_like(tape_a.values[y])})
+    y_b = plain.values.get(m[y])
+    grads_b = reverse(plain, plain.order, {m[y]: torch.ones_like(y_b)}) if y_b is not None else {}
+    rows = []
+    for k, u in enumerate(reversed(units)):
+        incoming = {t: grads_a[t] for t in u.outputs if t in grads_a}
+        if not incoming:
+            continue
+        sent_a = _send(tape_a, u.a_nodes, incoming)
+        sent_r = _send(replay, u.b_nodes, {m[t]: g for t, g in incoming.items()})
+        sent_b = _send(plain, u.b_nodes, {m[t]: grads_b[m[t]] for t in u.outputs if m[t] in grads_b})
+        targets = [t for t in dict.fromkeys(u.inputs) if t in sent_a or m.get(t) in sent_r]
+        if not targets:
+            continue
+        local = _worst((_or_zeros(sent_a.get(t), sent_r.get(m.get(t))), _or_zeros(sent_r.get(m.get(t)),
+                        sent_a.get(t))) for t in targets)
+        error = _worst((_or_zeros(sent_a.get(t), sent_b.get(m.get(t))), _or_zeros(sent_b.get(m.get(t)),
+                        sent_a.get(t))) for t in targets)
+        eps = _eps(*(sent_r.get(m.get(t)) for t in targets), *(sent_a.get(t) for t in targets))
+        sent = [sent_a[t] for t in targets if t in sent_a]
+        red = max(reduction_length(list(incoming.values()), sent), reduction_length(sent, list(incoming.values())))
+        tol = tolerance(eps, red)
+        arrived = tuple((t, _worst([(g, grads_b.get(m[t]))])) for t, g in incoming.items())
+        rows.append(NodeDiff(u.name, u.op_type, GRADIENT, k, _b_names(u, plain), u.outputs, error, local, tol,
+                             _beyond(local, tol), arrived, u.note))
+    return rows
+
+
+def _send(tape, nodes, seeds) -> dict:
+    """What a run of nodes sends to the tensors entering it from `seeds` at its outputs."""
+    if not nodes or not seeds:
+        return {}
+    grads = reverse(tape, sorted(nodes, key=_position(tape)), seeds)
+    return {n: g for n, g in grads.items() if n not in seeds}
+
+
+def _position(tape):
+    where = {i: k for k, i in enumerate(tape.order)}
+    return lambda i: where.get(i, i)
+
+
+def _or_zeros(value, like):
+    """A gradient one side does not send (an op without a rule, a zero path) is zero there."""
+    if value is None and isinstance(like, torch.Tensor):
+        return torch.zeros_like(like)
+    return value

@@ -1,0 +1,102 @@
+"""One side of a diff run node by node: every node's inputs become its own autograd leaves, so each
+node's forward value and its vector-Jacobian product can be read alone (the stepping API of
+docs/python-api.md, "stepping the reverse pass yourself"). `replace` lets a run take another model's
+values at the inputs of each node: that run is the other model's nodes replayed on this side's values."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Mapping
+
+import torch
+
+from ..run.plan import StepObserver
+
+
+@dataclass
+class Record:
+    leaves: dict[str, torch.Tensor]  # the node's float inputs, as its own leaves
+    inputs: list[str | None]
+    outputs: list[str | None]
+    outs: list  # as computed from the leaves (attached to them)
+
+
+@dataclass
+class Tape(StepObserver):
+    replace: Callable[[str, torch.Tensor], torch.Tensor | None] | None = None
+    records: dict[int, Record] = field(default_factory=dict)
+    values: dict[str, torch.Tensor] = field(default_factory=dict)
+    order: list[int] = field(default_factory=list)
+    graph: object = None  # the model's GraphIndex, for node names
+
+    def source(self, name, value):
+        self.values[name] = value.detach() if isinstance(value, torch.Tensor) else value
+        return value
+
+    def arguments(self, step, names, args):
+        if self.replace is not None:
+            args = [a if n is None or not isinstance(a, torch.Tensor) else _or(self.replace(n, a), a)
+                    for n, a in zip(names, args)]
+        self._leaves = {n: a.detach().requires_grad_() for n, a in zip(names, args)
+                        if n is not None and isinstance(a, torch.Tensor) and a.is_floating_point()}
+        for n, a in zip(names, args):
+            if n is not None and n not in self.values and isinstance(a, torch.Tensor):
+                self.values[n] = a.detach()  # initializers: read from the plan, never a source
+        return [self._leaves.get(n, a) for n, a in zip(names, args)]
+
+    def outputs(self, step, args, names, outs):
+        self.records[step.node_index] = Record(self._leaves, [], list(names), list(outs))
+        self.order.append(step.node_index)
+        detached = [o.detach() if isinstance(o, torch.Tensor) else o for o in outs]
+        for n, o in zip(names, detached):
+            if n is not None:
+                self.values[n] = o
+        return detached
+
+
+def _or(value, fallback):
+    return fallback if value is None else value
+
+
+def run_tape(model, feeds: Mapping[str, object], targets: Iterable[str], *, dtype=None, device="cpu",
+             replace=None) -> Tape:
+    """Run `model` from `feeds` to `targets`, node by node, recording each node on its own leaves."""
+    from ..dtypes import parse_device, parse_float_dtype
+
+    dev, fdt = parse_device(device), parse_float_dtype(dtype)
+    plan = model.prepare(list(feeds), list(targets), device=dev, dtype=fdt, keep_all=True)
+    values = [model.to_tensor(n, feeds[n], dev, fdt) for n in plan.sources]
+    tape = Tape(replace)
+    tape.graph = model.graph
+    with torch.enable_grad():
+        plan.run_observed(values, tape)
+    return tape
+
+
+def vjp(record: Record, cotangents: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """What `record`'s node sends to each float input from `cotangents` at its outputs (cast to the
+    outputs' dtypes): one vector-Jacobian product."""
+    pairs = [(o, cotangents[t].to(o.dtype)) for t, o in zip(record.outputs, record.outs)
+             if t in cotangents and isinstance(o, torch.Tensor) and o.requires_grad]
+    if not pairs or not record.leaves:
+        return {}
+    with torch.enable_grad():
+        sent = torch.autograd.grad([o for o, _ in pairs], list(record.leaves.values()), [g for _, g in pairs],
+                                   allow_unused=True, retain_graph=True)
+    return {n: g for n, g in zip(record.leaves, sent) if g is not None}
+
+
+def reverse(tape: Tape, nodes: Iterable[int], seeds: Mapping[str, torch.Tensor],
+            sent_by: dict[int, dict[str, torch.Tensor]] | None = None) -> dict[str, torch.Tensor]:
+    """The cotangent of every tensor from `seeds`, walking `nodes` (topological) backwards; what each
+    node sent is kept in `sent_by` when given."""
+    grads = dict(seeds)
+    for i in reversed(list(nodes)):
+        record = tape.records.get(i)
+        if record is None:
+            continue
+        sent = vjp(record, grads)
+        if sent_by is not None:
+            sent_by[i] = sent
+        for name, g in sent.items():
+            grads[name] = grads[name] + g.to(grads[name].dtype) if name in grads else g
+    return grads

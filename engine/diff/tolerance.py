@@ -1,0 +1,53 @@
+"""How far apart two values may be before a node is said to diverge: errors are relative to the value's
+scale (max |a − b| / max(max |a|, max |b|)); a tolerance is in units of the lower precision's epsilon,
+widened by the node's reduction length (a MatMul's inner dimension, a ReduceSum's span) because each of
+the terms it adds carries its own rounding. docs/diff.md states the rule."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+# A node's own rounding, in epsilons of the lower precision: rounding its inputs and computing in
+# the half type stays within a few; an initializer scaled by 1.01 in float32 is ~80 000 epsilons away.
+UNITS = 8.0
+TINY = 1e-30
+
+
+def eps_of(dtype: torch.dtype) -> float:
+    """The machine epsilon of a float dtype; integers and bools compare exactly."""
+    return float(torch.finfo(dtype).eps) if dtype.is_floating_point else 0.0
+
+
+def reduction_length(inputs, outputs) -> float:
+    """How many terms each output element sums at most, as its inputs' size over its output's: a
+    MatMul's K, a ReduceMean's span, 1 for an elementwise op."""
+    n_in = max((t.numel() for t in inputs if isinstance(t, torch.Tensor)), default=1)
+    n_out = max((t.numel() for t in outputs if isinstance(t, torch.Tensor)), default=1)
+    return max(1.0, n_in / max(n_out, 1))
+
+
+def tolerance(eps: float, reduction: float = 1.0) -> float:
+    """UNITS epsilons, widened by log2 of the reduction length (pairwise and blocked sums grow their
+    rounding with the depth of the sum tree, not with its length)."""
+    return UNITS * eps * (1.0 + math.log2(max(reduction, 1.0)))
+
+
+def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
+    """max |a − b| over the value's scale; inf where one side is NaN/Inf and the other is not (or a
+    shape differs), 0 where both hold the same non-finite values."""
+    if a.shape != b.shape:
+        return math.inf
+    if not (a.is_floating_point() or b.is_floating_point()):
+        return 0.0 if torch.equal(a, b.to(a.dtype)) else math.inf
+    a64, b64 = a.detach().to(torch.float64), b.detach().to(torch.float64)
+    fa, fb = torch.isfinite(a64), torch.isfinite(b64)
+    same_nonfinite = (~fa) & (~fb) & ((a64 == b64) | (torch.isnan(a64) & torch.isnan(b64)))
+    if bool(((fa != fb) | ((~fa) & ~same_nonfinite)).any()):
+        return math.inf
+    both = fa & fb
+    if not bool(both.any()):
+        return 0.0
+    diff = float((a64[both] - b64[both]).abs().max())
+    scale = max(float(a64[both].abs().max()), float(b64[both].abs().max()), TINY)
+    return diff / scale if diff else 0.0

@@ -1,0 +1,67 @@
+"""What is compared: A's nodes one by one, except where B computes a run of them otherwise (a matched
+span, or B's own extra nodes such as a cast model's Casts): then the run is one unit, compared at its
+boundary. Torch-free: it reads the two graphs and the matching."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..modelfile.index import node_inputs
+
+
+@dataclass(frozen=True)
+class Unit:
+    a_nodes: tuple[int, ...]  # indices into A's graph.nodes, topological
+    b_nodes: tuple[int, ...]  # indices into B's graph.nodes, topological (empty: B is onnxruntime)
+    inputs: tuple[str, ...]  # A's tensors entering it
+    outputs: tuple[str, ...]  # A's tensors leaving it that B also holds
+    name: str
+    op_type: str
+    note: str = ""
+
+
+def units(graph_a, graph_b, matching, order: list[int]) -> list[Unit]:
+    """The units in A's topological `order` (the nodes A ran). A span is placed where its last node ran."""
+    index_a = {n.name: i for i, n in enumerate(graph_a.nodes)}
+    index_b = {n.name: i for i, n in enumerate(graph_b.nodes)} if graph_b is not None else {}
+    span_of = {}
+    for span in matching.spans:
+        for name in span.a_nodes:
+            span_of[index_a[name]] = span
+    position, out = {i: k for k, i in enumerate(order)}, []
+    a_produced = {t for n in graph_a.nodes for t in n.output if t}
+    stops = {matching.tensors[t] for t in a_produced if t in matching.tensors}
+    for i in order:
+        span = span_of.get(i)
+        if span is None:
+            node = graph_a.nodes[i]
+            outputs = tuple(t for t in node.output if t and t in matching.tensors)
+            if not outputs:
+                continue
+            b_nodes = _b_closure(graph_b, [matching.tensors[t] for t in outputs], stops) if graph_b else ()
+            extra = len(b_nodes) - 1
+            note = f"B computes it with {len(b_nodes)} nodes" if extra > 0 else ""
+            out.append(Unit((i,), b_nodes, tuple(t for t in node_inputs(node) if t), outputs, node.name or
+                            node.output[0], node.op_type, note))
+            continue
+        members = [index_a[n] for n in span.a_nodes]
+        if position[i] != max(position.get(m, -1) for m in members):
+            continue
+        b_nodes = tuple(sorted(index_b[n] for n in span.b_nodes if n in index_b))
+        ops = "+".join(graph_b.nodes[j].op_type for j in b_nodes) if graph_b else ""
+        out.append(Unit(tuple(sorted(members)), b_nodes, span.inputs, span.outputs, span.a_nodes[0],
+                        ops or graph_a.nodes[members[0]].op_type, f"span of {len(members)} nodes of A"))
+    return out
+
+
+def _b_closure(graph_b, outputs: list[str], stops: set[str]) -> tuple[int, ...]:
+    """B's nodes that compute `outputs` from tensors matched to A's computed values (or from B's
+    inputs and initializers): the node itself, plus anything B inserted on the way (Casts, a QDQ pair)."""
+    seen, todo = set(), list(outputs)
+    while todo:
+        t = todo.pop()
+        j = graph_b.producer.get(t)
+        if j is None or j in seen or (t in stops and t not in outputs):
+            continue
+        seen.add(j)
+        todo.extend(x for x in node_inputs(graph_b.nodes[j]) if x)
+    return tuple(sorted(seen))
