@@ -39,6 +39,8 @@ from .errors import (
 
 _LAZY = {
     "backend": ("OnnxGradBackend", "OnnxGradRep"),
+    "diff.compare": ("diff",),
+    "diff.report": ("DiffReport",),
     "gradient.prepared": ("GradientOutput", "GradientResult", "PreparedGradient"),
     "gradmanager": ("Gradients", "GradManager", "Parameters"),
     "graphs": ("BackwardGraph", "Canvas", "GraphLayout", "GraphStats", "LayoutEdge", "LayoutNode", "TensorStats",
@@ -67,7 +69,7 @@ __all__ = [
     "render_graph",
     "layout_graph", "layout_near", "LocalLayout", "GraphLayout", "LayoutNode", "LayoutEdge", "Canvas",
     "OnnxGradBackend", "OnnxGradRep", "lower", "LoweringError", "DistributedError", "pause_point", "paced",
-    "set_pause_hook",
+    "set_pause_hook", "diff", "DiffReport",
 ]
 
 

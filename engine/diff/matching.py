@@ -1,11 +1,16 @@
-"""Which tensor of B stands for which tensor of A: by name first; what cannot be matched is listed, never
-guessed. (Renamed tensors, a cast model's inserted Casts, fused contrib spans and QDQ pairs extend this.)
-Torch-free: it reads the two graphs only."""
+"""Which tensor of B stands for which tensor of A. Names first (a same-named tensor stays matched even
+where its producer differs: the numeric diff shows the difference); then graph position (engine/diff/
+match_walk.py), looking through the Casts a float16 converter inserts and a quantizer's QDQ pairs; then
+spans of A's nodes that B computes with other nodes, compared at their boundary (match_spans.py).
+What cannot be matched is listed with the reason, never guessed. Torch-free: it reads the two graphs only."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..modelfile.index import GraphIndex, node_inputs
+from .match_graph import constant_kind, is_carrier, source
+from .match_spans import find_spans
+from .match_walk import WalkState, seed_by_position, walk
 from .report import Unmatched
 
 
@@ -25,6 +30,8 @@ class Matching:
     tensors: dict[str, str]  # A's tensor -> B's tensor holding the same value
     spans: tuple[Span, ...] = ()
     unmatched: tuple[Unmatched, ...] = ()
+    # A's node -> B's node computing it one for one (same op_type; B's Casts around it not named)
+    nodes: dict[str, str] = field(default_factory=dict)
 
     def b_of(self, a_tensor: str) -> str | None:
         return self.tensors.get(a_tensor)
@@ -40,16 +47,84 @@ def _all_tensors(graph: GraphIndex) -> list[str]:
 
 def _producer_name(graph: GraphIndex, tensor: str) -> str:
     i = graph.producer.get(tensor)
-    return graph.nodes[i].name if i is not None else ""
+    return graph.node_names[i] if i is not None else ""
 
 
 def match(a: GraphIndex, b: GraphIndex) -> Matching:
-    """Tensors matched by name (same name on both sides); the rest of each side listed as unmatched."""
+    """Every tensor of A matched to the tensor of B holding its value, where one can be named for sure."""
     a_names, b_names = _all_tensors(a), _all_tensors(b)
+    s = WalkState(a, b)
     b_set = set(b_names)
-    tensors = {t: t for t in a_names if t in b_set}
-    unmatched = [Unmatched("a", t, _producer_name(a, t), "no tensor of that name in B") for t in a_names
-                 if t not in tensors]
-    unmatched += [Unmatched("b", t, _producer_name(b, t), "no tensor of that name in A") for t in b_names
-                  if t not in set(tensors.values())]
-    return Matching(tensors, (), tuple(unmatched))
+    for t in a_names:
+        if t in b_set:
+            s.pair(t, t)
+    seed_by_position(s)
+    walk(s)
+    found, refused = find_spans(s)
+    spans = tuple(Span(tuple(a.node_names[i] for i in f.a_nodes), tuple(b.node_names[j] for j in f.b_nodes),
+                       f.inputs, f.outputs) for f in found)
+    nodes = {a.node_names[i]: b.node_names[j] for i, j in sorted(s.nodes.items())}
+    unmatched = _unmatched_a(s, a_names, found) + _unmatched_b(s, b_names, found, refused)
+    return Matching(dict(s.tensors), spans, tuple(unmatched), nodes)
+
+
+def _unmatched_a(s: WalkState, names: list[str], found) -> list[Unmatched]:
+    a, b = s.a, s.b
+    in_span = {i: f for f in found for i in f.a_nodes}
+    out = []
+    for t in names:
+        if t in s.tensors:
+            continue
+        i = a.producer.get(t)
+        if i is None:
+            what = "graph input" if t in a.inputs else "initializer" if t in a.initializers else "tensor"
+            why = f"{what}: B has none of that name, and none of the same shape and dtype in the same place"
+        elif i in in_span:
+            fused = ", ".join(b.node_names[j] for j in in_span[i].b_nodes)
+            why = f"inside a span that B computes as {fused}: compared at the span's boundary"
+        elif i in s.ambiguous:
+            tied = " and ".join(repr(b.node_names[j]) for j in s.ambiguous[i][:3])
+            why = f"ambiguous: B's {tied} stand for node {a.node_names[i]!r} equally well"
+        elif i in s.nodes:
+            why = f"its node's counterpart {b.node_names[s.nodes[i]]!r} has that output matched elsewhere"
+        else:
+            node = a.nodes[i]
+            why = f"no {node.op_type} node of B reads the counterparts of {a.node_names[i]!r}'s inputs"
+        out.append(Unmatched("a", t, a.node_names[i] if i is not None else "", why))
+    return out
+
+
+def _unmatched_b(s: WalkState, names: list[str], found, refused: dict[int, str]) -> list[Unmatched]:
+    b = s.b
+    carried = {source(b, tb) for tb in s.taken}
+    in_span = {j for f in found for j in f.b_nodes}
+    out = []
+    for t in names:
+        j = b.producer.get(t)
+        if t in s.taken or source(b, t) in carried:
+            continue  # matched, or a Cast / QDQ copy of a matched value
+        if j is not None and j in in_span:
+            continue  # inside a span: compared at its boundary
+        if _quantizer_part(b, t, carried):
+            continue
+        if j is not None and j in refused:
+            why = refused[j]
+        elif j is not None and is_carrier(b, j):
+            why = "a Cast or QDQ copy of a tensor that has no counterpart in A"
+        elif j is None:
+            what = "initializer" if constant_kind(b, t) else "graph input"
+            why = f"{what}: A has none of that name, and none of the same shape and dtype in the same place"
+        else:
+            why = f"{b.nodes[j].op_type} node {b.node_names[j]!r} stands for no node of A"
+        out.append(Unmatched("b", t, b.node_names[j] if j is not None else "", why))
+    return out
+
+
+def _quantizer_part(b: GraphIndex, t: str, carried: set[str]) -> bool:
+    """A scale, zero point or quantized value that only a looked-through QDQ pair, or the dequantization of a
+    matched weight, reads: part of how B carries a value, not a value of its own."""
+    users = b.consumers.get(t, [])
+    if not users or (b.producer.get(t) is not None and b.nodes[b.producer[t]].op_type != "QuantizeLinear"):
+        return False
+    return all(is_carrier(b, j) or (b.nodes[j].op_type == "DequantizeLinear" and b.nodes[j].output[0] in carried)
+               for j in users)

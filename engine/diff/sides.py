@@ -38,17 +38,7 @@ def as_model(source):
 
 def open_sides(a, b=None, *, dtype=None, against=None) -> Sides:
     """Check the form asked for (two models; one with dtype; one against onnxruntime) and load."""
-    if dtype is not None and dtype not in HALF:
-        raise DiffError(f"dtype {dtype!r} is not a half type diff runs a model in: choose {', '.join(HALF)}")
-    if against is not None and against not in AGAINST:
-        raise DiffError(f"cannot diff against {against!r}: choose {', '.join(AGAINST)}")
-    if b is not None and (dtype or against):
-        which = f"dtype {dtype}" if dtype else f"against {against}"
-        raise DiffError(f"{which} compares one model with itself: give one model, not two")
-    if dtype and against:
-        raise DiffError("give either a dtype or against onnxruntime, not both")
-    if b is None and not (dtype or against):
-        raise DiffError("diff needs a second model, a dtype (float16, bfloat16) or against='onnxruntime'")
+    check_form(b is not None, dtype, against)
     model_a = as_model(a)
     label = label_of(a)
     if dtype:
@@ -56,6 +46,21 @@ def open_sides(a, b=None, *, dtype=None, against=None) -> Sides:
     if against:
         return Sides(model_a, None, label, "onnxruntime", "onnxruntime", None, a)
     return Sides(model_a, as_model(b), label, label_of(b), "models", None, b)
+
+
+def check_form(two: bool, dtype=None, against=None) -> None:
+    """DiffError unless exactly one of: a second model, a half dtype, against onnxruntime."""
+    if dtype is not None and dtype not in HALF:
+        raise DiffError(f"dtype {dtype!r} is not a half type diff runs a model in: choose {', '.join(HALF)}")
+    if against is not None and against not in AGAINST:
+        raise DiffError(f"cannot diff against {against!r}: choose {', '.join(AGAINST)}")
+    if two and (dtype or against):
+        which = f"dtype {dtype}" if dtype else f"against {against}"
+        raise DiffError(f"{which} compares one model with itself: give one model, not two")
+    if dtype and against:
+        raise DiffError("give either a dtype or against onnxruntime, not both")
+    if not two and not (dtype or against):
+        raise DiffError("diff needs a second model, a dtype (float16, bfloat16) or against onnxruntime")
 
 
 def make_feeds(model, feeds, *, y=None, xs=(), zs=(), dims=None, past=None, seed=0):
@@ -66,11 +71,11 @@ def make_feeds(model, feeds, *, y=None, xs=(), zs=(), dims=None, past=None, seed
     from ..gradient.feeds import complete_feeds
     from ..gradient.past_feeds import with_past
 
-    spec = model.selection(y, list(xs), list(zs)) if y is not None and xs else None
     if y is not None and not model.graph.has_tensor(y):
         from ..errors import SelectionError
 
         raise SelectionError(f"y {y!r} is not a tensor of A{model.graph.did_you_mean(y)}")
+    spec = model.selection(y, list(xs), list(zs)) if y is not None and xs else None
     dims = with_past(model.graph, check_dims(model.graph, dict(dims or {})), past)
     targets = list(dict.fromkeys(([y] if y else []) + list(model.outputs)))
     members = list(spec.xs) + list(spec.zs) if spec is not None else []
