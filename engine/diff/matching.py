@@ -76,7 +76,11 @@ def _unmatched_a(s: WalkState, names: list[str], found) -> list[Unmatched]:
         if t in s.tensors:
             continue
         i = a.producer.get(t)
-        if i is None:
+        users = a.consumers.get(t, [])
+        if i is None and users and all(k in in_span for k in users):
+            fused = ", ".join(b.node_names[j] for j in in_span[users[0]].b_nodes)
+            why = f"a constant read only inside a span that B computes as {fused}"
+        elif i is None:
             what = "graph input" if t in a.inputs else "initializer" if t in a.initializers else "tensor"
             why = f"{what}: B has none of that name, and none of the same shape and dtype in the same place"
         elif i in in_span:
@@ -105,6 +109,9 @@ def _unmatched_b(s: WalkState, names: list[str], found, refused: dict[int, str])
             continue  # matched, or a Cast / QDQ copy of a matched value
         if j is not None and j in in_span:
             continue  # inside a span: compared at its boundary
+        users = b.consumers.get(t, [])
+        if j is None and users and all(k in in_span for k in users):
+            continue  # a constant of the fused computation (a Gemm's reshape target)
         if _quantizer_part(b, t, carried):
             continue
         if j is not None and j in refused:
@@ -126,5 +133,10 @@ def _quantizer_part(b: GraphIndex, t: str, carried: set[str]) -> bool:
     users = b.consumers.get(t, [])
     if not users or (b.producer.get(t) is not None and b.nodes[b.producer[t]].op_type != "QuantizeLinear"):
         return False
-    return all(is_carrier(b, j) or (b.nodes[j].op_type == "DequantizeLinear" and b.nodes[j].output[0] in carried)
-               for j in users)
+    def carries(j: int) -> bool:
+        node = b.nodes[j]
+        if node.op_type == "QuantizeLinear":
+            return all(is_carrier(b, k) for k in b.consumers.get(node.output[0], []))
+        return is_carrier(b, j) or (node.op_type == "DequantizeLinear" and node.output[0] in carried)
+
+    return all(carries(j) for j in users)

@@ -1,0 +1,189 @@
+"""Matching by graph position where names differ: from the tensors already matched (by name, graph inputs
+and outputs by position), a node of B is matched to a node of A when it has the same op_type, the matched
+inputs in the same slots (a converter's Casts and a quantizer's QDQ pairs looked through) and compatible
+attributes; its outputs are then matched slot by slot, and so are constants read in the same slots.
+Repeated until nothing changes. Two equally good candidates match nothing (kept in `ambiguous`)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..modelfile.index import GraphIndex
+from .match_graph import attributes_score, constant_kind, constants_compatible, is_carrier, same_values, source, types_compatible
+
+
+@dataclass
+class WalkState:
+    a: GraphIndex
+    b: GraphIndex
+    tensors: dict[str, str] = field(default_factory=dict)  # A -> B
+    taken: dict[str, str] = field(default_factory=dict)  # B -> A
+    nodes: dict[int, int] = field(default_factory=dict)  # A node index -> B node index
+    b_used: set[int] = field(default_factory=set)
+    ambiguous: dict[int, list[int]] = field(default_factory=dict)
+    b_aliases: dict[str, list[str]] = field(default_factory=dict)  # B source tensor -> tensors carrying it
+
+    def pair(self, ta: str, tb: str) -> bool:
+        if not ta or not tb or ta in self.tensors or tb in self.taken:
+            return False
+        self.tensors[ta] = tb
+        self.taken[tb] = ta
+        return True
+
+
+def _inputs(node) -> list[str]:
+    """Inputs without trailing empty optional slots, so `Op(x, '')` and `Op(x)` compare equal."""
+    ins = list(node.input)
+    while ins and not ins[-1]:
+        ins.pop()
+    return ins
+
+
+def seed_by_position(s: WalkState) -> None:
+    """Graph inputs and outputs whose names differ, paired by position when both sides have the same count
+    left over and their dtypes agree."""
+    def declared(g: GraphIndex, t: str):
+        info = g.types.get(t)
+        return info.elem_type if info is not None else None
+
+    for la, lb in ((s.a.inputs, s.b.inputs), (s.a.outputs, s.b.outputs)):
+        left_a = [t for t in la if t not in s.tensors]
+        left_b = [t for t in lb if t not in s.taken]
+        if len(left_a) != len(left_b):
+            continue
+        for ta, tb in zip(left_a, left_b):
+            da, db = declared(s.a, ta), declared(s.b, tb)
+            if da is None or db is None or types_compatible(da, db):
+                s.pair(ta, tb)
+
+
+def _slot_score(s: WalkState, ta: str, tb: str) -> int | None:
+    """How well B's input `tb` stands for A's input `ta`: 3 the very tensor matched, 2 the same value through
+    carriers, 1 two unmatched constants of the same shape, None not at all. (3 and 2 weigh the same until
+    the constants' values have spoken: a quantizer's QDQ pair must not lose Q's projection to K's.)"""
+    if not ta or not tb:
+        return 3 if ta == tb else None
+    if s.tensors.get(ta) == tb:
+        return 3
+    matched = s.tensors.get(ta) or s.tensors.get(source(s.a, ta))
+    if matched is not None:
+        return 2 if source(s.b, matched) == source(s.b, tb) else None
+    if tb in s.taken:
+        return None
+    if constant_kind(s.a, ta) and constant_kind(s.b, tb) and constants_compatible(s.a, ta, s.b, tb):
+        return 1
+    return None
+
+
+def _score(s: WalkState, ia: int, ib: int) -> tuple[int, int] | None:
+    """(matched slots and attributes, slots matched without carriers), or None where B's node cannot be A's."""
+    na, nb = s.a.nodes[ia], s.b.nodes[ib]
+    if (na.op_type, na.domain or "", len(na.output)) != (nb.op_type, nb.domain or "", len(nb.output)):
+        return None
+    ins_a, ins_b = _inputs(na), _inputs(nb)
+    if len(ins_a) != len(ins_b):
+        return None
+    total = attributes_score(na, nb)
+    if total is None:
+        return None
+    exact = 0
+    for ta, tb in zip(ins_a, ins_b):
+        slot = _slot_score(s, ta, tb)
+        if slot is None:
+            return None
+        total += min(slot, 2)
+        exact += slot == 3
+    return total, exact
+
+
+def _candidates(s: WalkState, ia: int) -> set[int]:
+    """B's unused nodes that read (possibly through carriers) what A's node reads from matched tensors."""
+    out: set[int] = set()
+    for ta in _inputs(s.a.nodes[ia]):
+        tb = s.tensors.get(ta) or s.tensors.get(source(s.a, ta))
+        if tb is None or constant_kind(s.a, ta):
+            continue
+        for alias in s.b_aliases.get(source(s.b, tb), [tb]):
+            out.update(j for j in s.b.consumers.get(alias, ()) if j not in s.b_used and not is_carrier(s.b, j))
+    return out
+
+
+def _value_ties(s: WalkState, ia: int, ib: int) -> int:
+    """How many constant slots hold the same numbers: breaks ties between Q, K and V projections."""
+    return sum(same_values(s.a, ta, s.b, tb) for ta, tb in zip(_inputs(s.a.nodes[ia]), _inputs(s.b.nodes[ib]))
+               if ta not in s.tensors and constant_kind(s.a, ta))
+
+
+def _best(s: WalkState, ia: int, cands: set[int]) -> list[int]:
+    scored = {j: sc for j in cands if (sc := _score(s, ia, j)) is not None}
+    if not scored:
+        return []
+    top = max(sc[0] for sc in scored.values())
+    best = sorted(j for j, sc in scored.items() if sc[0] == top)
+    if len(best) > 1:
+        ranks = {j: (_value_ties(s, ia, j), scored[j][1]) for j in best}
+        most = max(ranks.values())
+        best = [j for j in best if ranks[j] == most]
+    return best
+
+
+def _by_name(s: WalkState, ia: int) -> int | None:
+    """B's producer of A's first name-matched output (looking through carriers B added after it), when it has
+    the same op_type: names are the primary key, so this holds even where the inputs differ."""
+    na = s.a.nodes[ia]
+    for slot, ta in enumerate(na.output):
+        tb = s.tensors.get(ta)
+        if tb is None:
+            continue
+        for t in (tb, source(s.b, tb)):
+            j = s.b.producer.get(t)
+            if j is not None and j not in s.b_used and list(s.b.nodes[j].output).index(t) == slot \
+                    and (s.b.nodes[j].op_type, s.b.nodes[j].domain or "") == (na.op_type, na.domain or ""):
+                return j
+    return None
+
+
+def bind(s: WalkState, ia: int, ib: int) -> None:
+    """Match two nodes, their outputs slot by slot and the constants they read in the same slots (a
+    Constant node producing one is matched with its twin)."""
+    s.nodes[ia] = ib
+    s.b_used.add(ib)
+    s.ambiguous.pop(ia, None)
+    na, nb = s.a.nodes[ia], s.b.nodes[ib]
+    for ta, tb in zip(na.output, nb.output):
+        s.pair(ta, tb)
+    for ta, tb in zip(_inputs(na), _inputs(nb)):
+        if ta in s.tensors or not constant_kind(s.a, ta) or not constant_kind(s.b, tb):
+            continue
+        if constants_compatible(s.a, ta, s.b, tb) and s.pair(ta, tb):
+            pa, pb = s.a.producer.get(ta), s.b.producer.get(tb)
+            if pa is not None and pb is not None and pa not in s.nodes and pb not in s.b_used \
+                    and s.a.nodes[pa].op_type == s.b.nodes[pb].op_type:
+                s.nodes[pa] = pb
+                s.b_used.add(pb)
+
+
+def walk(s: WalkState) -> None:
+    """A's nodes in topological order, repeated to a fixpoint: by name where outputs share names, else by
+    position from the matched inputs."""
+    for node in s.b.nodes:
+        for t in node.output:
+            if t:
+                s.b_aliases.setdefault(source(s.b, t), []).append(t)
+    for t in list(s.b.inputs) + list(s.b.initializers):
+        s.b_aliases.setdefault(t, []).insert(0, t)
+    changed = True
+    while changed:
+        changed = False
+        for ia in range(len(s.a.nodes)):
+            if ia in s.nodes:
+                continue
+            ib = _by_name(s, ia)
+            if ib is None:
+                best = _best(s, ia, _candidates(s, ia))
+                if len(best) > 1:
+                    s.ambiguous[ia] = best
+                    continue
+                ib = best[0] if best else None
+            if ib is not None:
+                bind(s, ia, ib)
+                changed = True
