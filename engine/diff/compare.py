@@ -51,7 +51,7 @@ def diff(a, b=None, y=None, xs=(), zs=(), feeds=None, *, dims=None, past=None, s
     weights = set(model_a.graph.initializers)
     rows = [_forward(u, k, tape_a, plain, replay, matching, sides.mode, weights) for k, u in enumerate(units)]
     if spec is not None and sides.mode != "onnxruntime":
-        rows += _gradient(units, tape_a, plain, replay, matching, y)
+        rows += _gradient(units, tape_a, plain, replay, matching, y, weights)
     elif y is not None and xs and sides.mode == "onnxruntime":
         notes += ("onnxruntime runs forward only: the gradient is not compared",)
     rows = [r for r in rows if r is not None]
@@ -110,6 +110,8 @@ def _forward(u, order, tape_a, plain, replay, matching, mode, weights) -> NodeDi
     for t, va, vb in ins:  # a weight that differs shows here, at its consumer
         if t not in weights:
             continue
+        if not (isinstance(va, torch.Tensor) and isinstance(vb, torch.Tensor)) or va.shape != vb.shape:
+            continue  # a weight stored otherwise (transposed for transB) is judged by the node's output
         e = _worst([(va, vb)])
         if e > tolerance(_eps(va, vb)):
             notes.append(f"initializer {t!r} differs (error {e:.2g})")
@@ -138,9 +140,11 @@ def _b_names(u, side) -> tuple[str, ...]:
     return tuple(graph.nodes[j].name for j in u.b_nodes) if graph is not None else ()
 
 
-def _gradient(units, tape_a, plain, replay, matching, y) -> list[NodeDiff]:
+def _gradient(units, tape_a, plain, replay, matching, y, weights) -> list[NodeDiff]:
     """Reverse order: what each unit sends back from A's incoming gradient, by A's rule and by B's (replayed
-    on A's values); the accumulated error is A's sending against B's own backward."""
+    on A's values); the accumulated error is A's sending against B's own backward. A weight that B holds
+    otherwise (scaled, transposed) is another parameter: its gradient is not compared, its consumer's
+    forward already diverges or agrees."""
     m = matching.tensors
     if y not in m or y not in tape_a.values:
         return []
@@ -155,7 +159,8 @@ def _gradient(units, tape_a, plain, replay, matching, y) -> list[NodeDiff]:
         sent_a = _send(tape_a, u.a_nodes, incoming)
         sent_r = _send(replay, u.b_nodes, {m[t]: g for t, g in incoming.items()})
         sent_b = _send(plain, u.b_nodes, {m[t]: grads_b[m[t]] for t in u.outputs if m[t] in grads_b})
-        targets = [t for t in dict.fromkeys(u.inputs) if t in sent_a or m.get(t) in sent_r]
+        targets = [t for t in dict.fromkeys(u.inputs) if (t in sent_a or m.get(t) in sent_r)
+                   and not (t in weights and _differs(tape_a.values.get(t), plain.values.get(m.get(t))))]
         if not targets:
             continue
         local = _worst((_or_zeros(sent_a.get(t), sent_r.get(m.get(t))), _or_zeros(sent_r.get(m.get(t)),
@@ -170,6 +175,12 @@ def _gradient(units, tape_a, plain, replay, matching, y) -> list[NodeDiff]:
         rows.append(NodeDiff(u.name, u.op_type, GRADIENT, k, _b_names(u, plain), u.outputs, error, local, tol,
                              _beyond(local, tol), arrived, u.note))
     return rows
+
+
+def _differs(va, vb) -> bool:
+    if not (isinstance(va, torch.Tensor) and isinstance(vb, torch.Tensor)) or va.shape != vb.shape:
+        return True
+    return relative_error(va, vb) > tolerance(_eps(va, vb))
 
 
 def _send(tape, nodes, seeds) -> dict:
