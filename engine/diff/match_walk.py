@@ -8,7 +8,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..modelfile.index import GraphIndex
-from .match_graph import attributes_score, constant_kind, constants_compatible, is_carrier, same_values, source, types_compatible
+from .match_graph import (
+    attributes_score,
+    constant_kind,
+    constants_compatible,
+    is_carrier,
+    same_values,
+    source,
+    types_compatible,
+    value_classes,
+)
 
 
 @dataclass
@@ -20,7 +29,11 @@ class WalkState:
     nodes: dict[int, int] = field(default_factory=dict)  # A node index -> B node index
     b_used: set[int] = field(default_factory=set)
     ambiguous: dict[int, list[int]] = field(default_factory=dict)
-    b_aliases: dict[str, list[str]] = field(default_factory=dict)  # B source tensor -> tensors carrying it
+    b_class: dict[str, str] = field(default_factory=dict)  # B tensor -> its class of equal values
+    b_aliases: dict[str, list[str]] = field(default_factory=dict)  # a class -> its tensors
+
+    def same_b(self, t: str, u: str) -> bool:
+        return self.b_class.get(t, t) == self.b_class.get(u, u)
 
     def pair(self, ta: str, tb: str) -> bool:
         if not ta or not tb or ta in self.tensors or tb in self.taken:
@@ -66,7 +79,7 @@ def _slot_score(s: WalkState, ta: str, tb: str) -> int | None:
         return 3
     matched = s.tensors.get(ta) or s.tensors.get(source(s.a, ta))
     if matched is not None:
-        return 2 if source(s.b, matched) == source(s.b, tb) else None
+        return 2 if s.same_b(matched, tb) else None
     if tb in s.taken:
         return None
     if constant_kind(s.a, ta) and constant_kind(s.b, tb) and constants_compatible(s.a, ta, s.b, tb):
@@ -102,7 +115,7 @@ def _candidates(s: WalkState, ia: int) -> set[int]:
         tb = s.tensors.get(ta) or s.tensors.get(source(s.a, ta))
         if tb is None or constant_kind(s.a, ta):
             continue
-        for alias in s.b_aliases.get(source(s.b, tb), [tb]):
+        for alias in s.b_aliases.get(s.b_class.get(tb, tb), [tb]):
             out.update(j for j in s.b.consumers.get(alias, ()) if j not in s.b_used and not is_carrier(s.b, j))
     return out
 
@@ -123,6 +136,8 @@ def _best(s: WalkState, ia: int, cands: set[int]) -> list[int]:
         ranks = {j: (_value_ties(s, ia, j), scored[j][1]) for j in best}
         most = max(ranks.values())
         best = [j for j in best if ranks[j] == most]
+    if len(best) > 1 and all(s.same_b(s.b.nodes[j].output[0], s.b.nodes[best[0]].output[0]) for j in best):
+        best = best[:1]  # duplicates computing the same value: any of them is this node
     return best
 
 
@@ -165,12 +180,13 @@ def bind(s: WalkState, ia: int, ib: int) -> None:
 def walk(s: WalkState) -> None:
     """A's nodes in topological order, repeated to a fixpoint: by name where outputs share names, else by
     position from the matched inputs."""
+    s.b_class = value_classes(s.b)
+    for t in list(s.b.inputs) + list(s.b.initializers):
+        s.b_aliases[t] = [t]
     for node in s.b.nodes:
         for t in node.output:
             if t:
-                s.b_aliases.setdefault(source(s.b, t), []).append(t)
-    for t in list(s.b.inputs) + list(s.b.initializers):
-        s.b_aliases.setdefault(t, []).insert(0, t)
+                s.b_aliases.setdefault(s.b_class.get(t, t), []).append(t)
     changed = True
     while changed:
         changed = False

@@ -124,15 +124,34 @@ def test_names_are_the_primary_key_even_where_the_producer_differs():
 
 
 def test_twin_branches_are_ambiguous_and_stay_unmatched():
-    nodes = [helper.make_node("Relu", ["x"], ["r1"]), helper.make_node("Relu", ["x"], ["r2"]),
+    """Two Muls of x by weights that B changed both: nothing tells which is which."""
+    nodes = [helper.make_node("Mul", ["x", "w1"], ["r1"]), helper.make_node("Mul", ["x", "w2"], ["r2"]),
              helper.make_node("Sub", ["r1", "r2"], ["y"])]
-    a = _model(nodes, [], [_vi("x", 3)], [_vi("y", 3)])
+    a = _model(nodes, [_w("w1", 3), _w("w2", 3)], [_vi("x", 3)], [_vi("y", 3)])
     b = onnx.compose.add_prefix(a, "b_")
+    for t in b.graph.initializer:
+        t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t) * 1.5, t.name))
     m = match(index(a), index(b))
     assert m.tensors == {"x": "b_x", "y": "b_y"}
     whys = {u.tensor: u.why for u in m.unmatched if u.side == "a"}
-    assert set(whys) == {"r1", "r2"} and all(w.startswith("ambiguous") for w in whys.values())
-    assert {u.tensor for u in m.unmatched if u.side == "b"} == {"b_r1", "b_r2"}
+    assert set(whys) == {"r1", "r2", "w1", "w2"}
+    assert whys["r1"].startswith("ambiguous") and whys["r2"].startswith("ambiguous")
+    assert {u.tensor for u in m.unmatched if u.side == "b"} == {"b_r1", "b_r2", "b_w1", "b_w2"}
+
+
+def test_duplicates_computing_one_value_are_interchangeable():
+    """An exporter's repeated Shape of one tensor: either of B's stands for either of A's."""
+    nodes = [helper.make_node("Shape", ["x"], ["s1"]), helper.make_node("Shape", ["x"], ["s2"]),
+             helper.make_node("Gather", ["s1", "i0"], ["d0"]), helper.make_node("Gather", ["s2", "i1"], ["d1"]),
+             helper.make_node("Sub", ["d0", "d1"], ["y"])]
+    inits = [numpy_helper.from_array(np.array(0, np.int64), "i0"), numpy_helper.from_array(np.array(1, np.int64), "i1")]
+    a = _model(nodes, inits, [_vi("x", 3, 4)], [_vi("y", elem=TensorProto.INT64)])
+    b, rename = renamed_reordered(a, seed=5)
+    m = match(index(a), index(b))
+    assert {m.tensors["s1"], m.tensors["s2"]} == {rename["s1"], rename["s2"]}
+    for t in ("x", "i0", "i1", "d0", "d1", "y"):
+        assert m.tensors[t] == rename[t]  # the index constants tell the Gathers apart
+    assert m.unmatched == ()
 
 
 def test_what_b_adds_is_listed_not_guessed():
