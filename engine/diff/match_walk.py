@@ -12,7 +12,6 @@ from .match_graph import (
     attributes_score,
     constant_kind,
     constants_compatible,
-    is_carrier,
     same_values,
     source,
     types_compatible,
@@ -31,6 +30,7 @@ class WalkState:
     ambiguous: dict[int, list[int]] = field(default_factory=dict)
     b_class: dict[str, str] = field(default_factory=dict)  # B tensor -> its class of equal values
     b_aliases: dict[str, list[str]] = field(default_factory=dict)  # a class -> its tensors
+    b_on_constants: dict[str, list[int]] = field(default_factory=dict)  # op_type -> B nodes reading constants only
 
     def same_b(self, t: str, u: str) -> bool:
         return self.b_class.get(t, t) == self.b_class.get(u, u)
@@ -111,12 +111,16 @@ def _score(s: WalkState, ia: int, ib: int) -> tuple[int, int] | None:
 def _candidates(s: WalkState, ia: int) -> set[int]:
     """B's unused nodes that read (possibly through carriers) what A's node reads from matched tensors."""
     out: set[int] = set()
-    for ta in _inputs(s.a.nodes[ia]):
+    node = s.a.nodes[ia]
+    for ta in _inputs(node):
         tb = s.tensors.get(ta) or s.tensors.get(source(s.a, ta))
-        if tb is None or constant_kind(s.a, ta):
+        if tb is None:
             continue
         for alias in s.b_aliases.get(s.b_class.get(tb, tb), [tb]):
-            out.update(j for j in s.b.consumers.get(alias, ()) if j not in s.b_used and not is_carrier(s.b, j))
+            out.update(j for j in s.b.consumers.get(alias, ()) if j not in s.b_used)
+    if not out and node.input and all(constant_kind(s.a, t) for t in node.input if t):
+        # computed from constants only (a ConstantOfShape of a Constant): their values decide, see _best
+        out = {j for j in s.b_on_constants.get(node.op_type, ()) if j not in s.b_used}
     return out
 
 
@@ -181,6 +185,9 @@ def walk(s: WalkState) -> None:
     """A's nodes in topological order, repeated to a fixpoint: by name where outputs share names, else by
     position from the matched inputs."""
     s.b_class = value_classes(s.b)
+    for j, node in enumerate(s.b.nodes):
+        if node.input and all(constant_kind(s.b, t) for t in node.input if t):
+            s.b_on_constants.setdefault(node.op_type, []).append(j)
     for t in list(s.b.inputs) + list(s.b.initializers):
         s.b_aliases[t] = [t]
     for node in s.b.nodes:
