@@ -26,45 +26,50 @@ def rgb(colour: str) -> tuple[int, int, int]:
     return tuple(int(colour[i:i + 2], 16) for i in (1, 3, 5))
 
 
-def screenshot(tmp_path, page, fragment: str = "", size: str = "1200,3000") -> dict:
-    """The page as Chromium draws it: how many pixels of each colour."""
-    shot = tmp_path / f"shot{fragment.replace('#', '_')}.png"
-    done = subprocess.run(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", f"--window-size={size}",
-         f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={shot}", page.as_uri() + fragment],
-        capture_output=True, text=True, timeout=90)
-    if not shot.exists():
-        pytest.skip(f"chromium did not take a screenshot (exit {done.returncode}): {done.stderr[-300:]}")
-    with Image.open(shot) as im:
-        return {colour: count for count, colour in im.convert("RGB").getcolors(maxcolors=1 << 20)}
+FRAME_W, FRAME_H = 1000, 1400
+FRAMES = ("diverging.html", "agrees.html", "diverging.html#fwd-node-{add}", "diverging.html#row-fwd-{add}")
 
 
-@pytest.fixture
-def pages(tmp_path):
+@pytest.fixture(scope="module")
+def frames(tmp_path_factory) -> list[dict]:
+    """One Chromium run draws the reports side by side, each in a frame of its own (the last two opened at a
+    link's target); per frame, how many pixels of each colour."""
+    tmp_path = tmp_path_factory.mktemp("browser")
     graph = engine.load(odd_model(tmp_path / "odd.onnx")).graph
-    diverging = tmp_path / "diverging.html"
-    diverging.write_text(report_html(hand_report(graph), graph), encoding="utf-8")
+    (tmp_path / "diverging.html").write_text(report_html(hand_report(graph), graph), encoding="utf-8")
     calm = hand_report(graph)
     calm = DiffReport(calm.a, calm.b, calm.mode, nodes=tuple(
         NodeDiff(n.node, n.op_type, n.where, n.order, local_error=1e-6, tolerance=1e-3) for n in calm.nodes))
-    agrees = tmp_path / "agrees.html"
-    agrees.write_text(report_html(calm, graph), encoding="utf-8")
-    return graph, diverging, agrees
-
-
-def test_chromium_draws_the_culprit_in_the_diverging_colour(tmp_path, pages):
-    graph, diverging, agrees = pages
-    red = rgb(DIVERGING)
-    assert screenshot(tmp_path, diverging).get(red, 0) > 400  # the culprit's box (about 50×22 px) and its swatch
-    assert screenshot(tmp_path, agrees).get(red, 0) == 0
-
-
-def test_chromium_follows_links_to_a_node_and_to_a_row(tmp_path, pages):
-    graph, diverging, _ = pages
+    (tmp_path / "agrees.html").write_text(report_html(calm, graph), encoding="utf-8")
     add = graph.node_names.index("add")
-    plain = screenshot(tmp_path, diverging)
+    (tmp_path / "frames.html").write_text('<!DOCTYPE html><html><body style="margin:0">' + "".join(
+        f'<iframe src="{src.format(add=add)}" style="position:absolute;left:{k * FRAME_W}px;top:0;'
+        f'width:{FRAME_W}px;height:{FRAME_H}px;border:0"></iframe>' for k, src in enumerate(FRAMES))
+        + "</body></html>", encoding="utf-8")
+    shot = tmp_path / "frames.png"
+    done = subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+         f"--window-size={FRAME_W * len(FRAMES)},{FRAME_H}", f"--user-data-dir={tmp_path / 'profile'}",
+         f"--screenshot={shot}", (tmp_path / "frames.html").as_uri()], capture_output=True, text=True, timeout=90)
+    if not shot.exists():
+        pytest.skip(f"chromium did not take a screenshot (exit {done.returncode}): {done.stderr[-300:]}")
+    with Image.open(shot) as im:
+        im = im.convert("RGB")
+        return [{colour: count for count, colour in im.crop((k * FRAME_W, 0, (k + 1) * FRAME_W, FRAME_H))
+                 .getcolors(maxcolors=1 << 20)} for k in range(len(FRAMES))]
+
+
+def test_chromium_draws_the_culprit_in_the_diverging_colour(frames):
+    red = rgb(DIVERGING)
+    diverging, agrees = frames[0].get(red, 0), frames[1].get(red, 0)
+    assert 0 < agrees < 1000  # the legends' "diverges" swatches only
+    assert diverging > agrees + 500  # and the culprit's box, about 50×22 px
+
+
+def test_chromium_follows_links_to_a_node_and_to_a_row(frames):
+    plain, at_node, at_row = frames[0], frames[2], frames[3]
     assert plain.get(TARGET_NODE, 0) == 0 and plain.get(TARGET_ROW, 0) == 0
-    # The table row's link goes to the node: the browser marks it as the target (a blue outline).
-    assert screenshot(tmp_path, diverging, f"#fwd-node-{add}").get(TARGET_NODE, 0) > 100
-    # The node's link goes to its row: highlighted as the target.
-    assert screenshot(tmp_path, diverging, f"#row-fwd-{add}").get(TARGET_ROW, 0) > 1000
+    # A row's link leads to its node: the browser marks it as the target (a blue outline).
+    assert at_node.get(TARGET_NODE, 0) > 100
+    # A node's link leads to its row: scrolled into the frame and highlighted as the target.
+    assert at_row.get(TARGET_ROW, 0) > 1000
