@@ -3,12 +3,14 @@ the HTML report's colours show in that viewer too.
 
 The format (model_explorer/node_data_builder.py, `ModelNodeData`): graph id -> {"results": {node id:
 {"value", "bgColor"}}, "thresholds": [...], "name"}. With model-explorer-onnx the graph id is the ONNX
-graph's name ("<main>" when it has none) and a node id is the ONNX node's name, "<node_{i}>" for the
-i-th unnamed node in file order. The value is local error over tolerance: above 1 diverges.
+graph's name ("<main>" when it has none) and a node id is the ONNX node's name, made unique and given
+to unnamed nodes as onnx_ir's NameFixPass does (explorer_node_ids). The value is local error over
+tolerance: above 1 diverges.
 """
 from __future__ import annotations
 
 import math
+from collections import Counter
 
 from .html import DIVERGING, divergence_colour, ratio
 from .report import FORWARD, GRADIENT, DiffReport, NodeDiff
@@ -43,10 +45,28 @@ def model_explorer_node_data(report: DiffReport, where: str = FORWARD, graph=Non
 
 
 def explorer_node_ids(graph) -> dict[str, str]:
-    """The engine's display name of each node -> the id model-explorer-onnx gives it."""
-    file_index = {id(node): i for i, node in enumerate(graph.model.graph.node)}
-    return {name: node.name or f"<node_{file_index.get(id(node), k)}>"
-            for k, (name, node) in enumerate(zip(graph.node_names, graph.nodes))}
+    """The engine's display name of each node -> the id model-explorer-onnx (0.4) gives it: onnx_ir's
+    NameFixPass walks the nodes in file order, each node's subgraphs right after it, one name scope per
+    graph and one counter for all, naming an unnamed node "node", "node_1", ... and renaming a repeated
+    name "name_1", ..."""
+    counter: Counter[str] = Counter()
+    given: dict[int, str] = {}
+
+    def walk(nodes) -> None:
+        used: set[str] = set()
+        for node in nodes:
+            preferred = name = node.name or "node"
+            while name in used:
+                counter[preferred] += 1
+                name = f"{preferred}_{counter[preferred]}"
+            used.add(name)
+            given[id(node)] = name
+            for attr in node.attribute:
+                for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                    walk(sub.node)
+
+    walk(graph.model.graph.node)
+    return {name: given.get(id(node), name) for name, node in zip(graph.node_names, graph.nodes)}
 
 
 def _at_ratio(r: float) -> NodeDiff:
