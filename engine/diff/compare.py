@@ -14,7 +14,7 @@ from .sides import make_feeds, open_sides
 from .tape import reverse, run_tape
 from .tolerance import eps_of, reduction_length, relative_error, tolerance
 from .units import units as make_units
-from .verdicts import culprits
+from .verdicts import OVERFLOW, culprits
 
 
 def diff(a, b=None, y=None, xs=(), zs=(), feeds=None, *, dims=None, past=None, seed=0, dtype=None, against=None,
@@ -116,10 +116,10 @@ def _forward(u, order, tape_a, plain, replay, matching, mode, weights) -> NodeDi
         if e > tolerance(_eps(va, vb)):
             notes.append(f"initializer {t!r} differs (error {e:.2g})")
     if _overflow_begins(pairs, [vb for _, _, vb in ins]):
-        notes.append(("float16 " if mode == "dtype" else "") + "overflow begins here (B's values turn non-finite)")
+        notes.append(("float16 " if mode == "dtype" else "") + OVERFLOW + " (B's values turn non-finite)")
     return NodeDiff(u.name, u.op_type, FORWARD, order, _b_names(u, plain), u.outputs, _worst(pairs), local, tol,
-                    _beyond(local, tol), tuple((t, _worst([(va, vb)])) for t, va, vb in ins
-                                               if isinstance(va, torch.Tensor) and va.is_floating_point()),
+                    _beyond(local, tol), tuple((t, _worst([(va, vb)])) for t, va, vb in ins if t not in weights
+                                               and isinstance(va, torch.Tensor) and va.is_floating_point()),
                     "; ".join(notes))
 
 

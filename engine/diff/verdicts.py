@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from .report import FORWARD, GRADIENT, Divergence, NodeDiff
 
+OVERFLOW = "overflow begins here"  # in a row's note: a culprit of its own, whatever diverged upstream
+
 
 def culprits(rows: list[NodeDiff], units) -> tuple[Divergence, ...]:
     """Forward: taint flows from a diverging unit's outputs to its consumers; gradient: from its inputs'
@@ -16,7 +18,7 @@ def culprits(rows: list[NodeDiff], units) -> tuple[Divergence, ...]:
             unit = by_name[row.node]
             upstream, downstream = (unit.inputs, unit.outputs) if where == FORWARD else (unit.outputs, unit.inputs)
             reached = any(t in tainted for t in upstream)
-            if row.diverges and not reached:
+            if row.diverges and (not reached or OVERFLOW in row.note):
                 found.append(Divergence(row.node, where, row.local_error, row.tolerance, row.op_type, row.note))
             if row.diverges or reached:
                 tainted.update(downstream)
