@@ -21,16 +21,28 @@ def _attr(node: NodeProto, name: str):
 
 def is_carrier(g: GraphIndex, i: int) -> bool:
     """A node that hands its input's value on (in another precision, or quantized and back): a float Cast,
-    or a DequantizeLinear of a QuantizeLinear's output."""
+    a DequantizeLinear of a QuantizeLinear's output, an Identity, a Dropout, a Mul or Div by a single 1."""
     node = g.nodes[i]
     if node.domain not in _STANDARD and node.domain != "com.microsoft":
         return False
     if node.op_type == "Cast":
         return _attr(node, "to") in FLOAT_TYPES
+    if node.op_type == "Identity" or (node.op_type == "Dropout" and not (len(node.output) > 1 and node.output[1])):
+        return True  # Dropout without its mask is the identity in inference
+    if node.op_type in ("Mul", "Div") and len(node.input) == 2:
+        return _all_equal(g, node.input[1], 1.0)  # exporters' Div by 1, which optimizers remove
     if node.op_type == "DequantizeLinear":
         q = g.producer.get(node.input[0])
         return q is not None and g.nodes[q].op_type == "QuantizeLinear"
     return False
+
+
+def _all_equal(g: GraphIndex, t: str, value: float) -> bool:
+    shape = constant_shape(g, t)
+    if shape is None or int(np.prod(shape[0], dtype=np.int64)) != 1:
+        return False
+    v = constant_value(g, t)
+    return v is not None and v.size > 0 and bool(np.all(v == value))
 
 
 def source(g: GraphIndex, t: str) -> str:
@@ -40,7 +52,7 @@ def source(g: GraphIndex, t: str) -> str:
         if i is None or not is_carrier(g, i):
             return t
         node = g.nodes[i]
-        t = node.input[0] if node.op_type == "Cast" else g.nodes[g.producer[node.input[0]]].input[0]
+        t = g.nodes[g.producer[node.input[0]]].input[0] if node.op_type == "DequantizeLinear" else node.input[0]
     return t
 
 
@@ -159,3 +171,12 @@ def value_classes(g: GraphIndex) -> dict[str, str]:
         for t, r in zip(node.output, first):
             rep[t] = r
     return rep
+
+
+def static_tensors(g: GraphIndex) -> frozenset[str]:
+    """Tensors computed from constants and shapes only: what an optimizer folds into an initializer."""
+    static = set(g.initializers)
+    for node in g.nodes:
+        if node.op_type in ("Shape", "Size") or all(t in static for t in node.input if t):
+            static.update(t for t in node.output if t)
+    return frozenset(static)

@@ -14,6 +14,7 @@ from .match_graph import (
     constants_compatible,
     same_values,
     source,
+    static_tensors,
     types_compatible,
     value_classes,
 )
@@ -29,7 +30,10 @@ class WalkState:
     b_used: set[int] = field(default_factory=set)
     ambiguous: dict[int, list[int]] = field(default_factory=dict)
     b_class: dict[str, str] = field(default_factory=dict)  # B tensor -> its class of equal values
+    a_class: dict[str, str] = field(default_factory=dict)
     b_aliases: dict[str, list[str]] = field(default_factory=dict)  # a class -> its tensors
+    a_static: frozenset[str] = frozenset()
+    b_static: frozenset[str] = frozenset()
     b_on_constants: dict[str, list[int]] = field(default_factory=dict)  # op_type -> B nodes reading constants only
 
     def same_b(self, t: str, u: str) -> bool:
@@ -84,7 +88,16 @@ def _slot_score(s: WalkState, ta: str, tb: str) -> int | None:
         return None
     if constant_kind(s.a, ta) and constant_kind(s.b, tb) and constants_compatible(s.a, ta, s.b, tb):
         return 1
+    if _folded(s, ta, tb):
+        return 1
     return None
+
+
+def _folded(s: WalkState, ta: str, tb: str) -> bool:
+    """One side reads a constant where the other computes it from constants and shapes (an optimizer's
+    constant folding)."""
+    const_a, const_b = constant_kind(s.a, ta) is not None, constant_kind(s.b, tb) is not None
+    return (const_b and not const_a and ta in s.a_static) or (const_a and not const_b and tb in s.b_static)
 
 
 def _score(s: WalkState, ia: int, ib: int) -> tuple[int, int] | None:
@@ -171,7 +184,16 @@ def bind(s: WalkState, ia: int, ib: int) -> None:
     for ta, tb in zip(na.output, nb.output):
         s.pair(ta, tb)
     for ta, tb in zip(_inputs(na), _inputs(nb)):
-        if ta in s.tensors or not constant_kind(s.a, ta) or not constant_kind(s.b, tb):
+        if ta not in s.tensors and s.tensors.get(source(s.a, ta)) is not None \
+                and s.same_b(s.tensors[source(s.a, ta)], tb):
+            s.tensors[ta] = tb  # A's Cast, Identity or Div by 1 that B does without: B's tensor holds its value
+            continue
+        if ta in s.tensors or tb in s.taken:
+            continue
+        if _folded(s, ta, tb):
+            s.pair(ta, tb)
+            continue
+        if not constant_kind(s.a, ta) or not constant_kind(s.b, tb):
             continue
         if constants_compatible(s.a, ta, s.b, tb) and s.pair(ta, tb):
             pa, pb = s.a.producer.get(ta), s.b.producer.get(tb)
@@ -181,10 +203,24 @@ def bind(s: WalkState, ia: int, ib: int) -> None:
                 s.b_used.add(pb)
 
 
+def _same_as_matched(s: WalkState, ia: int) -> bool:
+    """A node computing what another, matched, node of A computes (a duplicate B merged away): its outputs
+    are the other's B tensors."""
+    outs = [t for t in s.a.nodes[ia].output if t]
+    twins = [s.a_class.get(t, t) for t in outs]
+    if not outs or any(w == t or w not in s.tensors for t, w in zip(outs, twins)):
+        return False
+    s.nodes[ia] = s.nodes.get(s.a.producer[twins[0]], -1)
+    for t, w in zip(outs, twins):
+        s.tensors.setdefault(t, s.tensors[w])
+    return True
+
+
 def walk(s: WalkState) -> None:
     """A's nodes in topological order, repeated to a fixpoint: by name where outputs share names, else by
     position from the matched inputs."""
-    s.b_class = value_classes(s.b)
+    s.b_class, s.a_class = value_classes(s.b), value_classes(s.a)
+    s.a_static, s.b_static = static_tensors(s.a), static_tensors(s.b)
     for j, node in enumerate(s.b.nodes):
         if node.input and all(constant_kind(s.b, t) for t in node.input if t):
             s.b_on_constants.setdefault(node.op_type, []).append(j)
@@ -207,6 +243,9 @@ def walk(s: WalkState) -> None:
                     s.ambiguous[ia] = best
                     continue
                 ib = best[0] if best else None
+            if ib is None and _same_as_matched(s, ia):
+                changed = True
+                continue
             if ib is not None:
                 bind(s, ia, ib)
                 changed = True
