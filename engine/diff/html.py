@@ -62,6 +62,8 @@ def report_html(report: DiffReport, graph=None) -> str:
     the rest; without it the report's rows and `edges` are drawn."""
     names, ops, edges = _graph_of(report, graph)
     drawn, note = _drawn_nodes(report, names, edges)
+    if graph is None and not report.edges and len(names) > 1:  # unconnected, they would stand in one long row
+        drawn, note = [], "The graph is not drawn: this report carries no edges (render it with A's graph)."
     kept = report.worst()[:MAX_ROWS]
     rows = {(n.node, n.where): n for n in report.nodes}
     linked = {(n.node, n.where) for n in kept}
@@ -163,7 +165,7 @@ def _svg(where: str, layout, names, ops, ids, rows, linked, report: DiffReport) 
     for name, (x, y, w) in boxes.items():
         row = rows.get((name, where))
         k = ids[name]
-        label = name if len(name) <= MAX_LABEL else name[:MAX_LABEL - 1] + "…"
+        label = name if len(name) <= MAX_LABEL else "…" + name[1 - MAX_LABEL:]  # exporters' paths end in the op
         tip = f"{name} ({ops.get(name) or '?'})"
         if row is not None:
             tip += f"\nlocal error {_fmt(row.local_error)}, tolerance {_fmt(row.tolerance)}"

@@ -127,7 +127,7 @@ def check_page(text: str, report: DiffReport) -> Page:
         assert page.ids[target] == "tr" and page.row_links[target] == node, (node, target)
     for row in report.nodes:
         assert escape(row.node) in text and escape(row.note) in text
-        if row.diverges:
+        if row.diverges and page.fills:
             assert any(fill == DIVERGING for node, fill in page.fills.items()), "no node in the diverging colour"
     return page
 
@@ -182,8 +182,10 @@ def test_report_draws_itself_from_its_edges(graph):
     page = check_page(text, with_edges)
     assert text.count("<polyline") == 2 * 5
     assert len(page.node_links) == 10
-    bare = check_page(report._repr_html_(), report)  # no edges: still every row, nodes unconnected
-    assert len(bare.row_links) == 10 and "<polyline" not in report._repr_html_()
+    bare_text = report._repr_html_()  # no edges: no drawing, still every row
+    bare = check_page(bare_text, report)
+    assert not bare.fills and not bare.row_links and bare_text.count(" data-worst=") == 10
+    assert "not drawn" in bare_text
 
 
 def test_big_graph_draws_the_culprits_neighbourhood():
@@ -239,6 +241,9 @@ def test_random_reports_are_well_formed_and_self_contained(node_names, data):
     # Without a graph, nodes are numbered in A's order: the forward's, the gradient's reversed, then edge ends.
     in_order = [r.node for r in rows if r.where == "forward"] + [r.node for r in rows if r.where == "gradient"][::-1]
     ids = {name: k for k, name in enumerate(dict.fromkeys(in_order + [x for e in edges for x in e]))}
+    if not edges and len(ids) > 1:  # nothing connects them: the page is the table alone
+        assert not page.fills and "not drawn" in text
+        return
     for row in rows:
         p = "fwd" if row.where == "forward" else "grad"
         fill = page.fills[f"{p}-node-{ids[row.node]}"]
