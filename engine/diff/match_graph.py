@@ -155,15 +155,16 @@ def attributes_score(na: NodeProto, nb: NodeProto) -> int | None:
     return score
 
 
-def value_classes(g: GraphIndex) -> dict[str, str]:
+def value_classes(g: GraphIndex, through_carriers: bool = True) -> dict[str, str]:
     """Each tensor's class of equal values: the first of the tensors that carriers hand on, or that nodes of
     the same op_type and attributes compute from the same classes (an exporter's repeated Shape of one
-    tensor, its repeated Constant 1). Members are interchangeable: choosing among them guesses nothing."""
+    tensor, its repeated Constant 1). Members are interchangeable: choosing among them guesses nothing.
+    through_carriers=False keeps a Cast's output apart from its input (same value, another dtype)."""
     rep: dict[str, str] = {}
     seen: dict[tuple, list[str]] = {}
     for i, node in enumerate(g.nodes):
         ins = tuple(rep.get(t, t) for t in node.input)
-        if is_carrier(g, i):
+        if through_carriers and is_carrier(g, i):
             rep[node.output[0]] = rep.get(source(g, node.output[0]), source(g, node.output[0]))
             continue
         key = (node.op_type, node.domain, ins, tuple(a.SerializeToString() for a in node.attribute))

@@ -182,7 +182,9 @@ def bind(s: WalkState, ia: int, ib: int) -> None:
     s.ambiguous.pop(ia, None)
     na, nb = s.a.nodes[ia], s.b.nodes[ib]
     for ta, tb in zip(na.output, nb.output):
-        s.pair(ta, tb)
+        if not s.pair(ta, tb) and ta and ta not in s.tensors and tb in s.taken \
+                and s.a_class.get(s.taken[tb], s.taken[tb]) == s.a_class.get(ta, ta):
+            s.tensors[ta] = tb  # a duplicate of A's that B merged: one B tensor holds both
     for ta, tb in zip(_inputs(na), _inputs(nb)):
         if ta not in s.tensors and s.tensors.get(source(s.a, ta)) is not None \
                 and s.same_b(s.tensors[source(s.a, ta)], tb):
@@ -219,7 +221,7 @@ def _same_as_matched(s: WalkState, ia: int) -> bool:
 def walk(s: WalkState) -> None:
     """A's nodes in topological order, repeated to a fixpoint: by name where outputs share names, else by
     position from the matched inputs."""
-    s.b_class, s.a_class = value_classes(s.b), value_classes(s.a)
+    s.b_class, s.a_class = value_classes(s.b), value_classes(s.a, through_carriers=False)
     s.a_static, s.b_static = static_tensors(s.a), static_tensors(s.b)
     for j, node in enumerate(s.b.nodes):
         if node.input and all(constant_kind(s.b, t) for t in node.input if t):

@@ -80,6 +80,10 @@ def _unmatched_a(s: WalkState, names: list[str], found) -> list[Unmatched]:
         if i is None and users and all(k in in_span for k in users):
             fused = ", ".join(b.node_names[j] for j in in_span[users[0]].b_nodes)
             why = f"a constant read only inside a span that B computes as {fused}"
+        elif i is None and users and all(is_carrier(a, k) and a.nodes[k].output[0] in s.tensors for k in users):
+            why = f"read only by {a.node_names[users[0]]!r}, which hands its input on and which B does without"
+        elif i is None and users and all(k not in s.nodes and a.nodes[k].output[0] in s.a_static for k in users):
+            why = "read only by nodes computed from constants and shapes, which B folded into constants"
         elif i is None:
             what = "graph input" if t in a.inputs else "initializer" if t in a.initializers else "tensor"
             why = f"{what}: B has none of that name, and none of the same shape and dtype in the same place"

@@ -320,3 +320,40 @@ def test_onnxruntime_fused_spans_are_matched_at_their_boundary(tmp_path):
             if t not in ga.initializers:
                 assert t in m.tensors  # every computed boundary input is matched
     assert not [u for u in m.unmatched if u.side == "b"]
+
+
+# --- what optimizers do besides fusing --------------------------------------------------------------
+
+def test_optimizer_folding_merging_and_removal_are_matched_by_position():
+    """onnxruntime folds a computed shape into an initializer, merges duplicate Unsqueezes and drops a Div
+    by 1; A's tensors map to the B tensors holding their values, the folded ones are listed as such."""
+    n = helper.make_node
+    i64 = lambda name, v: numpy_helper.from_array(np.array(v, np.int64), name)  # noqa: E731
+    a_nodes = [n("Shape", ["x"], ["sh"], name="shape"), n("Gather", ["sh", "i0"], ["d0"], name="gather"),
+               n("Unsqueeze", ["d0", "ax"], ["u1"], name="unsq1"), n("Unsqueeze", ["d0", "ax"], ["u2"], name="unsq2"),
+               n("Concat", ["u1", "u2", "m1"], ["shape2"], axis=0, name="concat"),
+               n("Reshape", ["x", "shape2"], ["r"], name="reshape"),
+               n("Div", ["r", "one"], ["rd"], name="div1"), n("Relu", ["rd"], ["y"], name="relu"),
+               n("Cast", ["u1"], ["u1f"], to=TensorProto.FLOAT, name="castu1"),
+               n("Cast", ["u2"], ["u2f"], to=TensorProto.FLOAT, name="castu2"),
+               n("Add", ["u1f", "u2f"], ["y2"], name="add")]
+    a_inits = [i64("i0", 0), i64("ax", [0]), i64("m1", [-1]), numpy_helper.from_array(np.array(1.0, np.float32), "one")]
+    outs = [_vi("y", 2, 2, -1), _vi("y2", 1)]
+    a = _model(a_nodes, a_inits, [_vi("x", 2, 6)], outs)
+    b_nodes = [n("Reshape", ["x", "folded_shape"], ["r"], name="reshape"), n("Relu", ["r"], ["y"], name="relu"),
+               n("Shape", ["x"], ["sh"], name="shape"), n("Gather", ["sh", "i0"], ["d0"], name="gather"),
+               n("Unsqueeze", ["d0", "ax"], ["u2"], name="unsq2"),
+               n("Cast", ["u2"], ["u1f"], to=TensorProto.FLOAT, name="castu1"),
+               n("Add", ["u1f", "u1f"], ["y2"], name="add")]
+    b_inits = [i64("folded_shape", [2, 2, -1]), i64("i0", 0), i64("ax", [0])]
+    b = _model(b_nodes, b_inits, [_vi("x", 2, 6)], outs)
+    m = match(index(a), index(b))
+    assert m.tensors["shape2"] == "folded_shape"
+    assert m.tensors["rd"] == "r" and m.tensors["r"] == "r"  # the Div by 1 that B dropped
+    assert m.tensors["u1"] == m.tensors["u2"] == "u2"  # the Unsqueezes B merged
+    assert m.tensors["u2f"] == "u1f" and m.tensors["y2"] == "y2"  # so the Casts of both are B's one Cast
+    whys = {u.tensor: u.why for u in m.unmatched}
+    assert set(whys) == {"m1", "one"}
+    assert "folded" in whys["m1"] or "constants" in whys["m1"]
+    assert "div1" in whys["one"]
+    assert m.spans == () and not [u for u in m.unmatched if u.side == "b"]
