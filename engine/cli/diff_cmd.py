@@ -86,6 +86,9 @@ def _table(report, args, out) -> None:
     for n in rows:
         table.add_row(n.node, n.op_type, n.where, f"{n.local_error:.2g}", f"{n.tolerance:.2g}", f"{n.error:.2g}",
                       "DIVERGES" if n.diverges else "ok", n.note)
-    Console(file=out, width=140, highlight=False, color_system=None).print(table)
+    console = Console(width=160, highlight=False, color_system=None)
+    with console.capture() as captured:
+        console.print(table)
+    print("\n".join(line.rstrip() for line in captured.get().splitlines()), file=out)
     if len(report.nodes) > len(rows):
         print(f"({len(rows)} of {len(report.nodes)} comparisons shown; --top 0 shows all)", file=out)
