@@ -111,3 +111,30 @@ def test_bad_forms_are_one_line_errors():
         engine.diff(chain())
     with pytest.raises(SelectionError, match="'nope' is not a tensor of A"):
         engine.diff(chain(), chain(), y="nope", xs="W1")
+
+
+def _renamed_reordered(scale_wv: float) -> onnx.ModelProto:
+    """The transformer block with every tensor and node renamed and the k/v projections swapped."""
+    from onnx import compose, numpy_helper
+
+    model = onnx.load(f"{SAMPLES}/transformer_block.onnx")
+    for w in model.graph.initializer:
+        if w.name == "Wv":
+            w.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(w) * np.float32(scale_wv), "Wv"))
+    nodes = list(model.graph.node)
+    k, v = [i for i, n in enumerate(nodes) if n.name in ("k_proj", "v_proj")]
+    nodes[k], nodes[v] = nodes[v], nodes[k]
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    return compose.add_prefix(model, "other/", rename_inputs=False, rename_outputs=False)
+
+
+def test_renamed_and_reordered_copy_is_matched():
+    a = f"{SAMPLES}/transformer_block.onnx"
+    same = engine.diff(a, _renamed_reordered(1.0), y="loss", xs="Wq", zs="X")
+    assert same.first_divergence is None and not same.unmatched
+    assert len([n for n in same.nodes if n.where == "forward"]) >= 25
+    changed = engine.diff(a, _renamed_reordered(1.01), y="loss", xs="Wq", zs="X")
+    assert _first(changed) == ("v_proj", "forward")
+    assert changed.first_divergence.note == "initializer 'Wv' differs (error 0.0099)"
+    assert [n for n in changed.nodes if n.node == "v_proj"][0].b_nodes == ("other/v_proj",)
