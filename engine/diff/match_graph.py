@@ -4,6 +4,7 @@ attributes or two constants can stand for each other. Torch-free."""
 from __future__ import annotations
 
 import numpy as np
+import onnx
 from onnx import AttributeProto, NodeProto, TensorProto, helper, numpy_helper
 
 from ..modelfile.index import GraphIndex
@@ -134,11 +135,24 @@ def _attr_key(a: AttributeProto):
     return ("v", a.SerializeToString())
 
 
+def _with_defaults(node: NodeProto) -> dict[str, AttributeProto]:
+    """The node's attributes, the schema's defaults filled in: an optimizer writes `axis=-1` where the
+    exporter left it out."""
+    out = {a.name: a for a in node.attribute}
+    try:
+        schema = onnx.defs.get_schema(node.op_type, domain=node.domain or "")
+    except Exception:  # noqa: BLE001  no schema (a custom domain): compare what is written
+        return out
+    for name, attr in schema.attributes.items():
+        if name not in out and attr.default_value.type != AttributeProto.UNDEFINED:
+            out[name] = attr.default_value
+    return out
+
+
 def attributes_score(na: NodeProto, nb: NodeProto) -> int | None:
     """2 when the attributes are equal, 1 when they differ only as a cast model's would (a Cast's float
     target, a float constant's dtype), None when they differ otherwise."""
-    xa = {a.name: a for a in na.attribute}
-    xb = {a.name: a for a in nb.attribute}
+    xa, xb = _with_defaults(na), _with_defaults(nb)
     if set(xa) != set(xb):
         return None
     score = 2

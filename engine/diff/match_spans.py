@@ -55,8 +55,8 @@ def find_spans(s: WalkState) -> tuple[list[FoundSpan], dict[int, str]]:
     a_done = set(s.nodes)
     b_done = set(s.b_used)
     for ib in reversed(range(len(s.b.nodes))):
-        if ib in b_done or is_carrier(s.b, ib):
-            continue
+        if ib in b_done or is_carrier(s.b, ib) or all(t in s.b_static for t in s.b.nodes[ib].output):
+            continue  # shape arithmetic is matched where it is read, not as a span
         outs = [(tb, ta) for tb in s.b.nodes[ib].output if tb and (ta := _a_of(s, owners, tb))]
         outs = [(tb, ta) for tb, ta in outs if s.a.producer.get(ta) is not None]
         if not outs:
@@ -65,8 +65,8 @@ def find_spans(s: WalkState) -> tuple[list[FoundSpan], dict[int, str]]:
         if any(i in a_done for i in a_start):
             refused[ib] = "its outputs' producers in A are already matched to other nodes"
             continue
-        a_nodes, a_in = _closure(s.a, a_start, lambda t: t in s.tensors, a_done)
-        b_nodes, _ = _closure(s.b, [ib], lambda t: _a_of(s, owners, t) is not None, b_done)
+        a_nodes, a_in = _closure(s.a, a_start, lambda t: t in s.tensors or t in s.a_static, a_done)
+        b_nodes, _ = _closure(s.b, [ib], lambda t: _a_of(s, owners, t) is not None or t in s.b_static, b_done)
         a_set = set(a_nodes)
         outputs = [t for i in a_nodes for t in s.a.nodes[i].output if t in s.tensors]
         unmatched_in = [t for t in a_in if t not in s.tensors and t in s.a.inputs]

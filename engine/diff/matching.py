@@ -122,6 +122,8 @@ def _unmatched_b(s: WalkState, names: list[str], found, refused: dict[int, str])
             continue
         if j is not None and j in refused:
             why = refused[j]
+        elif j is not None and t in s.b_static:
+            why = "computed from constants and shapes only, and A computes it nowhere"
         elif j is not None and is_carrier(b, j):
             why = "a Cast or QDQ copy of a tensor that has no counterpart in A"
         elif j is None:
