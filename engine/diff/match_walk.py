@@ -174,9 +174,10 @@ def _by_name(s: WalkState, ia: int) -> int | None:
     return None
 
 
-def bind(s: WalkState, ia: int, ib: int) -> None:
+def bind(s: WalkState, ia: int, ib: int, by_output: bool = False) -> None:
     """Match two nodes, their outputs slot by slot and the constants they read in the same slots (a
-    Constant node producing one is matched with its twin)."""
+    Constant node producing one is matched with its twin). Matched by their outputs (`by_output`), their
+    computed inputs are matched slot by slot too: the walk back from matched outputs."""
     s.nodes[ia] = ib
     s.b_used.add(ib)
     s.ambiguous.pop(ia, None)
@@ -185,6 +186,10 @@ def bind(s: WalkState, ia: int, ib: int) -> None:
         if not s.pair(ta, tb) and ta and ta not in s.tensors and tb in s.taken \
                 and s.a_class.get(s.taken[tb], s.taken[tb]) == s.a_class.get(ta, ta):
             s.tensors[ta] = tb  # a duplicate of A's that B merged: one B tensor holds both
+    if by_output and len(_inputs(na)) == len(_inputs(nb)) and attributes_score(na, nb) is not None:
+        for ta, tb in zip(_inputs(na), _inputs(nb)):
+            if not constant_kind(s.a, ta) and not constant_kind(s.b, tb) and ta not in s.a_static:
+                s.pair(ta, tb)
     for ta, tb in zip(_inputs(na), _inputs(nb)):
         if ta not in s.tensors and s.tensors.get(source(s.a, ta)) is not None \
                 and s.same_b(s.tensors[source(s.a, ta)], tb):
@@ -239,6 +244,10 @@ def walk(s: WalkState) -> None:
             if ia in s.nodes:
                 continue
             ib = _by_name(s, ia)
+            if ib is not None:
+                bind(s, ia, ib, by_output=True)
+                changed = True
+                continue
             if ib is None:
                 best = _best(s, ia, _candidates(s, ia))
                 if len(best) > 1:

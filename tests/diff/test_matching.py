@@ -124,19 +124,23 @@ def test_names_are_the_primary_key_even_where_the_producer_differs():
 
 
 def test_twin_branches_are_ambiguous_and_stay_unmatched():
-    """Two Muls of x by weights that B changed both: nothing tells which is which."""
+    """Two Muls of x by weights that B changed both, and an extra output in B so that the outputs cannot
+    be paired by position: nothing tells which Mul is which."""
     nodes = [helper.make_node("Mul", ["x", "w1"], ["r1"]), helper.make_node("Mul", ["x", "w2"], ["r2"]),
              helper.make_node("Sub", ["r1", "r2"], ["y"])]
     a = _model(nodes, [_w("w1", 3), _w("w2", 3)], [_vi("x", 3)], [_vi("y", 3)])
     b = onnx.compose.add_prefix(a, "b_")
     for t in b.graph.initializer:
         t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t) * 1.5, t.name))
+    b.graph.node.append(helper.make_node("Neg", ["b_x"], ["b_extra"]))
+    b.graph.output.append(_vi("b_extra", 3))
     m = match(index(a), index(b))
-    assert m.tensors == {"x": "b_x", "y": "b_y"}
+    assert m.tensors == {"x": "b_x"}
     whys = {u.tensor: u.why for u in m.unmatched if u.side == "a"}
-    assert set(whys) == {"r1", "r2", "w1", "w2"}
+    assert set(whys) == {"r1", "r2", "w1", "w2", "y"}
     assert whys["r1"].startswith("ambiguous") and whys["r2"].startswith("ambiguous")
-    assert {u.tensor for u in m.unmatched if u.side == "b"} == {"b_r1", "b_r2", "b_w1", "b_w2"}
+    assert whys["y"].startswith("no Sub node of B")
+    assert {u.tensor for u in m.unmatched if u.side == "b"} == {"b_r1", "b_r2", "b_w1", "b_w2", "b_y", "b_extra"}
 
 
 def test_duplicates_computing_one_value_are_interchangeable():
@@ -357,3 +361,18 @@ def test_optimizer_folding_merging_and_removal_are_matched_by_position():
     assert "folded" in whys["m1"] or "constants" in whys["m1"]
     assert "div1" in whys["one"]
     assert m.spans == () and not [u for u in m.unmatched if u.side == "b"]
+
+
+def test_a_node_matched_by_its_output_matches_its_inputs_too():
+    """B computes Gemm's value as MatMul + Add under other names; the Relu after it is matched by the graph
+    output, and from it the walk back finds the span's boundary."""
+    n = helper.make_node
+    a = _model([n("Gemm", ["x", "w", "bias"], ["h"], name="gemm"), n("Relu", ["h"], ["y"], name="relu")],
+               [_w("w", 4, 3), _w("bias", 3)], [_vi("x", 2, 4)], [_vi("y", 2, 3)])
+    b = _model([n("MatMul", ["x", "w"], ["mm"], name="mm"), n("Add", ["mm", "bias"], ["fc_out"], name="add"),
+                n("Relu", ["fc_out"], ["out"], name="act")],
+               [_w("w", 4, 3), _w("bias", 3)], [_vi("x", 2, 4)], [_vi("out", 2, 3)])
+    m = match(index(a), index(b))
+    assert m.tensors == {"x": "x", "w": "w", "bias": "bias", "h": "fc_out", "y": "out"}
+    assert [(s.a_nodes, s.b_nodes, s.outputs) for s in m.spans] == [(("gemm",), ("mm", "add"), ("h",))]
+    assert m.nodes == {"relu": "act"} and m.unmatched == ()
