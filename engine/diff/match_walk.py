@@ -217,9 +217,13 @@ def _same_as_matched(s: WalkState, ia: int) -> bool:
     twins = [s.a_class.get(t, t) for t in outs]
     if not outs or any(w == t or w not in s.tensors for t, w in zip(outs, twins)):
         return False
-    s.nodes[ia] = s.nodes.get(s.a.producer[twins[0]], -1)
+    if any(t in s.tensors for t in outs):
+        return False
+    twin_node = s.a.producer.get(twins[0])
+    if twin_node in s.nodes:
+        s.nodes[ia] = s.nodes[twin_node]
     for t, w in zip(outs, twins):
-        s.tensors.setdefault(t, s.tensors[w])
+        s.tensors[t] = s.tensors[w]
     return True
 
 

@@ -5,11 +5,13 @@ spans of A's nodes that B computes with other nodes, compared at their boundary 
 What cannot be matched is listed with the reason, never guessed. Torch-free: it reads the two graphs only."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ..modelfile.index import GraphIndex, node_inputs
 from .match_graph import constant_kind, is_carrier, source
 from .match_spans import find_spans
+from .match_values import match_by_value
 from .match_walk import WalkState, seed_by_position, walk
 from .report import Unmatched
 
@@ -50,8 +52,13 @@ def _producer_name(graph: GraphIndex, tensor: str) -> str:
     return graph.node_names[i] if i is not None else ""
 
 
-def match(a: GraphIndex, b: GraphIndex) -> Matching:
-    """Every tensor of A matched to the tensor of B holding its value, where one can be named for sure."""
+def match(a: GraphIndex, b: GraphIndex, *, values: tuple[Mapping, Mapping] | None = None,
+          rtol: float = 1e-2) -> Matching:
+    """Every tensor of A matched to the tensor of B holding its value, where one can be named for sure.
+
+    values: (A's values, B's values) by tensor name, from running both on the same feeds: what neither
+    names nor position matched is then matched to the one B tensor of the same shape holding the same
+    numbers within `rtol` of their scale (the default leaves room for float16)."""
     a_names, b_names = _all_tensors(a), _all_tensors(b)
     s = WalkState(a, b)
     b_set = set(b_names)
@@ -60,6 +67,8 @@ def match(a: GraphIndex, b: GraphIndex) -> Matching:
             s.pair(t, t)
     seed_by_position(s)
     walk(s)
+    while values is not None and match_by_value(s, values[0], values[1], rtol):
+        walk(s)
     found, refused = find_spans(s)
     spans = tuple(Span(tuple(a.node_names[i] for i in f.a_nodes), tuple(b.node_names[j] for j in f.b_nodes),
                        f.inputs, f.outputs) for f in found)

@@ -376,3 +376,39 @@ def test_a_node_matched_by_its_output_matches_its_inputs_too():
     assert m.tensors == {"x": "x", "w": "w", "bias": "bias", "h": "fc_out", "y": "out"}
     assert [(s.a_nodes, s.b_nodes, s.outputs) for s in m.spans] == [(("gemm",), ("mm", "add"), ("h",))]
     assert m.nodes == {"relu": "act"} and m.unmatched == ()
+
+
+def _every_value(model, feeds):
+    """Every node output of `model` on `feeds`, run by onnxruntime (the independent oracle)."""
+    ort = pytest.importorskip("onnxruntime")
+    full = onnx.ModelProto()
+    full.CopyFrom(model)
+    known = {o.name for o in full.graph.output}
+    full.graph.output.extend(onnx.ValueInfoProto(name=t) for n in full.graph.node for t in n.output
+                             if t and t not in known)
+    sess = ort.InferenceSession(full.SerializeToString(), providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    return dict(zip(names, sess.run(names, feeds)))
+
+
+def test_values_match_what_names_and_position_cannot():
+    """B spells Relu as Max(h, 0) under other names and has an extra output, so nothing structural pairs
+    A's Relu and Tanh outputs; their values (run by onnxruntime) do, and the walk goes on from there."""
+    n = helper.make_node
+    a = _model([n("MatMul", ["x", "w"], ["h"], name="mm"), n("Relu", ["h"], ["r"], name="relu"),
+                n("Tanh", ["r"], ["y"], name="tanh"), n("Sigmoid", ["y"], ["y2"], name="sig")],
+               [_w("w", 4, 6)], [_vi("x", 5, 4)], [_vi("y2", 5, 6)])
+    b = _model([n("MatMul", ["x", "w"], ["h"], name="mm"), n("Max", ["h", "zero"], ["m"], name="max"),
+                n("Tanh", ["m"], ["t"], name="th"), n("Sigmoid", ["t"], ["out"], name="sg"),
+                n("Neg", ["x"], ["extra"], name="neg")],
+               [_w("w", 4, 6), numpy_helper.from_array(np.array(0.0, np.float32), "zero")],
+               [_vi("x", 5, 4)], [_vi("out", 5, 6), _vi("extra", 5, 4)])
+    b.graph.initializer[0].CopyFrom(a.graph.initializer[0])
+    ga, gb = index(a), index(b)
+    plain = match(ga, gb)
+    assert "r" not in plain.tensors and "y" not in plain.tensors
+    feeds = {"x": RNG.standard_normal((5, 4)).astype(np.float32)}
+    m = match(ga, gb, values=(_every_value(a, feeds), _every_value(b, feeds)))
+    assert m.tensors == {"x": "x", "w": "w", "h": "h", "r": "m", "y": "t", "y2": "out"}
+    assert [(s.a_nodes, s.b_nodes) for s in m.spans] == [(("relu",), ("max",))]
+    assert m.nodes == {"mm": "mm", "tanh": "th", "sig": "sg"}
