@@ -8,6 +8,7 @@ Graphs over MAX_DRAWN nodes are drawn only around the culprit, which keeps the f
 """
 from __future__ import annotations
 
+import itertools
 import math
 from collections import deque
 from html import escape
@@ -60,6 +61,24 @@ def graph_edges(graph) -> tuple[tuple[str, str], ...]:
 def report_html(report: DiffReport, graph=None) -> str:
     """The whole report as one HTML document; `graph` (A's GraphIndex) gives every node, the compared and
     the rest; without it the report's rows and `edges` are drawn."""
+    title = escape(f"onnxgrad diff: {report.a} vs {report.b}")
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{title}</title>\n'
+            f"<style>{_CSS}</style></head><body>\n{report_body(report, graph)}\n</body></html>\n")
+
+
+def report_fragment(report: DiffReport, graph=None) -> str:
+    """The report as one <div> for a page that holds other things (Jupyter): its styles scoped to it, its
+    ids made unique to it, so two reports in one notebook link each within itself."""
+    prefix = f"onnxgrad-diff-{next(_fragments)}-"
+    body = report_body(report, graph).replace(' id="', f' id="{prefix}').replace(' href="#', f' href="#{prefix}')
+    return f"<style>{_CSS}</style>\n{body}"
+
+
+_fragments = itertools.count(1)
+
+
+def report_body(report: DiffReport, graph=None) -> str:
+    """The report's <div>: every id and link in it is one we write (names are escaped, quotes included)."""
     names, ops, edges = _graph_of(report, graph)
     drawn, note = _drawn_nodes(report, names, edges)
     if graph is None and not report.edges and len(names) > 1:  # unconnected, they would stand in one long row
@@ -69,7 +88,7 @@ def report_html(report: DiffReport, graph=None) -> str:
     linked = {(n.node, n.where) for n in kept}
     wheres = [w for w in (FORWARD, GRADIENT) if any(n.where == w for n in report.nodes)] or [FORWARD]
     ids = {name: k for k, name in enumerate(names)}
-    parts = [_HEAD.format(title=escape(f"onnxgrad diff: {report.a} vs {report.b}")), _header(report)]
+    parts = ['<div class="onnxgrad-diff">', _header(report)]
     parts.append('<nav class="where">' + " ".join(
         f'<a href="#graph-{PREFIX[w]}">{w} graph</a>' for w in wheres) + ' <a href="#nodes">table</a>'
         ' <a href="#unmatched">unmatched</a></nav>')
@@ -80,7 +99,7 @@ def report_html(report: DiffReport, graph=None) -> str:
         parts.append(_svg(where, layout, names, ops, ids, rows, linked, report))
     parts.append(_table(report, kept, ids, set(drawn), names))
     parts.append(_unmatched(report))
-    parts.append(_TAIL)
+    parts.append(_SCRIPT + "</div>")
     return "\n".join(parts)
 
 
@@ -150,7 +169,7 @@ def _layout(drawn: list[str], names: list[str], edges):
 
 def _svg(where: str, layout, names, ops, ids, rows, linked, report: DiffReport) -> str:
     p = PREFIX[where]
-    head = f'<section id="graph-{p}"><h2>{where.capitalize()}: local error / tolerance</h2>'
+    head = f'<section id="graph-{p}" class="graph"><h2>{where.capitalize()}: local error / tolerance</h2>'
     if layout is None:
         return head + '<p class="note">No nodes to draw.</p></section>'
     boxes, lines, width, height = layout
@@ -218,11 +237,11 @@ def _header(report: DiffReport) -> str:
 def _table(report: DiffReport, rows: list[NodeDiff], ids, drawn: set[str], names) -> str:
     cut = len(report.nodes) - len(rows)
     graph_order = {name: k for k, name in enumerate(names)}
-    out = ['<section id="nodes"><h2>Nodes</h2><p>Sort: <button type="button" onclick="sortRows(\'worst\')">'
-           'worst first</button> <button type="button" onclick="sortRows(\'order\')">graph order</button></p>',
+    out = ['<section id="nodes"><h2>Nodes</h2><p>Sort: <button type="button" onclick="onnxgradSortRows(this, \'worst\')">'
+           'worst first</button> <button type="button" onclick="onnxgradSortRows(this, \'order\')">graph order</button></p>',
            '<table><thead><tr><th>where</th><th>node</th><th>op</th><th>error</th><th>local error</th>'
            '<th>tolerance</th><th>local / tol</th><th>inputs\' errors</th><th>B nodes</th><th>note</th></tr>'
-           '</thead><tbody id="rows">']
+           '</thead><tbody class="rows">']
     for rank, row in enumerate(rows):
         p = PREFIX.get(row.where, "fwd")
         k = ids.get(row.node)
@@ -260,32 +279,31 @@ def _fmt(x: float) -> str:
     return f"{x:.3g}"
 
 
-_HEAD = """<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>{title}</title>
-<style>
-body {{ font: 14px/1.4 system-ui, sans-serif; margin: 1em 2em; color: #222; }}
-.verdict {{ font-size: 1.15em; padding: .4em .7em; border-radius: 4px; }}
-.verdict.ok {{ background: #d9f0d3; }} .verdict.bad {{ background: #f8d0d0; }}
-.note {{ color: #555; font-style: italic; }}
-svg {{ display: block; max-width: none; border: 1px solid #ddd; margin: .5em 0; }}
-section[id^="graph-"] {{ overflow: auto; }}
-.edges polyline {{ fill: none; stroke: #888; stroke-width: 1.2; }}
-.node rect {{ stroke: #444; stroke-width: 1; }}
-.node.culprit rect {{ stroke: #000; stroke-width: 3; }}
-.node text {{ font: 11px monospace; text-anchor: middle; pointer-events: none; }}
-a.node:target rect, a.node:hover rect {{ stroke: #1f5fbf; stroke-width: 4; }}
-table {{ border-collapse: collapse; }} th, td {{ border: 1px solid #ddd; padding: 2px 6px; text-align: left; }}
-tr.bad td {{ background: #fde8e8; }} tr:target td {{ background: #fff3b0; }}
-i.swatch, .legend i {{ display: inline-block; width: 1em; height: 1em; margin-right: .3em; vertical-align: middle;
-  border: 1px solid #888; }}
-.legend span {{ margin-right: 1em; }}
-</style></head><body>"""
+_CSS = """
+.onnxgrad-diff { font: 14px/1.4 system-ui, sans-serif; margin: 1em 2em; color: #222; }
+.onnxgrad-diff .verdict { font-size: 1.15em; padding: .4em .7em; border-radius: 4px; }
+.onnxgrad-diff .verdict.ok { background: #d9f0d3; } .onnxgrad-diff .verdict.bad { background: #f8d0d0; }
+.onnxgrad-diff .note { color: #555; font-style: italic; }
+.onnxgrad-diff svg { display: block; max-width: none; border: 1px solid #ddd; margin: .5em 0; }
+.onnxgrad-diff section.graph { overflow: auto; }
+.onnxgrad-diff .edges polyline { fill: none; stroke: #888; stroke-width: 1.2; }
+.onnxgrad-diff .node rect { stroke: #444; stroke-width: 1; }
+.onnxgrad-diff .node.culprit rect { stroke: #000; stroke-width: 3; }
+.onnxgrad-diff .node text { font: 11px monospace; text-anchor: middle; pointer-events: none; }
+.onnxgrad-diff a.node:target rect, .onnxgrad-diff a.node:hover rect { stroke: #1f5fbf; stroke-width: 4; }
+.onnxgrad-diff table { border-collapse: collapse; }
+.onnxgrad-diff th, .onnxgrad-diff td { border: 1px solid #ddd; padding: 2px 6px; text-align: left; }
+.onnxgrad-diff tr.bad td { background: #fde8e8; } .onnxgrad-diff tr:target td { background: #fff3b0; }
+.onnxgrad-diff i.swatch, .onnxgrad-diff .legend i { display: inline-block; width: 1em; height: 1em;
+  margin-right: .3em; vertical-align: middle; border: 1px solid #888; }
+.onnxgrad-diff .legend span { margin-right: 1em; }
+"""
 
-_TAIL = """<script>
-function sortRows(key) {
-  var body = document.getElementById("rows");
+_SCRIPT = """<script>
+function onnxgradSortRows(button, key) {
+  var body = button.closest("section").querySelector("tbody.rows");
   var rows = Array.prototype.slice.call(body.rows);
   rows.sort(function (a, b) { return a.dataset[key] - b.dataset[key]; });
   rows.forEach(function (r) { body.appendChild(r); });
 }
-</script></body></html>"""
+</script>"""

@@ -125,9 +125,9 @@ class DiffReport:
 
     def _repr_html_(self) -> str:
         """Jupyter shows the self-contained HTML report inline."""
-        from .html import report_html  # lazy cycle: html.py imports this module's values
+        from .html import report_fragment  # lazy cycle: html.py imports this module's values
 
-        return report_html(self)
+        return report_fragment(self)
 
 
 def _ratio(error: float, tolerance: float) -> float:

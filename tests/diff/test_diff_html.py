@@ -84,7 +84,7 @@ class Page(HTMLParser):
             self._node = a["id"]
             if "href" in a:
                 self.node_links[a["id"]] = a["href"][1:]
-        if tag == "tr" and a.get("id", "").startswith("row-"):
+        if tag == "tr" and "row-" in a.get("id", ""):
             self._row = a["id"]
         if tag == "a" and self._row and a.get("href", "").startswith("#"):
             self.row_links[self._row] = a["href"][1:]
@@ -112,11 +112,12 @@ class Page(HTMLParser):
         self.text.append(data)
 
 
-def check_page(text: str, report: DiffReport) -> Page:
-    """What every report page holds, whatever its rows."""
+def check_page(text: str, report: DiffReport, whole: bool = True) -> Page:
+    """What every report page (or Jupyter fragment) holds, whatever its rows."""
     page = Page(text)
     assert not page.errors and not page.stack, (page.errors, page.stack)
-    assert text.startswith("<!DOCTYPE html>") and text.rstrip().endswith("</html>")
+    if whole:
+        assert text.startswith("<!DOCTYPE html>") and text.rstrip().endswith("</html>")
     assert not re.search(r"https?://|<link\b|@import|url\(", text), "the file must reference nothing outside itself"
     assert not page.refs
     for href in page.hrefs:
@@ -179,13 +180,26 @@ def test_report_draws_itself_from_its_edges(graph):
     assert set(graph_edges(graph)) == {(ODD, "Sigmoid_1"), (ODD, "tanh"), ("Sigmoid_1", "add"), ("tanh", "add"),
                                        ("add", "scale")}
     text = with_edges._repr_html_()
-    page = check_page(text, with_edges)
+    page = check_page(text, with_edges, whole=False)
     assert text.count("<polyline") == 2 * 5
     assert len(page.node_links) == 10
     bare_text = report._repr_html_()  # no edges: no drawing, still every row
-    bare = check_page(bare_text, report)
+    bare = check_page(bare_text, report, whole=False)
     assert not bare.fills and not bare.row_links and bare_text.count(" data-worst=") == 10
     assert "not drawn" in bare_text
+
+
+def test_two_reports_in_one_notebook_keep_to_themselves(graph):
+    """Jupyter puts outputs in one page: each fragment's ids are its own and its styles touch only it."""
+    report = DiffReport(**{**hand_report(graph).__dict__, "edges": graph_edges(graph)})
+    first, second = report._repr_html_(), report._repr_html_()
+    pages = [check_page(t, report, whole=False) for t in (first, second)]
+    assert not set(pages[0].ids) & set(pages[1].ids)
+    both = check_page(first + second, report, whole=False)  # links resolve within the one page
+    assert len(both.node_links) == 2 * len(pages[0].node_links) == 20
+    css = re.search(r"<style>(.*?)</style>", first, re.S).group(1)
+    selectors = [sel.strip() for rule in re.findall(r"([^{}]+)\{", css) for sel in rule.split(",")]
+    assert selectors and all(sel.startswith(".onnxgrad-diff") for sel in selectors), selectors
 
 
 def test_big_graph_draws_the_culprits_neighbourhood():

@@ -3,6 +3,7 @@ in the diverging colour and follows the links to a node and to a table row. Skip
 Pillow, which counts the pixels) is absent."""
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 
@@ -73,3 +74,21 @@ def test_chromium_follows_links_to_a_node_and_to_a_row(frames):
     assert at_node.get(TARGET_NODE, 0) > 100
     # A node's link leads to its row: scrolled into the frame and highlighted as the target.
     assert at_row.get(TARGET_ROW, 0) > 1000
+
+
+def test_chromium_sorts_the_table_by_graph_order(tmp_path):
+    """The 'graph order' button's script, pressed as the page loads: the rows come out in A's order."""
+    graph = engine.load(odd_model(tmp_path / "odd.onnx")).graph
+    text = report_html(hand_report(graph), graph)
+    assert text.count("</body>") == 1
+    page = tmp_path / "pressed.html"
+    page.write_text(text.replace("</body>", '<script>document.querySelectorAll("button")[1].click()</script></body>'),
+                    encoding="utf-8")
+    done = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom",
+                           f"--user-data-dir={tmp_path / 'profile'}", page.as_uri()],
+                          capture_output=True, text=True, timeout=90)
+    if done.returncode != 0 or "<tbody" not in done.stdout:
+        pytest.skip(f"chromium did not dump the page (exit {done.returncode}): {done.stderr[-300:]}")
+    before = [int(k) for k in re.findall(r'data-order="(\d+)"', text)]
+    after = [int(k) for k in re.findall(r'data-order="(\d+)"', done.stdout)]
+    assert before != sorted(before) and after == sorted(before)
