@@ -183,9 +183,9 @@ def bind(s: WalkState, ia: int, ib: int, by_output: bool = False) -> None:
     s.ambiguous.pop(ia, None)
     na, nb = s.a.nodes[ia], s.b.nodes[ib]
     for ta, tb in zip(na.output, nb.output):
-        if not s.pair(ta, tb) and ta and ta not in s.tensors and tb in s.taken \
-                and s.a_class.get(s.taken[tb], s.taken[tb]) == s.a_class.get(ta, ta):
-            s.tensors[ta] = tb  # a duplicate of A's that B merged: one B tensor holds both
+        if not s.pair(ta, tb) and ta and ta not in s.tensors and tb in s.taken and (
+                s.a_class.get(s.taken[tb], s.taken[tb]) == s.a_class.get(ta, ta) or source(s.a, s.taken[tb]) == ta):
+            s.tensors[ta] = tb  # a duplicate, or an Identity's input, of A's that B merged: one B tensor holds both
     if by_output and len(_inputs(na)) == len(_inputs(nb)) and attributes_score(na, nb) is not None:
         for ta, tb in zip(_inputs(na), _inputs(nb)):
             if not constant_kind(s.a, ta) and not constant_kind(s.b, tb) and ta not in s.a_static:

@@ -160,3 +160,26 @@ def test_values_match_what_names_and_position_cannot():
     assert m.tensors == {"x": "x", "w": "w", "h": "h", "r": "m", "y": "t", "y2": "out"}
     assert [(s.a_nodes, s.b_nodes) for s in m.spans] == [(("relu",), ("max",))]
     assert m.nodes == {"mm": "mm", "tanh": "th", "sig": "sg"}
+
+
+def test_onnxruntime_transformers_optimizer_on_a_vit_block(tmp_path):
+    """The transformers optimizer fuses the block's GELU and drops the exporter's Identity before the
+    output: the GELU is a span, the Identity's input is B's output, and nothing else is left over."""
+    optimizer = pytest.importorskip("onnxruntime.transformers.optimizer")
+    from tests.fusion_models import vit_block
+
+    a = vit_block()
+    a = a[0] if isinstance(a, tuple) else a
+    path = tmp_path / "vit.onnx"
+    onnx.save(a, str(path))
+    b = optimizer.optimize_model(str(path), model_type="bert", num_heads=2, hidden_size=8, opt_level=1).model
+    ga, gb = index(a), index(b)
+    m = match(ga, gb)
+    gelus = [s for s in m.spans if any(gb.nodes[gb.node_names.index(j)].op_type in ("Gelu", "FastGelu", "BiasGelu")
+                                       for j in s.b_nodes)]
+    assert len(gelus) == 1 and any("Erf" == ga.nodes[ga.node_names.index(n)].op_type for n in gelus[0].a_nodes)
+    assert all(t in m.tensors for s in m.spans for t in s.outputs)
+    assert not [u for u in m.unmatched if not u.why.startswith(("inside a span", "a constant read only"))]
+    covered = {n for s in m.spans for n in s.a_nodes} | set(m.nodes)
+    left = [n for n in ga.node_names if n not in covered]
+    assert all(ga.nodes[ga.node_names.index(n)].op_type == "Identity" for n in left)
