@@ -102,7 +102,7 @@ def _unmatched_a(s: WalkState, names: list[str], found) -> list[Unmatched]:
         elif i in s.ambiguous:
             tied = " and ".join(repr(b.node_names[j]) for j in s.ambiguous[i][:3])
             why = f"ambiguous: B's {tied} stand for node {a.node_names[i]!r} equally well"
-        elif t in s.a_static and all(k not in s.nodes for k in [i]):
+        elif t in s.a_static and i not in s.nodes:
             why = "computed from constants and shapes only, and B computes it nowhere (folded into a constant)"
         elif i in s.nodes:
             why = f"its node's counterpart {b.node_names[s.nodes[i]]!r} has that output matched elsewhere"
