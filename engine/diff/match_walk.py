@@ -1,8 +1,11 @@
 """Matching by graph position where names differ: from the tensors already matched (by name, graph inputs
 and outputs by position), a node of B is matched to a node of A when it has the same op_type, the matched
 inputs in the same slots (a converter's Casts and a quantizer's QDQ pairs looked through) and compatible
-attributes; its outputs are then matched slot by slot, and so are constants read in the same slots.
-Repeated until nothing changes. Two equally good candidates match nothing (kept in `ambiguous`)."""
+attributes; its outputs are then matched slot by slot, and so are constants read in the same slots
+(initializers by shape and dtype, ties broken by their values; a constant one side folded is matched to
+the other's computation of it). A node matched by its output matches its computed inputs (the walk back).
+Repeated until nothing changes. Two equally good candidates match nothing (kept in `ambiguous`), unless
+they compute one value (duplicates: either is right)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -227,9 +230,8 @@ def _same_as_matched(s: WalkState, ia: int) -> bool:
     return True
 
 
-def walk(s: WalkState) -> None:
-    """A's nodes in topological order, repeated to a fixpoint: by name where outputs share names, else by
-    position from the matched inputs."""
+def _prepare(s: WalkState) -> None:
+    """What the walk looks up, once per pair of graphs."""
     s.b_class, s.a_class = value_classes(s.b), value_classes(s.a, through_carriers=False)
     s.a_static, s.b_static = static_tensors(s.a), static_tensors(s.b)
     for j, node in enumerate(s.b.nodes):
@@ -241,6 +243,13 @@ def walk(s: WalkState) -> None:
         for t in node.output:
             if t:
                 s.b_aliases.setdefault(s.b_class.get(t, t), []).append(t)
+
+
+def walk(s: WalkState) -> None:
+    """A's nodes in topological order, repeated to a fixpoint: by name where outputs share names, else by
+    position from the matched inputs. Called again after new seeds (values), it goes on from them."""
+    if not s.b_aliases:
+        _prepare(s)
     changed = True
     while changed:
         changed = False
