@@ -49,7 +49,9 @@ def diff(a, b=None, y=None, xs=(), zs=(), feeds=None, *, dims=None, past=None, s
         graph_b = model_b.graph
     units = make_units(model_a.graph, graph_b, matching, tape_a.order)
     weights = set(model_a.graph.initializers)
-    rows = [_forward(u, k, tape_a, plain, replay, matching, sides.mode, weights) for k, u in enumerate(units)]
+    saturate = sides.mode == "dtype" and _finite([plain.values.get(matching.tensors.get(t)) for t in targets])
+    rows = [_forward(u, k, tape_a, plain, replay, matching, sides.mode, weights, saturate)
+            for k, u in enumerate(units)]
     if spec is not None and sides.mode != "onnxruntime":
         rows += _gradient(units, tape_a, plain, replay, matching, y, weights)
     elif y is not None and xs and sides.mode == "onnxruntime":
@@ -86,8 +88,9 @@ def _value(side, name):
     return side.values.get(name) if name is not None else None
 
 
-def _worst(pairs) -> float:
-    errs = [relative_error(x, y) for x, y in pairs if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)]
+def _worst(pairs, saturate: bool = False) -> float:
+    errs = [relative_error(x, y, saturate) for x, y in pairs
+            if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)]
     return max(errs, default=0.0)
 
 
@@ -95,7 +98,7 @@ def _eps(*values) -> float:
     return max((eps_of(v.dtype) for v in values if isinstance(v, torch.Tensor)), default=0.0)
 
 
-def _forward(u, order, tape_a, plain, replay, matching, mode, weights) -> NodeDiff | None:
+def _forward(u, order, tape_a, plain, replay, matching, mode, weights, saturate) -> NodeDiff | None:
     m = matching.tensors
     outs_a = [tape_a.values.get(t) for t in u.outputs]
     pairs = [(tape_a.values.get(t), _value(plain, m[t])) for t in u.outputs]
@@ -105,7 +108,7 @@ def _forward(u, order, tape_a, plain, replay, matching, mode, weights) -> NodeDi
     ins = [(t, tape_a.values.get(t), _value(plain, m.get(t))) for t in u.inputs]
     eps = _eps(*outs_a, *(v for _, v in local_pairs))
     tol = tolerance(eps, reduction_length([v for _, v, _ in ins], outs_a))
-    local = _worst(local_pairs)
+    local = _worst(local_pairs, saturate)
     notes = [u.note] if u.note else []
     for t, va, vb in ins:  # a weight that differs shows here, at its consumer
         if t not in weights:
@@ -115,12 +118,18 @@ def _forward(u, order, tape_a, plain, replay, matching, mode, weights) -> NodeDi
         e = _worst([(va, vb)])
         if e > tolerance(_eps(va, vb)):
             notes.append(f"initializer {t!r} differs (error {e:.2g})")
-    if _overflow_begins(pairs, [vb for _, _, vb in ins]):
+    if not saturate and _overflow_begins(pairs, [vb for _, _, vb in ins]):
         notes.append(("float16 " if mode == "dtype" else "") + OVERFLOW + " (B's values turn non-finite)")
-    return NodeDiff(u.name, u.op_type, FORWARD, order, _b_names(u, plain), u.outputs, _worst(pairs), local, tol,
+    return NodeDiff(u.name, u.op_type, FORWARD, order, _b_names(u, plain), u.outputs, _worst(pairs, saturate), local, tol,
                     _beyond(local, tol), tuple((t, _worst([(va, vb)])) for t, va, vb in ins if t not in weights
                                                and isinstance(va, torch.Tensor) and va.is_floating_point()),
                     "; ".join(notes))
+
+
+def _finite(values) -> bool:
+    """Every output B computed is finite: its ±inf in between (a mask's most negative float) were absorbed."""
+    return all(not isinstance(v, torch.Tensor) or not v.is_floating_point() or bool(torch.isfinite(v).all())
+               for v in values)
 
 
 def _beyond(error: float, tol: float) -> bool:

@@ -33,14 +33,19 @@ def tolerance(eps: float, reduction: float = 1.0) -> float:
     return UNITS * eps * (1.0 + math.log2(max(reduction, 1.0)))
 
 
-def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
+def relative_error(a: torch.Tensor, b: torch.Tensor, saturate: bool = False) -> float:
     """max |a − b| over the value's scale; inf where one side is NaN/Inf and the other is not (or a
-    shape differs), 0 where both hold the same non-finite values."""
+    shape differs), 0 where both hold the same non-finite values. `saturate`: b's ±inf where a lies
+    beyond b's dtype's range, with a's sign, is a's value as b's dtype holds it (a mask's -3.4e38
+    is float16's -inf), not an error."""
     if a.shape != b.shape:
         return math.inf
     if not (a.is_floating_point() or b.is_floating_point()):
         return 0.0 if torch.equal(a, b.to(a.dtype)) else math.inf
     a64, b64 = a.detach().to(torch.float64), b.detach().to(torch.float64)
+    if saturate and b.is_floating_point():
+        top = float(torch.finfo(b.dtype).max)
+        a64 = torch.where(a64.abs() > top, a64.sign() * math.inf, a64)
     fa, fb = torch.isfinite(a64), torch.isfinite(b64)
     same_nonfinite = (~fa) & (~fb) & ((a64 == b64) | (torch.isnan(a64) & torch.isnan(b64)))
     if bool(((fa != fb) | ((~fa) & ~same_nonfinite)).any()):
