@@ -263,3 +263,17 @@ def test_matmul_nbits_stands_for_a_matmul_in_a_one_node_span(tmp_path):
     assert span.inputs[0] == "x" and span.outputs == ("h",)
     assert m.tensors["h"] in {o for n in b.graph.node for o in n.output if n.op_type == "MatMulNBits"}
     assert m.nodes == {"relu": "relu"}
+
+
+@pytest.mark.parametrize("constants", ["init", "node"])
+def test_a_renamed_reordered_vit_block_is_fully_matched(constants):
+    """An exporter-like block (attention, GELU; constants as initializers or Constant nodes, many of the
+    same shape): renamed and reordered, every tensor finds its twin."""
+    from tests.fusion_models import vit_block
+
+    a = vit_block(constants=constants)
+    a = a[0] if isinstance(a, tuple) else a
+    b, rename = renamed_reordered(a, seed=11)
+    m = match(index(a), index(b))
+    assert m.tensors == {t: rename[t] for t in _tensor_names(a)}
+    assert m.unmatched == ()
