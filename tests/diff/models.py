@@ -57,3 +57,12 @@ def overflow() -> onnx.ModelProto:
 
 
 OVERFLOW_X = np.linspace(1, 2, 6).astype(np.float32)
+
+
+def masked_softmax() -> onnx.ModelProto:
+    """x + mask (float32's most negative number where masked, as exporters write it) -> Softmax -> y."""
+    mask = np.array([0, 0, np.finfo(np.float32).min, 0], np.float32)
+    nodes = [helper.make_node("Add", ["x", "mask"], ["masked"], "apply_mask"),
+             helper.make_node("Softmax", ["masked"], ["p"], "softmax", axis=-1),
+             helper.make_node("ReduceSumSquare", ["p"], ["y"], "total", keepdims=0)]
+    return make(nodes, [vi("x", [4])], [vi("y", [])], [init("mask", mask)])

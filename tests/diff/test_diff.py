@@ -138,3 +138,16 @@ def test_renamed_and_reordered_copy_is_matched():
     assert _first(changed) == ("v_proj", "forward")
     assert changed.first_divergence.note == "initializer 'Wv' differs (error 0.0099)"
     assert [n for n in changed.nodes if n.node == "v_proj"][0].b_nodes == ("other/v_proj",)
+
+
+def test_float16_mask_saturating_to_minus_inf_is_not_an_overflow():
+    from tests.diff.models import masked_softmax
+
+    x = np.array([0.5, -1.0, 2.0, 0.25], np.float32)
+    report = engine.diff(masked_softmax(), dtype="float16", feeds={"x": x})
+    assert report.first_divergence is None, report.worst()[:2]
+    row = next(n for n in report.nodes if n.node == "apply_mask")
+    assert row.local_error < 1e-3 and "overflow" not in row.note
+    p = np.exp(x - x.max()) * np.array([1, 1, 0, 1])  # numpy's masked softmax: the oracle B must match
+    y = float(((p / p.sum()) ** 2).sum())
+    assert engine.load(masked_softmax()).run({"x": x}, dtype="float16")["y"] == pytest.approx(y, rel=2e-3)
