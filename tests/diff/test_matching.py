@@ -277,3 +277,32 @@ def test_a_renamed_reordered_vit_block_is_fully_matched(constants):
     m = match(index(a), index(b))
     assert m.tensors == {t: rename[t] for t in _tensor_names(a)}
     assert m.unmatched == ()
+
+
+def test_onnxruntime_qdq_quantizer_output(tmp_path):
+    """quantize_static in QDQ format: QuantizeLinear→DequantizeLinear pairs before every op, weights as int8
+    initializers behind a DequantizeLinear. Every op is matched to its quantized twin, and each float
+    weight to the DequantizeLinear output standing for it."""
+    quantization = pytest.importorskip("onnxruntime.quantization")
+    a = mlp()
+    onnx.save(a, str(tmp_path / "a.onnx"))
+    rng = np.random.default_rng(1)
+    batches = iter([{"x": rng.standard_normal((2, 4), np.float32), "z": rng.standard_normal((2, 8), np.float32)}
+                    for _ in range(4)])
+
+    class Reader(quantization.CalibrationDataReader):
+        def get_next(self):
+            return next(batches, None)
+
+    quantization.quantize_static(str(tmp_path / "a.onnx"), str(tmp_path / "q.onnx"), Reader(),
+                                 quant_format=quantization.QuantFormat.QDQ)
+    b = onnx.load(str(tmp_path / "q.onnx"))
+    gb = index(b)
+    m = match(index(a), gb)
+    for name in ("mm1", "mm2", "mm3", "add1", "mul3", "sum", "gate", "tanh"):
+        assert m.nodes[name] == name
+    for w in ("w1", "w2", "w3"):
+        dq = gb.nodes[gb.producer[m.tensors[w]]]
+        assert dq.op_type == "DequantizeLinear" and gb.initializers[dq.input[0]].data_type == TensorProto.INT8
+    assert {t for t in ("x", "z", "y", "y2", "s")} <= {t for t, u in m.tensors.items() if t == u}
+    assert all(u.side == "a" for u in m.unmatched)  # B's scales and zero points are not listed
