@@ -227,6 +227,24 @@ def test_onnxconverter_common_float16_model():
     assert {u.side for u in m.unmatched} <= {"b"} and not m.spans
 
 
+def test_onnxconverter_common_blocked_nodes_renamed():
+    """Ops kept in float32 (node_block_list) get Casts around them; renamed, each A tensor still maps to
+    a B tensor holding its value: the same tensor, or one a Cast of B carries it to."""
+    f16 = pytest.importorskip("onnxconverter_common.float16")
+    from engine.diff.match_graph import source
+
+    a = mlp()
+    b = f16.convert_float_to_float16(a, keep_io_types=True, node_block_list=["relu1", "mul3"])
+    plain = match(index(a), index(b))
+    assert plain.tensors == {t: t for t in _tensor_names(a)} and plain.unmatched == ()
+    renamed, rename = renamed_reordered(b, seed=4)
+    gb = index(renamed)
+    m = match(index(a), gb)
+    assert set(m.tensors) == set(_tensor_names(a)) and m.unmatched == ()
+    for t in _tensor_names(a):
+        assert source(gb, m.tensors[t]) == source(gb, rename[t])
+
+
 # --- QDQ and MatMulNBits ---------------------------------------------------------------------------
 
 def test_a_qdq_pair_before_an_op_is_looked_through():
