@@ -324,3 +324,13 @@ def test_onnxruntime_qdq_quantizer_output(tmp_path):
         assert dq.op_type == "DequantizeLinear" and gb.initializers[dq.input[0]].data_type == TensorProto.INT8
     assert {t for t in ("x", "z", "y", "y2", "s")} <= {t for t, u in m.tensors.items() if t == u}
     assert all(u.side == "a" for u in m.unmatched)  # B's scales and zero points are not listed
+
+
+def test_matching_does_not_import_torch():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = "import sys, engine.diff.matching; sys.exit('torch' in sys.modules)"
+    root = Path(__file__).resolve().parents[2]
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, cwd=root).returncode == 0
