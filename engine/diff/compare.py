@@ -50,7 +50,8 @@ def diff(a, b=None, y=None, xs=(), zs=(), feeds=None, *, dims=None, past=None, s
     units = make_units(model_a.graph, graph_b, matching, tape_a.order)
     weights = set(model_a.graph.initializers)
     saturate = sides.mode == "dtype" and _finite([plain.values.get(matching.tensors.get(t)) for t in targets])
-    rows = [_forward(u, k, tape_a, plain, replay, matching, sides.mode, weights, saturate)
+    weight_errors: dict[str, float] = {}
+    rows = [_forward(u, k, tape_a, plain, replay, matching, sides.mode, weights, saturate, weight_errors)
             for k, u in enumerate(units)]
     if spec is not None and sides.mode != "onnxruntime":
         rows += _gradient(units, tape_a, plain, replay, matching, y, weights)
@@ -98,7 +99,7 @@ def _eps(*values) -> float:
     return max((eps_of(v.dtype) for v in values if isinstance(v, torch.Tensor)), default=0.0)
 
 
-def _forward(u, order, tape_a, plain, replay, matching, mode, weights, saturate) -> NodeDiff | None:
+def _forward(u, order, tape_a, plain, replay, matching, mode, weights, saturate, weight_errors) -> NodeDiff | None:
     m = matching.tensors
     outs_a = [tape_a.values.get(t) for t in u.outputs]
     pairs = [(tape_a.values.get(t), _value(plain, m[t])) for t in u.outputs]
@@ -115,7 +116,9 @@ def _forward(u, order, tape_a, plain, replay, matching, mode, weights, saturate)
             continue
         if not (isinstance(va, torch.Tensor) and isinstance(vb, torch.Tensor)) or va.shape != vb.shape:
             continue  # a weight stored otherwise (transposed for transB) is judged by the node's output
-        e = _worst([(va, vb)])
+        if t not in weight_errors:  # once per weight: an embedding table is read by one node, a bias by many
+            weight_errors[t] = _worst([(va, vb)])
+        e = weight_errors[t]
         if e > tolerance(_eps(va, vb)):
             notes.append(f"initializer {t!r} differs (error {e:.2g})")
     if not saturate and _overflow_begins(pairs, [vb for _, _, vb in ins]):
