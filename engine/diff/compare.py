@@ -54,7 +54,7 @@ def diff(a, b=None, y=None, xs=(), zs=(), feeds=None, *, dims=None, past=None, s
     rows = [_forward(u, k, tape_a, plain, replay, matching, sides.mode, weights, saturate, weight_errors)
             for k, u in enumerate(units)]
     if spec is not None and sides.mode != "onnxruntime":
-        rows += _gradient(units, tape_a, plain, replay, matching, y, weights)
+        rows += _gradient(units, tape_a, plain, replay, matching, y, weights, _downstream(model_a.graph, spec.xs))
     elif y is not None and xs and sides.mode == "onnxruntime":
         notes += ("onnxruntime runs forward only: the gradient is not compared",)
     rows = [r for r in rows if r is not None]
@@ -152,7 +152,7 @@ def _b_names(u, side) -> tuple[str, ...]:
     return tuple(graph.nodes[j].name for j in u.b_nodes) if graph is not None else ()
 
 
-def _gradient(units, tape_a, plain, replay, matching, y, weights) -> list[NodeDiff]:
+def _gradient(units, tape_a, plain, replay, matching, y, weights, on_path) -> list[NodeDiff]:
     """Reverse order: what each unit sends back from A's incoming gradient, by A's rule and by B's (replayed
     on A's values); the accumulated error is A's sending against B's own backward. A weight that B holds
     otherwise (scaled, transposed) is another parameter: its gradient is not compared, its consumer's
@@ -171,7 +171,7 @@ def _gradient(units, tape_a, plain, replay, matching, y, weights) -> list[NodeDi
         sent_a = _send(tape_a, u.a_nodes, incoming)
         sent_r = _send(replay, u.b_nodes, {m[t]: g for t, g in incoming.items()})
         sent_b = _send(plain, u.b_nodes, {m[t]: grads_b[m[t]] for t in u.outputs if m[t] in grads_b})
-        targets = [t for t in dict.fromkeys(u.inputs) if (t in sent_a or m.get(t) in sent_r)
+        targets = [t for t in dict.fromkeys(u.inputs) if t in on_path and (t in sent_a or m.get(t) in sent_r)
                    and not (t in weights and _differs(tape_a.values.get(t), plain.values.get(m.get(t))))]
         if not targets:
             continue
@@ -187,6 +187,16 @@ def _gradient(units, tape_a, plain, replay, matching, y, weights) -> list[NodeDi
         rows.append(NodeDiff(u.name, u.op_type, GRADIENT, k, _b_names(u, plain), u.outputs, error, local, tol,
                              _beyond(local, tol), arrived, u.note))
     return rows
+
+
+def _downstream(graph, xs) -> set[str]:
+    """The tensors computed from xs (xs included): the gradient y sends anywhere else (a mask
+    constant, a position table) is no part of the selection and is not compared."""
+    reached = set(xs)
+    for node in graph.nodes:  # topological
+        if any(t in reached for t in node.input if t):
+            reached.update(t for t in node.output if t)
+    return reached
 
 
 def _differs(va, vb) -> bool:
