@@ -12,7 +12,7 @@ from .matching import match
 from .report import FORWARD, GRADIENT, DiffReport, NodeDiff
 from .sides import make_feeds, open_sides
 from .tape import reverse, run_tape
-from .tolerance import eps_of, reduction_length, relative_error, tolerance
+from .tolerance import eps_of, reduction_length, relative_error, row_length, tolerance
 from .units import units as make_units
 from .verdicts import OVERFLOW, culprits
 
@@ -108,7 +108,7 @@ def _forward(u, order, tape_a, plain, replay, matching, mode, weights, saturate,
         return None
     ins = [(t, tape_a.values.get(t), _value(plain, m.get(t))) for t in u.inputs]
     eps = _eps(*outs_a, *(v for _, v in local_pairs))
-    tol = tolerance(eps, reduction_length([v for _, v, _ in ins], outs_a))
+    tol = tolerance(eps, max(reduction_length([v for _, v, _ in ins], outs_a), row_length(u.op_type, outs_a)))
     local = _worst(local_pairs, saturate)
     notes = [u.note] if u.note else []
     for t, va, vb in ins:  # a weight that differs shows here, at its consumer
@@ -181,7 +181,8 @@ def _gradient(units, tape_a, plain, replay, matching, y, weights, on_path) -> li
                         sent_a.get(t))) for t in targets)
         eps = _eps(*(sent_r.get(m.get(t)) for t in targets), *(sent_a.get(t) for t in targets))
         sent = [sent_a[t] for t in targets if t in sent_a]
-        red = max(reduction_length(list(incoming.values()), sent), reduction_length(sent, list(incoming.values())))
+        red = max(reduction_length(list(incoming.values()), sent), reduction_length(sent, list(incoming.values())),
+                  row_length(u.op_type, sent))
         tol = tolerance(eps, red)
         arrived = tuple((t, _worst([(g, grads_b.get(m[t]))])) for t, g in incoming.items())
         rows.append(NodeDiff(u.name, u.op_type, GRADIENT, k, _b_names(u, plain), u.outputs, error, local, tol,

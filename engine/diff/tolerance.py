@@ -27,6 +27,21 @@ def reduction_length(inputs, outputs) -> float:
     return max(1.0, n_in / max(n_out, 1))
 
 
+# Ops that sum along a row of their input and scale every element by it: their output is the input's
+# size, but each element (and each gradient element) carries a whole row's rounding.
+ROW_OPS = frozenset({"Softmax", "LogSoftmax", "LayerNormalization", "SkipLayerNormalization",
+                     "SimplifiedLayerNormalization", "SkipSimplifiedLayerNormalization", "RMSNormalization",
+                     "GroupNormalization", "InstanceNormalization", "BatchNormalization", "Attention",
+                     "MultiHeadAttention"})
+
+
+def row_length(op_type: str, values) -> float:
+    """The row a ROW_OPS op normalizes over: its input's last dim (1 for any other op)."""
+    if op_type.split("+")[-1] not in ROW_OPS:
+        return 1.0
+    return float(max((t.shape[-1] for t in values if isinstance(t, torch.Tensor) and t.dim()), default=1))
+
+
 def tolerance(eps: float, reduction: float = 1.0) -> float:
     """UNITS epsilons, widened by log2 of the reduction length (pairwise and blocked sums grow their
     rounding with the depth of the sum tree, not with its length)."""
