@@ -12,7 +12,16 @@ from .matching import match
 from .report import FORWARD, GRADIENT, DiffReport, NodeDiff
 from .sides import make_feeds, open_sides
 from .tape import reverse, run_tape
-from .tolerance import eps_of, reduction_length, relative_error, row_length, tolerance
+from .tolerance import (
+    BOUNDED_OPS,
+    TINY,
+    eps_of,
+    inner_length,
+    reduction_length,
+    relative_error,
+    row_length,
+    tolerance,
+)
 from .units import units as make_units
 from .verdicts import OVERFLOW, culprits
 
@@ -89,8 +98,8 @@ def _value(side, name):
     return side.values.get(name) if name is not None else None
 
 
-def _worst(pairs, saturate: bool = False) -> float:
-    errs = [relative_error(x, y, saturate) for x, y in pairs
+def _worst(pairs, saturate: bool = False, floor: float = TINY) -> float:
+    errs = [relative_error(x, y, saturate, floor) for x, y in pairs
             if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)]
     return max(errs, default=0.0)
 
@@ -108,8 +117,11 @@ def _forward(u, order, tape_a, plain, replay, matching, mode, weights, saturate,
         return None
     ins = [(t, tape_a.values.get(t), _value(plain, m.get(t))) for t in u.inputs]
     eps = _eps(*outs_a, *(v for _, v in local_pairs))
-    tol = tolerance(eps, max(reduction_length([v for _, v, _ in ins], outs_a), row_length(u.op_type, outs_a)))
-    local = _worst(local_pairs, saturate)
+    ins_a = [v for _, v, _ in ins]
+    tol = tolerance(eps, max(reduction_length(ins_a, outs_a), row_length(u.op_type, outs_a),
+                             inner_length(u.op_type, ins_a)))
+    floor = 1.0 if u.op_type in BOUNDED_OPS else TINY
+    local = _worst(local_pairs, saturate, floor)
     notes = [u.note] if u.note else []
     for t, va, vb in ins:  # a weight that differs shows here, at its consumer
         if t not in weights:
@@ -123,7 +135,7 @@ def _forward(u, order, tape_a, plain, replay, matching, mode, weights, saturate,
             notes.append(f"initializer {t!r} differs (error {e:.2g})")
     if not saturate and _overflow_begins(pairs, [vb for _, _, vb in ins]):
         notes.append(("float16 " if mode == "dtype" else "") + OVERFLOW + " (B's values turn non-finite)")
-    return NodeDiff(u.name, u.op_type, FORWARD, order, _b_names(u, plain), u.outputs, _worst(pairs, saturate), local, tol,
+    return NodeDiff(u.name, u.op_type, FORWARD, order, _b_names(u, plain), u.outputs, _worst(pairs, saturate, floor), local, tol,
                     _beyond(local, tol), tuple((t, _worst([(va, vb)])) for t, va, vb in ins if t not in weights
                                                and isinstance(va, torch.Tensor) and va.is_floating_point()),
                     "; ".join(notes))

@@ -151,3 +151,23 @@ def test_float16_mask_saturating_to_minus_inf_is_not_an_overflow():
     p = np.exp(x - x.max()) * np.array([1, 1, 0, 1])  # numpy's masked softmax: the oracle B must match
     y = float(((p / p.sum()) ** 2).sum())
     assert engine.load(masked_softmax()).run({"x": x}, dtype="float16")["y"] == pytest.approx(y, rel=2e-3)
+
+
+def test_sigmoid_tail_against_onnxruntime_is_judged_on_its_range(tmp_path):
+    """onnxruntime's fast Sigmoid is exact to ~1e-7 absolute: in the tail (inputs near -11, as a YOLO
+    head's class scores are) that is 1e-3 of the values, but 1e-7 of the Sigmoid's range."""
+    from onnx import helper
+
+    from tests.verify_models import make, vi
+
+    path = tmp_path / "tail.onnx"
+    onnx.save(make([helper.make_node("Sigmoid", ["x"], ["y"], "sig")], [vi("x", [64])], [vi("y", [64])]), path)
+    x = np.linspace(-11.7, -8.7, 64).astype(np.float32)
+    report = engine.diff(str(path), against="onnxruntime", feeds={"x": x})
+    row = report.nodes[0]
+    assert not report.diverges and row.local_error < 1e-6
+    import onnxruntime as ort
+
+    got = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    y64 = 1 / (1 + np.exp(-x.astype(np.float64)))
+    assert row.local_error == pytest.approx(np.abs(got - y64).max(), rel=0.5, abs=1e-9)
