@@ -64,6 +64,8 @@ def diff(a, b=None, y=None, xs=(), zs=(), feeds=None, *, dims=None, past=None, s
             for k, u in enumerate(units)]
     if spec is not None and sides.mode != "onnxruntime":
         rows += _gradient(units, tape_a, plain, replay, matching, y, weights, _downstream(model_a.graph, spec.xs))
+    elif y is not None and not xs:
+        notes += (f"y {y!r} without xs: the gradient is not compared (give xs)",)
     elif y is not None and xs and sides.mode == "onnxruntime":
         notes += ("onnxruntime runs forward only: the gradient is not compared",)
     rows = [r for r in rows if r is not None]
