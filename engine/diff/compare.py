@@ -118,7 +118,7 @@ def _forward(u, order, tape_a, plain, replay, matching, mode, weights, saturate,
     if not any(isinstance(x, torch.Tensor) and isinstance(z, torch.Tensor) for x, z in local_pairs):
         return None
     ins = [(t, tape_a.values.get(t), _value(plain, m.get(t))) for t in u.inputs]
-    eps = _eps(*outs_a, *(v for _, v in local_pairs))
+    eps = max(_eps(*outs_a, *(v for _, v in local_pairs)), _b_eps(u, replay))
     ins_a = [v for _, v, _ in ins]
     tol = tolerance(eps, max(reduction_length(ins_a, outs_a), row_length(u.op_type, outs_a),
                              inner_length(u.op_type, ins_a)))
@@ -141,6 +141,15 @@ def _forward(u, order, tape_a, plain, replay, matching, mode, weights, saturate,
                     _beyond(local, tol), tuple((t, _worst([(va, vb)])) for t, va, vb in ins if t not in weights
                                                and isinstance(va, torch.Tensor) and va.is_floating_point()),
                     "; ".join(notes))
+
+
+def _b_eps(u, side) -> float:
+    """The lowest precision B computes the unit in: a cast model's float16 inside a float32 Cast."""
+    graph = getattr(side, "graph", None)
+    if graph is None:
+        return 0.0
+    names = [t for j in u.b_nodes for t in (*graph.nodes[j].input, *graph.nodes[j].output) if t]
+    return _eps(*(side.values.get(t) for t in names))
 
 
 def _finite(values) -> bool:
@@ -193,7 +202,8 @@ def _gradient(units, tape_a, plain, replay, matching, y, weights, on_path) -> li
                         sent_a.get(t))) for t in targets)
         error = _worst((_or_zeros(sent_a.get(t), sent_b.get(m.get(t))), _or_zeros(sent_b.get(m.get(t)),
                         sent_a.get(t))) for t in targets)
-        eps = _eps(*(sent_r.get(m.get(t)) for t in targets), *(sent_a.get(t) for t in targets))
+        eps = max(_eps(*(sent_r.get(m.get(t)) for t in targets), *(sent_a.get(t) for t in targets)),
+                  _b_eps(u, replay))
         sent = [sent_a[t] for t in targets if t in sent_a]
         red = max(reduction_length(list(incoming.values()), sent), reduction_length(sent, list(incoming.values())),
                   row_length(u.op_type, sent))

@@ -66,3 +66,18 @@ def masked_softmax() -> onnx.ModelProto:
              helper.make_node("Softmax", ["masked"], ["p"], "softmax", axis=-1),
              helper.make_node("ReduceSumSquare", ["p"], ["y"], "total", keepdims=0)]
     return make(nodes, [vi("x", [4])], [vi("y", [])], [init("mask", mask)])
+
+
+def cast_pair(scale: float = 1.0) -> tuple[onnx.ModelProto, onnx.ModelProto]:
+    """A: y = Relu(x @ W) in float32; B: the same in float16 between inserted Casts (as a float16
+    converter keeping float32 inputs and outputs writes it), W optionally scaled."""
+    from onnx import TensorProto
+
+    a = make([helper.make_node("MatMul", ["x", "W"], ["h"], "mm"), helper.make_node("Relu", ["h"], ["y"], "act")],
+             [vi("x", [4, 8])], [vi("y", [4, 8])], [init("W", W1)])
+    b = make([helper.make_node("Cast", ["x"], ["x16"], "cast_in", to=TensorProto.FLOAT16),
+              helper.make_node("MatMul", ["x16", "W"], ["h"], "mm"),
+              helper.make_node("Relu", ["h"], ["y16"], "act"),
+              helper.make_node("Cast", ["y16"], ["y"], "cast_out", to=TensorProto.FLOAT)],
+             [vi("x", [4, 8])], [vi("y", [4, 8])], [init("W", (W1 * np.float32(scale)).astype(np.float16))])
+    return a, b

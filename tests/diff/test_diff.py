@@ -171,3 +171,15 @@ def test_sigmoid_tail_against_onnxruntime_is_judged_on_its_range(tmp_path):
     got = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     y64 = 1 / (1 + np.exp(-x.astype(np.float64)))
     assert row.local_error == pytest.approx(np.abs(got - y64).max(), rel=0.5, abs=1e-9)
+
+
+def test_cast_model_with_inserted_casts():
+    from tests.diff.models import cast_pair
+
+    a, b = cast_pair()
+    report = engine.diff(a, b, y="y", xs="x", feeds=FEEDS)
+    assert report.first_divergence is None, report.worst()[:2]
+    act = next(n for n in report.nodes if n.node == "act" and n.where == "forward")
+    assert act.b_nodes == ("act", "cast_out") and act.tolerance > 1e-3  # judged at float16's precision
+    a, b = cast_pair(1.1)  # float16's tolerance is wider: a 1% change is ten of its epsilons, 10% is a hundred
+    assert _first(engine.diff(a, b, y="y", xs="x", feeds=FEEDS)) == ("mm", "forward")
