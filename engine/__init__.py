@@ -39,8 +39,8 @@ from .errors import (
 
 _LAZY = {
     "backend": ("OnnxGradBackend", "OnnxGradRep"),
-    "diff.compare": ("diff",),
-    "diff.report": ("DiffReport",),
+    "modeldiff.compare": ("diff",),
+    "modeldiff.report": ("DiffReport",),
     "gradient.prepared": ("GradientOutput", "GradientResult", "PreparedGradient"),
     "gradmanager": ("Gradients", "GradManager", "Parameters"),
     "graphs": ("BackwardGraph", "Canvas", "GraphLayout", "GraphStats", "LayoutEdge", "LayoutNode", "TensorStats",
@@ -55,7 +55,8 @@ _LAZY = {
     "verify": ("CheckReport", "ClaimedCheck", "Finding", "NodeCheck", "XCheck", "check", "register_op_with_vjp",
                "unregister_op", "nonfinite_origin"),
 }
-_SUBPACKAGES = ("modelfile", "run", "gradient", "ops", "verify", "graphs", "conformance", "cli", "lowering", "distributed")
+_SUBPACKAGES = ("modelfile", "run", "gradient", "ops", "verify", "graphs", "conformance", "cli", "lowering", "distributed",
+                "modeldiff")
 _HOME = {name: module for module, names in _LAZY.items() for name in names}
 
 __all__ = [

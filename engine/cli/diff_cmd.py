@@ -35,15 +35,15 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     from .. import load
-    from ..diff.sides import check_form
+    from ..modeldiff.sides import check_form
 
     _writable(args.json)
     _writable(args.junit)
     check_form(args.other is not None, args.dtype, args.against)
     load_ops(args)
     model = load(args.model)
-    from ..diff.compare import diff
-    from ..diff.text import culprit_line, junit_xml
+    from ..modeldiff.compare import diff
+    from ..modeldiff.text import culprit_line, junit_xml
 
     feeds = collect_feeds(model, args, seed=args.seed)
     report = diff(args.model if args.against else model, args.other, y=args.y, xs=args.xs, zs=args.zs, feeds=feeds,

@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 from onnx import TensorProto, helper
 
 import engine
-from engine.diff import html as diff_html
-from engine.diff.html import DIVERGING, NOT_COMPARED, graph_edges, report_html
-from engine.diff.report import DiffReport, Divergence, NodeDiff, Unmatched
+from engine.modeldiff import html as diff_html
+from engine.modeldiff.html import DIVERGING, NOT_COMPARED, graph_edges, report_html
+from engine.modeldiff.report import DiffReport, Divergence, NodeDiff, Unmatched
 
 ODD = 'relu<in>&"1\''  # a node name that breaks HTML unless escaped
 VOID = {"meta", "br", "img", "input", "link", "hr"}

@@ -10,8 +10,8 @@ import subprocess
 import pytest
 
 import engine
-from engine.diff.html import DIVERGING, report_html
-from engine.diff.report import DiffReport, NodeDiff
+from engine.modeldiff.html import DIVERGING, report_html
+from engine.modeldiff.report import DiffReport, NodeDiff
 
 from .test_diff_html import hand_report, odd_model
 

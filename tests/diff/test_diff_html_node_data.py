@@ -11,8 +11,8 @@ import pytest
 from onnx import TensorProto, helper
 
 import engine
-from engine.diff.html import DIVERGING
-from engine.diff.node_data import BEYOND, explorer_node_ids, model_explorer_node_data
+from engine.modeldiff.html import DIVERGING
+from engine.modeldiff.node_data import BEYOND, explorer_node_ids, model_explorer_node_data
 
 from .test_diff_html import ODD, hand_report, odd_model
 

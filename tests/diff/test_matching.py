@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
-from engine.diff.matching import match
+from engine.modeldiff.matching import match
 from engine.modelfile.index import index
 
 RNG = np.random.default_rng(0)
@@ -231,7 +231,7 @@ def test_onnxconverter_common_blocked_nodes_renamed():
     """Ops kept in float32 (node_block_list) get Casts around them; renamed, each A tensor still maps to
     a B tensor holding its value: the same tensor, or one a Cast of B carries it to."""
     f16 = pytest.importorskip("onnxconverter_common.float16")
-    from engine.diff.match_graph import source
+    from engine.modeldiff.match_graph import source
 
     a = mlp()
     b = f16.convert_float_to_float16(a, keep_io_types=True, node_block_list=["relu1", "mul3"])
@@ -331,6 +331,6 @@ def test_matching_does_not_import_torch():
     import sys
     from pathlib import Path
 
-    code = "import sys, engine.diff.matching; sys.exit('torch' in sys.modules)"
+    code = "import sys, engine.modeldiff.matching; sys.exit('torch' in sys.modules)"
     root = Path(__file__).resolve().parents[2]
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, cwd=root).returncode == 0

@@ -8,7 +8,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from engine.diff.matching import match
+from engine.modeldiff.matching import match
 from engine.modelfile.index import index
 
 from .test_matching import RNG, _model, _vi, _w

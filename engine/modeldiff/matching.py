@@ -1,5 +1,5 @@
 """Which tensor of B stands for which tensor of A. Names first (a same-named tensor stays matched even
-where its producer differs: the numeric diff shows the difference); then graph position (engine/diff/
+where its producer differs: the numeric diff shows the difference); then graph position (engine/modeldiff/
 match_walk.py), looking through the Casts a float16 converter inserts and a quantizer's QDQ pairs; then
 spans of A's nodes that B computes with other nodes, compared at their boundary (match_spans.py).
 What cannot be matched is listed with the reason, never guessed. Torch-free: it reads the two graphs only."""

@@ -4,7 +4,7 @@ the explorer and Model Explorer's node data; docs/diff.md documents the JSON (`s
 fields may be added later, none renamed or removed).
 
 Errors are relative to the value's scale: max |a − b| / max(max |a|, max |b|, tiny). A tolerance is in
-the same unit, derived from the lower of the two dtypes (units of its epsilon, see engine/diff/tolerance.py).
+the same unit, derived from the lower of the two dtypes (units of its epsilon, see engine/modeldiff/tolerance.py).
 """
 from __future__ import annotations
 
