@@ -30,6 +30,9 @@ def add_parser(sub) -> None:
     p.add_argument("--top", type=int, default=20, metavar="N", help="rows of the per-node table (default 20; 0: all)")
     p.add_argument("--json", metavar="FILE", help="write the report as JSON (docs/diff.md); - for stdout")
     p.add_argument("--junit", metavar="FILE", help="write the report as JUnit XML")
+    p.add_argument("--html", metavar="FILE", help="write a self-contained HTML report: A's graph coloured by divergence, "
+                                                 "linked to the per-node table")
+    p.add_argument("--node-data", metavar="FILE", help="write the forward divergence as Model Explorer node data (JSON)")
     p.set_defaults(handler=run)
 
 
@@ -37,8 +40,8 @@ def run(args) -> int:
     from .. import load
     from ..modeldiff.sides import check_form
 
-    _writable(args.json)
-    _writable(args.junit)
+    for path in (args.json, args.junit, args.html, args.node_data):
+        _writable(path)
     check_form(args.other is not None, args.dtype, args.against)
     load_ops(args)
     model = load(args.model)
@@ -63,7 +66,24 @@ def run(args) -> int:
     if args.junit:
         with open(args.junit, "w") as fh:
             fh.write(junit_xml(report) + "\n")
+    _write_views(report, model.graph, args)
     return report.exit_code
+
+
+def _write_views(report, graph, args) -> None:
+    """--html and --node-data: the report for a browser, and for Google's Model Explorer overlay."""
+    import json
+
+    if args.html:
+        from ..modeldiff.html import report_html
+
+        with open(args.html, "w", encoding="utf-8") as fh:
+            fh.write(report_html(report, graph))
+    if args.node_data:
+        from ..modeldiff.node_data import model_explorer_node_data
+
+        with open(args.node_data, "w") as fh:
+            json.dump(model_explorer_node_data(report, graph=graph), fh, indent=1)
 
 
 def _relabel(report, args):

@@ -69,9 +69,11 @@ def diff(a, b=None, y=None, xs=(), zs=(), feeds=None, *, dims=None, past=None, s
     elif y is not None and xs and sides.mode == "onnxruntime":
         notes += ("onnxruntime runs forward only: the gradient is not compared",)
     rows = [r for r in rows if r is not None]
+    from .html import graph_edges  # so the report draws A's graph by itself (Jupyter, --html)
+
     return DiffReport(sides.label_a, sides.label_b, sides.mode, y, tuple(xs), tuple(zs), tuple(rows),
                       culprits(rows, units), matching.unmatched, len(matching.tensors),
-                      time.perf_counter() - start, tuple(notes))
+                      time.perf_counter() - start, tuple(notes), edges=graph_edges(model_a.graph))
 
 
 def _names(names) -> list[str]:

@@ -66,3 +66,19 @@ def test_y_not_in_a_exit_2(pair, capsys):
     assert main(["diff", str(a), str(b), "--y", "nope", "--xs", "W1"]) == 2
     err = capsys.readouterr().err.strip()
     assert "'nope' is not a tensor of A" in err and len(err.splitlines()) == 1
+
+
+def test_html_and_node_data_files_are_written(pair, capsys):
+    from engine.modeldiff.html import DIVERGING
+
+    a, b, tmp = pair
+    code = main(["diff", str(a), str(b), "--feeds", str(tmp / "feeds.npz"), "--json", str(tmp / "r.json"),
+                 "--html", str(tmp / "r.html"), "--node-data", str(tmp / "nd.json")])
+    assert code == 1
+    culprit = json.loads((tmp / "r.json").read_text())["first_divergence"]["node"]
+    page = (tmp / "r.html").read_text()
+    assert page.lstrip().lower().startswith("<!doctype html>") and "<svg" in page and "http://" not in page
+    assert culprit in page and DIVERGING in page  # the culprit is drawn, in the diverging colour
+    (graph,) = json.loads((tmp / "nd.json").read_text()).values()
+    over = {node for node, r in graph["results"].items() if r["value"] > 1}
+    assert over == {culprit}
