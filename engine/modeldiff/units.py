@@ -49,7 +49,7 @@ def units(graph_a, graph_b, matching, order: list[int]) -> list[Unit]:
         b_nodes = tuple(sorted(index_b[n] for n in span.b_nodes if n in index_b))
         ops = "+".join(graph_b.nodes[j].op_type for j in b_nodes) if graph_b else ""
         out.append(Unit(tuple(sorted(members)), b_nodes, span.inputs, span.outputs, span.a_nodes[0],
-                        ops or graph_a.nodes[members[0]].op_type, f"span of {len(members)} nodes of A"))
+                        ops or graph_a.nodes[members[0]].op_type, _span_note(ops, len(members))))
     return out
 
 
@@ -65,3 +65,8 @@ def _b_closure(graph_b, outputs: list[str], stops: set[str]) -> tuple[int, ...]:
         seen.add(j)
         todo.extend(x for x in node_inputs(graph_b.nodes[j]) if x)
     return tuple(sorted(seen))
+
+
+def _span_note(b_ops: str, count: int) -> str:
+    of_a = f"{count} node{'s' * (count != 1)} of A"
+    return f"B's {b_ops} stands for {of_a}" if b_ops else f"span of {of_a}"
