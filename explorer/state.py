@@ -162,8 +162,10 @@ class Session:
         seeded random floats, zeros for integer and bool inputs."""
         if name not in self.graph.inputs:
             return None
+        return self._default(name, past_plan(self.graph, self.dims))  # an LLM with past: as the CLI makes it up
+
+    def _default(self, name: str, plan) -> FeedSource:
         spec = default_spec(self.graph, name, self.seed)
-        plan = past_plan(self.graph, coherent_dims(self.graph, self.dims))  # an LLM with past: as the CLI makes it up
         if plan is not None:
             value, spec, _ = plan.choose(self.graph, name, spec, self.seed)
             if value is not None:
@@ -207,7 +209,8 @@ class Session:
             self._invalidate(values=True)
 
     def _sources(self) -> dict[str, FeedSource]:
-        out = {n: self.default_source(n) for n in self.graph.inputs}
+        plan = past_plan(self.graph, self.dims)  # once for every input: it walks the graph's past inputs
+        out = {n: self._default(n, plan) for n in self.graph.inputs}
         out.update(self.feeds)
         return out
 
