@@ -20,14 +20,10 @@ from ..modelfile.contrib_schema import is_default_domain_contrib
 from ..modelfile.index import implicit_inputs
 from . import contrib_attention, contrib_fused  # noqa: F401  (importing them registers their expansions)
 from .context import attr
-from .contrib_table import EXPANSIONS, MS, NOT_EXPANDED, expansion, final  # noqa: F401  (NOT_EXPANDED: read by records)
+from .contrib_table import EXPANSIONS, MS, NOT_EXPANDED, expansion, final, padded_inputs, plus  # noqa: F401  (records)
 from .rewrite import drop_unused_domains, expand_nodes, opset_of
 
 MIN_OPSET = 13  # ReduceSum's axes input, Split's and Slice's input forms
-
-
-def _inputs(node: NodeProto) -> list[str]:
-    return list(node.input) + [""] * 10
 
 
 def _like(ctx):
@@ -49,10 +45,6 @@ def _fast_gelu(ctx, x):
     return ctx.op("Mul", [ctx.op("Mul", [x, ctx.scalar(0.5, like)]), ctx.op("Add", [tanh, ctx.scalar(1.0, like)])])
 
 
-def _plus(ctx, x, bias):
-    return ctx.op("Add", [x, bias]) if bias else x
-
-
 @expansion("Gelu")
 def gelu(ctx, node):
     final(ctx, node, _gelu(ctx, node.input[0]))
@@ -65,8 +57,8 @@ def bias_gelu(ctx, node):
 
 @expansion("FastGelu")
 def fast_gelu(ctx, node):
-    x, bias = _inputs(node)[:2]
-    final(ctx, node, _fast_gelu(ctx, _plus(ctx, x, bias)))
+    x, bias = padded_inputs(node)[:2]
+    final(ctx, node, _fast_gelu(ctx, plus(ctx, x, bias)))
 
 
 @expansion("QuickGelu")
@@ -94,8 +86,8 @@ def bias_split_gelu(ctx, node):
 
 @expansion("GemmFastGelu")
 def gemm_fast_gelu(ctx, node):
-    x, w, bias = _inputs(node)[:3]
-    final(ctx, node, _fast_gelu(ctx, _plus(ctx, ctx.op("MatMul", [x, w]), bias)))
+    x, w, bias = padded_inputs(node)[:3]
+    final(ctx, node, _fast_gelu(ctx, plus(ctx, ctx.op("MatMul", [x, w]), bias)))
 
 
 def _moved(ctx, t, trans_batch, trans):
@@ -136,11 +128,11 @@ def _activation(ctx, node, y):
 
 @expansion("FusedConv")
 def fused_conv(ctx, node):
-    x, w, b, z = _inputs(node)[:4]
+    x, w, b, z = padded_inputs(node)[:4]
     conv_attrs = {a: attr(node, a) for a in ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
                   if attr(node, a) is not None}
     y = ctx.op("Conv", [x, w] + ([b] if b else []), **conv_attrs)
-    final(ctx, node, _activation(ctx, node, _plus(ctx, y, z)))
+    final(ctx, node, _activation(ctx, node, plus(ctx, y, z)))
 
 
 def _stats_type(ctx, x, stash_type=1):
@@ -167,17 +159,16 @@ def _normalized(ctx, s, axes, epsilon, centered, work):
 
 def _norm_outputs(ctx, node, values):
     for k, value in enumerate(values):
-        if k < len(node.output) and node.output[k]:
-            final(ctx, node, value, k)
+        final(ctx, node, value, k)
 
 
 @expansion("SkipLayerNormalization", "SkipSimplifiedLayerNormalization")
 def skip_layer_norm(ctx, node):
     simplified = node.op_type == "SkipSimplifiedLayerNormalization"
-    names = _inputs(node)
+    names = padded_inputs(node)
     x, skip, gamma = names[:3]
     beta, bias = (None, names[3]) if simplified else (names[3], names[4])
-    s = _plus(ctx, ctx.op("Add", [x, skip]), bias)
+    s = plus(ctx, ctx.op("Add", [x, skip]), bias)
     elem, work = ctx.elem(x), _stats_type(ctx, x)
     normed, mean, inv = _normalized(ctx, _as(ctx, s, work, elem), [-1], attr(node, "epsilon", 1e-12), not simplified,
                                     work)
@@ -199,12 +190,12 @@ def _axes_from(ctx, x, axis):
 @expansion("SimplifiedLayerNormalization", "LayerNormalization")
 def layer_norm(ctx, node):
     centered = node.op_type == "LayerNormalization"
-    names = _inputs(node)
+    names = padded_inputs(node)
     x, scale, b = names[:3]
     axes = _axes_from(ctx, x, attr(node, "axis", -1))
     elem, work = ctx.elem(x), _stats_type(ctx, x, attr(node, "stash_type", 1))
     normed, mean, inv = _normalized(ctx, _as(ctx, x, work, elem), axes, attr(node, "epsilon", 1e-5), centered, work)
-    y = _plus(ctx, ctx.op("Mul", [_as(ctx, normed, elem, work), scale]), b if centered else "")
+    y = plus(ctx, ctx.op("Mul", [_as(ctx, normed, elem, work), scale]), b if centered else "")
     _norm_outputs(ctx, node, [y, mean, inv] if centered else [y, inv])
 
 
@@ -234,7 +225,7 @@ def _per_feature(ctx, table, n, blocks, group, work):
 
 @expansion("MatMulNBits")
 def matmul_nbits(ctx, node):
-    a, b, scales, zero_points, g_idx, bias = _inputs(node)[:6]
+    a, b, scales, zero_points, g_idx, bias = padded_inputs(node)[:6]
     k, n, bits, block = attr(node, "K"), attr(node, "N"), attr(node, "bits", 4), attr(node, "block_size")
     blocks = -(-k // block)
     elem, work = ctx.elem(a), _stats_type(ctx, a)  # half inputs are computed in float32, as the kernel does
@@ -260,7 +251,7 @@ def matmul_nbits(ctx, node):
 
 @expansion("GatherBlockQuantized")
 def gather_block_quantized(ctx, node):
-    data, indices, scales, zero_points = _inputs(node)[:4]
+    data, indices, scales, zero_points = padded_inputs(node)[:4]
     bits, block = attr(node, "bits", 4), attr(node, "block_size", 128)
     q = _unpacked(ctx, data, bits)
     if q.ndim != 2:
@@ -283,12 +274,12 @@ def gather_block_quantized(ctx, node):
 
 @expansion("MatMulIntegerToFloat")
 def matmul_integer_to_float(ctx, node):
-    a, b, a_scale, b_scale, a_zero, b_zero, bias = _inputs(node)[:7]
+    a, b, a_scale, b_scale, a_zero, b_zero, bias = padded_inputs(node)[:7]
     zeros = [a_zero or "", b_zero] if b_zero else ([a_zero] if a_zero else [])
     acc = ctx.op("MatMulInteger", [a, b] + zeros)
     scale = ctx.op("Mul", [a_scale, b_scale])
     y = ctx.op("Mul", [ctx.op("Cast", [acc], to=ctx.elem(a_scale)), scale])
-    final(ctx, node, _plus(ctx, y, bias))
+    final(ctx, node, plus(ctx, y, bias))
 
 
 def _contrib(node: NodeProto, opset: int) -> bool:

@@ -14,7 +14,7 @@ from onnx import TensorProto, helper
 
 from ..modelfile.contrib_schema import signature
 from .context import attr
-from .contrib_table import MS, expansion
+from .contrib_table import MS, cast, expansion, final
 
 HALF = (TensorProto.FLOAT16, TensorProto.BFLOAT16)
 
@@ -23,10 +23,6 @@ def _work(ctx, t) -> int:
     """The element type the kernels compute in: float32 for half inputs, else the input's own."""
     elem = ctx.elem(t)
     return TensorProto.FLOAT if elem in HALF else elem
-
-
-def _cast(ctx, t, elem):
-    return t if ctx.elem(t) == elem else ctx.op("Cast", [t], to=elem)
 
 
 def _value(ctx, value, elem):
@@ -51,11 +47,6 @@ def _unsqueeze(ctx, t, axes):
 
 def _last(ctx, t, start, stop):
     return ctx.op("Slice", [t, ctx.ints([start]), ctx.ints([stop]), ctx.ints([-1])])
-
-
-def final(ctx, node, value, k):
-    if k < len(node.output) and node.output[k]:
-        ctx.emit("Identity", [value], [node.output[k]])
 
 
 def rotate(ctx, x, cos, sin, half, interleaved):
@@ -115,7 +106,7 @@ def rotary_embedding(ctx, node):
         steps = ctx.op("Range", [_i64(ctx, 0), _dim(ctx, x, 2 if rank == 4 else 1), _i64(ctx, 1)])
         pos = ctx.op("Add", [ctx.op("Reshape", [pos, ctx.ints([1, 1])]), _unsqueeze(ctx, steps, [0])])
     work = _work(ctx, x)
-    cos, sin = (_unsqueeze(ctx, ctx.op("Gather", [_cast(ctx, c, work), pos], axis=0), [2])
+    cos, sin = (_unsqueeze(ctx, ctx.op("Gather", [cast(ctx, c, work), pos], axis=0), [2])
                 for c in (cos_cache, sin_cache))  # (B or 1, S, 1, half)
     y = _rotary_part(ctx, x4, head, cos, sin, half, attr(node, "interleaved", 0), ctx.elem(x), work)
     if rank == 4:
@@ -158,12 +149,12 @@ def _qkv(ctx, given, n, nkv, work):
     query = given["query"]
     if "key" not in given:  # packed (B, S, (N + 2·Nkv)·H)
         head = static_last(ctx, query, "the packed QKV width") // (n + 2 * nkv)
-        packed = _cast(ctx, query, work)
+        packed = cast(ctx, query, work)
         bounds = np.cumsum([0, n * head, nkv * head, nkv * head])
         q, k, v = (_last(ctx, packed, int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:]))
     else:
         head = static_last(ctx, query, "the hidden size") // n
-        q, k, v = (_cast(ctx, given[name], work) for name in ("query", "key", "value"))
+        q, k, v = (cast(ctx, given[name], work) for name in ("query", "key", "value"))
     return _heads(ctx, q, n, head), _heads(ctx, k, nkv, head), _heads(ctx, v, nkv, head), head
 
 
@@ -211,7 +202,7 @@ def _positions(ctx, given, lengths):
 
 def _present(ctx, past_cache, new, lengths, nkv, head, work):
     """(B, Nkv, L, H): per batch its valid past, the new keys after it, zeros to L."""
-    cat = new if past_cache is None else ctx.op("Concat", [_cast(ctx, past_cache, work), new], axis=2)
+    cat = new if past_cache is None else ctx.op("Concat", [cast(ctx, past_cache, work), new], axis=2)
     j, past = _unsqueeze(ctx, lengths.j, [0]), _unsqueeze(ctx, lengths.past, [1])  # (1, L), (B, 1)
     shifted = ctx.op("Sub", [j, past])
     if lengths.buffer is not None:
@@ -248,7 +239,7 @@ def _repeated(ctx, t, group, n, head):
 def _probabilities(ctx, node, given, logits, n, work):
     """softmax over the keys, with the head's sink logit (or smooth_softmax's zero) in each denominator."""
     if "head_sink" in given:
-        sink = ctx.op("Reshape", [_cast(ctx, given["head_sink"], work), ctx.ints([1, n, 1, 1])])
+        sink = ctx.op("Reshape", [cast(ctx, given["head_sink"], work), ctx.ints([1, n, 1, 1])])
     elif attr(node, "smooth_softmax", -1) == 1:
         sink = _value(ctx, 0.0, work)
     else:
@@ -263,7 +254,7 @@ def _probabilities(ctx, node, given, logits, n, work):
 def _rms_per_head(ctx, t, weight, epsilon, work):
     mean = ctx.reduce("ReduceMean", ctx.op("Mul", [t, t]), [-1])
     inv = ctx.op("Reciprocal", [ctx.op("Sqrt", [ctx.op("Add", [mean, _value(ctx, epsilon, work)])])])
-    return ctx.op("Mul", [ctx.op("Mul", [t, inv]), _cast(ctx, weight, work)])
+    return ctx.op("Mul", [ctx.op("Mul", [t, inv]), cast(ctx, weight, work)])
 
 
 def _rotary(ctx, node, given, q, k, lengths, head, work):
@@ -271,7 +262,7 @@ def _rotary(ctx, node, given, q, k, lengths, head, work):
     if 2 * half > head:
         raise ctx.error(f"caches of width {half} do not fit the head size {head}")
     pos = _positions(ctx, given, lengths)
-    cos, sin = (_unsqueeze(ctx, ctx.op("Gather", [_cast(ctx, given[c], work), pos], axis=0), [1])
+    cos, sin = (_unsqueeze(ctx, ctx.op("Gather", [cast(ctx, given[c], work), pos], axis=0), [1])
                 for c in ("cos_cache", "sin_cache"))  # (B or 1, 1, S, half)
     interleaved = attr(node, "rotary_interleaved", 0)
     return (_rotary_part(ctx, q, head, cos, sin, half, interleaved), _rotary_part(ctx, k, head, cos, sin, half, interleaved))
@@ -302,7 +293,7 @@ def group_query_attention(ctx, node):
         cap = _value(ctx, softcap, work)
         scores = ctx.op("Mul", [ctx.op("Tanh", [ctx.op("Div", [scores, cap])]), cap])
     if "attention_bias" in given:
-        scores = ctx.op("Add", [scores, _cast(ctx, given["attention_bias"], work)])
+        scores = ctx.op("Add", [scores, cast(ctx, given["attention_bias"], work)])
     visible = _visible(ctx, node, lengths)
     probs = _probabilities(ctx, node, given, ctx.op("Where", [visible, scores, _value(ctx, -np.inf, work)]), n, work)
     out = ctx.op("Transpose", [ctx.op("MatMul", [probs, values])], perm=[0, 2, 1, 3])

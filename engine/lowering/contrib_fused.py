@@ -12,20 +12,11 @@ import numpy as np
 from onnx import TensorProto, helper
 
 from .context import attr
-from .contrib_table import expansion, final
-
-
-def _inputs(node) -> list[str]:
-    return list(node.input) + [""] * 12
+from .contrib_table import cast, expansion, final, padded_inputs, plus
 
 
 def _work(ctx, t) -> int:
     return TensorProto.DOUBLE if ctx.elem(t) == TensorProto.DOUBLE else TensorProto.FLOAT
-
-
-def _cast(ctx, t, elem, known=None):
-    """t in `elem` (t's type is `known`, or looked up: a tensor built here is typed only afterwards)."""
-    return t if not t or (known or ctx.elem(t)) == elem else ctx.op("Cast", [t], to=elem)
 
 
 def _number(value, elem) -> np.ndarray:
@@ -104,7 +95,7 @@ def _additive(ctx, node, mask, attention_bias, query, q_len, total, past_len, wo
         lowest = ctx.const(_number(np.finfo(helper.tensor_dtype_to_np_dtype(work)).min, work))
         terms.append(ctx.op("Where", [after, lowest, zero]))
     if attention_bias:
-        terms.append(_cast(ctx, attention_bias, work))
+        terms.append(cast(ctx, attention_bias, work))
     add = terms[0] if terms else None
     for term in terms[1:]:
         add = ctx.op("Add", [add, term])
@@ -138,7 +129,7 @@ def _need_dim(ctx, t, axis):
 
 @expansion("Attention")
 def attention(ctx, node):
-    x, weights, bias, mask, past, attention_bias = _inputs(node)[:6]
+    x, weights, bias, mask, past, attention_bias = padded_inputs(node)[:6]
     heads = attr(node, "num_heads")
     if attr(node, "do_rotary", 0):
         raise ctx.error("do_rotary has no expansion (the engine and onnxruntime's CPU kernel refuse it)")
@@ -147,11 +138,11 @@ def attention(ctx, node):
     width = _need_dim(ctx, weights, -1)
     sizes = list(attr(node, "qkv_hidden_sizes", None) or [width // 3] * 3)
     work, elem = _work(ctx, x), ctx.elem(x)
-    qkv = _plus(ctx, ctx.op("MatMul", [_cast(ctx, x, work), _cast(ctx, weights, work)]), _cast(ctx, bias, work))
+    qkv = plus(ctx, ctx.op("MatMul", [cast(ctx, x, work), cast(ctx, weights, work)]), cast(ctx, bias, work))
     q, k, v = (_heads(ctx, t, heads) for t in ctx.op("Split", [qkv, ctx.ints(sizes)], n=3, axis=-1))
     past_len = None
     if past:
-        past_w = _cast(ctx, past, work)
+        past_w = cast(ctx, past, work)
         pk, pv = (ctx.op("Gather", [past_w, ctx.const(np.asarray(i, np.int64))], axis=0) for i in (0, 1))
         k, v = ctx.op("Concat", [pk, k], axis=2), ctx.op("Concat", [pv, v], axis=2)
         past_len = _length(ctx, past, 3)
@@ -162,10 +153,6 @@ def attention(ctx, node):
     if len(node.output) > 1 and node.output[1]:
         present = ctx.op("Concat", [ctx.op("Unsqueeze", [t, ctx.ints([0])]) for t in (k, v)], axis=0)
         _output(ctx, node, 1, present, work, elem)
-
-
-def _plus(ctx, x, bias):
-    return ctx.op("Add", [x, bias]) if bias else x
 
 
 def _part(ctx, bias, k, hidden):
@@ -183,13 +170,13 @@ def _unpacked(ctx, packed, count):
 def _mha_inputs(ctx, node, heads, work):
     """(q, k, v) as (B, N, S, H) from MultiHeadAttention's input forms, the projection bias added; the
     head size; whether key and value are precomputed (B, N, L, H) ones (as the engine's _mha_inputs)."""
-    query, key, value, bias = (_cast(ctx, t, work) for t in _inputs(node)[:4])
+    query, key, value, bias = (cast(ctx, t, work) for t in padded_inputs(node)[:4])
     rank = ctx.need_rank(node.input[0])
     if rank == 5:
         q, k, v = _unpacked(ctx, query, 3)
         return q, k, v, _need_dim(ctx, node.input[0], -1), False
     hidden = _need_dim(ctx, node.input[0], -1)
-    q = _heads(ctx, _plus(ctx, query, bias and _part(ctx, bias, 0, hidden)), heads)
+    q = _heads(ctx, plus(ctx, query, bias and _part(ctx, bias, 0, hidden)), heads)
     key_rank = ctx.need_rank(node.input[1])
     if key_rank == 5:
         k, v = _unpacked(ctx, key, 2)
@@ -199,14 +186,14 @@ def _mha_inputs(ctx, node, heads, work):
         return q, k, v, hidden // heads, False
     if key_rank == 4:
         return q, key, value, hidden // heads, True
-    k = _heads(ctx, _plus(ctx, key, bias and _part(ctx, bias, 1, hidden)), heads)
-    v = _heads(ctx, _plus(ctx, value, bias and _part(ctx, bias, 2, hidden)), heads)
+    k = _heads(ctx, plus(ctx, key, bias and _part(ctx, bias, 1, hidden)), heads)
+    v = _heads(ctx, plus(ctx, value, bias and _part(ctx, bias, 2, hidden)), heads)
     return q, k, v, hidden // heads, False
 
 
 @expansion("MultiHeadAttention")
 def multi_head_attention(ctx, node):
-    names = _inputs(node)
+    names = padded_inputs(node)
     mask, attention_bias, past_key, past_value = names[4:8]
     if names[8] or names[9]:
         raise ctx.error("past_sequence_length and cache_indirection (beam search's shared buffers) have no "
@@ -218,8 +205,8 @@ def multi_head_attention(ctx, node):
     if past_key:
         if precomputed:
             raise ctx.error("past_key/past_value cannot extend 4-D (precomputed) key and value")
-        k = ctx.op("Concat", [_cast(ctx, past_key, work), k], axis=2)
-        v = ctx.op("Concat", [_cast(ctx, past_value, work), v], axis=2)
+        k = ctx.op("Concat", [cast(ctx, past_key, work), k], axis=2)
+        v = ctx.op("Concat", [cast(ctx, past_value, work), v], axis=2)
         past_len = _length(ctx, past_key, 2)
     add = _additive(ctx, node, mask, attention_bias, query, _length(ctx, q, 2), _length(ctx, k, 2),
                     past_len, work)
@@ -230,7 +217,7 @@ def multi_head_attention(ctx, node):
 
 @expansion("EmbedLayerNormalization")
 def embed_layer_norm(ctx, node):
-    ids, segment_ids, word, position, segment, gamma, beta, mask, position_ids = _inputs(node)[:9]
+    ids, segment_ids, word, position, segment, gamma, beta, mask, position_ids = padded_inputs(node)[:9]
     if not (gamma and beta):
         raise ctx.error("gamma and beta are required")
     if not position_ids:
@@ -239,12 +226,12 @@ def embed_layer_norm(ctx, node):
     if segment_ids:
         total = ctx.op("Add", [total, ctx.op("Gather", [segment, segment_ids], axis=0)])
     elem, work = ctx.elem(word), _work(ctx, word)
-    s = _cast(ctx, total, work, elem)
+    s = cast(ctx, total, work, elem)
     d = ctx.op("Sub", [s, ctx.reduce("ReduceMean", s, [-1])])
     var = ctx.op("Add", [ctx.reduce("ReduceMean", ctx.op("Mul", [d, d]), [-1]),
                          ctx.const(_number(attr(node, "epsilon", 1e-12), work))])
     normed = ctx.op("Mul", [d, ctx.op("Reciprocal", [ctx.op("Sqrt", [var])])])
-    y = ctx.op("Add", [ctx.op("Mul", [normed, _cast(ctx, gamma, work)]), _cast(ctx, beta, work)])
+    y = ctx.op("Add", [ctx.op("Mul", [normed, cast(ctx, gamma, work)]), cast(ctx, beta, work)])
     _output(ctx, node, 0, y, work, elem)
     if len(node.output) > 1 and node.output[1]:
         if mask:  # the kernel counts the entries equal to 1, not the nonzero ones
@@ -260,13 +247,13 @@ def embed_layer_norm(ctx, node):
 def _per_column(ctx, t, work):
     """A scalar or per-column (N) scale / zero point in the work type, broadcastable over B's columns."""
     single = int(np.prod(ctx.need_shape(t))) == 1
-    t = _cast(ctx, t, work)
+    t = cast(ctx, t, work)
     return ctx.op("Reshape", [t, ctx.ints([])]) if single else t
 
 
 @expansion("DynamicQuantizeMatMul")
 def dynamic_quantize_matmul(ctx, node):
-    a, b, b_scale, b_zero, bias = _inputs(node)[:5]
+    a, b, b_scale, b_zero, bias = padded_inputs(node)[:5]
     if ctx.elem(b) not in (TensorProto.INT8, TensorProto.UINT8):
         raise ctx.error(f"B {b!r} must be int8 or uint8")
     work, elem = _work(ctx, a), ctx.elem(a)
@@ -282,10 +269,10 @@ def dynamic_quantize_matmul(ctx, node):
     # double: A is then a multiple of tiny, and fmod is exact) and under tiny (1e-38) elsewhere, while its
     # derivative is 1 (Mod's rule: dA = g), so A_used is A_q in value and A in gradient: dA = dY · weightᵀ,
     # the engine's straight-through VJP.
-    a_work = _cast(ctx, a, work)
-    a_q = ctx.op("DequantizeLinear", ctx.op("DynamicQuantizeLinear", [_cast(ctx, a, TensorProto.FLOAT)], n=3))
-    a_q = _cast(ctx, a_q, work, TensorProto.FLOAT)
+    a_work = cast(ctx, a, work)
+    a_q = ctx.op("DequantizeLinear", ctx.op("DynamicQuantizeLinear", [cast(ctx, a, TensorProto.FLOAT)], n=3))
+    a_q = cast(ctx, a_q, work, TensorProto.FLOAT)
     tiny = ctx.const(_number(np.finfo(helper.tensor_dtype_to_np_dtype(work)).tiny, work))
     a_used = ctx.op("Add", [a_q, ctx.op("Mod", [a_work, tiny], fmod=1)])
-    y = _plus(ctx, ctx.op("MatMul", [a_used, weight]), _cast(ctx, bias, work))
+    y = plus(ctx, ctx.op("MatMul", [a_used, weight]), cast(ctx, bias, work))
     _output(ctx, node, 0, y, work, elem)

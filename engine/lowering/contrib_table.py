@@ -30,5 +30,21 @@ def not_expanded(why: str, *ops: str) -> None:
 
 
 def final(ctx: Ctx, node: NodeProto, value: str, k: int = 0) -> None:
-    """Write `value` under the node's own k-th output name, so selections naming it still resolve."""
-    ctx.emit("Identity", [value], [node.output[k]])
+    """Write `value` under the node's own k-th output name, so selections naming it still resolve (nothing when
+    the node leaves that optional output out)."""
+    if k < len(node.output) and node.output[k]:
+        ctx.emit("Identity", [value], [node.output[k]])
+
+
+def padded_inputs(node: NodeProto) -> list[str]:
+    """The node's input names, "" for every optional one it leaves out (so any schema position can be read)."""
+    return list(node.input) + [""] * 17
+
+
+def plus(ctx: Ctx, x: str, bias: str) -> str:
+    return ctx.op("Add", [x, bias]) if bias else x
+
+
+def cast(ctx: Ctx, t: str, elem: int, known: int | None = None) -> str:
+    """t in `elem` (t's type is `known`, or looked up: a tensor built here is typed only afterwards)."""
+    return t if not t or (known or ctx.elem(t)) == elem else ctx.op("Cast", [t], to=elem)
