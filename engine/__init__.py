@@ -40,7 +40,7 @@ from .errors import (
 _LAZY = {
     "backend": ("OnnxGradBackend", "OnnxGradRep"),
     "modeldiff.compare": ("diff",),
-    "modeldiff.report": ("DiffReport",),
+    "modeldiff.report": ("DiffReport", "DiffValues"),
     "gradient.prepared": ("GradientOutput", "GradientResult", "PreparedGradient"),
     "gradmanager": ("Gradients", "GradManager", "Parameters"),
     "graphs": ("BackwardGraph", "Canvas", "GraphLayout", "GraphStats", "LayoutEdge", "LayoutNode", "TensorStats",
@@ -70,7 +70,7 @@ __all__ = [
     "render_graph",
     "layout_graph", "layout_near", "LocalLayout", "GraphLayout", "LayoutNode", "LayoutEdge", "Canvas",
     "OnnxGradBackend", "OnnxGradRep", "lower", "LoweringError", "DistributedError", "pause_point", "paced",
-    "set_pause_hook", "diff", "DiffReport",
+    "set_pause_hook", "diff", "DiffReport", "DiffValues",
 ]
 
 

@@ -9,7 +9,7 @@ import time
 import torch
 
 from .matching import match
-from .report import FORWARD, GRADIENT, DiffReport, NodeDiff
+from .report import FORWARD, GRADIENT, DiffReport, DiffValues, NodeDiff
 from .sides import make_feeds, open_sides
 from .tape import reverse, run_tape
 from .tolerance import (
@@ -27,9 +27,10 @@ from .verdicts import OVERFLOW, culprits
 
 
 def diff(a, b=None, y=None, xs=(), zs=(), feeds=None, *, dims=None, past=None, seed=0, dtype=None, against=None,
-         device="cpu") -> DiffReport:
+         device="cpu", keep_values: bool = False) -> DiffReport:
     """Compare A with B (a second model; A run in `dtype` "float16"/"bfloat16"; or `against`
-    "onnxruntime") node by node, forward and, with y and xs, gradient. docs/diff.md."""
+    "onnxruntime") node by node, forward and, with y and xs, gradient. docs/diff.md.
+    keep_values: the report's `values` holds both sides' value (and gradient) of every compared tensor."""
     start = time.perf_counter()
     sides = open_sides(a, b, dtype=dtype, against=against)
     xs, zs = _names(xs), _names(zs)
@@ -60,10 +61,12 @@ def diff(a, b=None, y=None, xs=(), zs=(), feeds=None, *, dims=None, past=None, s
     weights = set(model_a.graph.initializers)
     saturate = sides.mode == "dtype" and _finite([plain.values.get(matching.tensors.get(t)) for t in targets])
     weight_errors: dict[str, float] = {}
+    kept = DiffValues({}, {}) if keep_values else None
     rows = [_forward(u, k, tape_a, plain, replay, matching, sides.mode, weights, saturate, weight_errors)
             for k, u in enumerate(units)]
     if spec is not None and sides.mode != "onnxruntime":
-        rows += _gradient(units, tape_a, plain, replay, matching, y, weights, _downstream(model_a.graph, spec.xs))
+        rows += _gradient(units, tape_a, plain, replay, matching, y, weights, _downstream(model_a.graph, spec.xs),
+                          kept)
     elif y is not None and not xs:
         notes += (f"y {y!r} without xs: the gradient is not compared (give xs)",)
     elif y is not None and xs and sides.mode == "onnxruntime":
@@ -73,7 +76,25 @@ def diff(a, b=None, y=None, xs=(), zs=(), feeds=None, *, dims=None, past=None, s
 
     return DiffReport(sides.label_a, sides.label_b, sides.mode, y, tuple(xs), tuple(zs), tuple(rows),
                       culprits(rows, units), matching.unmatched, len(matching.tensors),
-                      time.perf_counter() - start, tuple(notes), edges=graph_edges(model_a.graph))
+                      time.perf_counter() - start, tuple(notes), edges=graph_edges(model_a.graph),
+                      values=_forward_values(kept, units, tape_a, plain, matching))
+
+
+def _forward_values(kept, units, tape_a, plain, matching):
+    if kept is None:
+        return None
+    for u in units:
+        for t in u.outputs:
+            kept.forward[t] = (_numpy(tape_a.values.get(t)), _numpy(_value(plain, matching.tensors.get(t))))
+    return kept
+
+
+def _numpy(value):
+    if not isinstance(value, torch.Tensor):
+        return None
+    from ..dtypes import to_numpy
+
+    return to_numpy(value)
 
 
 def _names(names) -> list[str]:
@@ -177,7 +198,7 @@ def _b_names(u, side) -> tuple[str, ...]:
     return tuple(graph.nodes[j].name for j in u.b_nodes) if graph is not None else ()
 
 
-def _gradient(units, tape_a, plain, replay, matching, y, weights, on_path) -> list[NodeDiff]:
+def _gradient(units, tape_a, plain, replay, matching, y, weights, on_path, kept=None) -> list[NodeDiff]:
     """Reverse order: what each unit sends back from A's incoming gradient, by A's rule and by B's (replayed
     on A's values); the accumulated error is A's sending against B's own backward. A weight that B holds
     otherwise (scaled, transposed) is another parameter: its gradient is not compared, its consumer's
@@ -211,6 +232,8 @@ def _gradient(units, tape_a, plain, replay, matching, y, weights, on_path) -> li
                   row_length(u.op_type, sent))
         tol = tolerance(eps, red)
         arrived = tuple((t, _worst([(g, grads_b.get(m[t]))])) for t, g in incoming.items())
+        if kept is not None:
+            kept.gradient.update({t: (_numpy(g), _numpy(grads_b.get(m[t]))) for t, g in incoming.items()})
         rows.append(NodeDiff(u.name, u.op_type, GRADIENT, k, _b_names(u, plain), u.outputs, error, local, tol,
                              _beyond(local, tol), arrived, u.note))
     return rows

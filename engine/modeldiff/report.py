@@ -11,6 +11,9 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import asdict, dataclass, field
+from typing import Mapping
+
+import numpy as np
 
 SCHEMA_VERSION = 1
 FORWARD, GRADIENT = "forward", "gradient"
@@ -64,6 +67,16 @@ class Unmatched:
 
 
 @dataclass(frozen=True)
+class DiffValues:
+    """The values behind the rows, kept only when asked (`diff(..., keep_values=True)`): for each of A's
+    tensors a unit computes, (A's value, B's value as B computed it), as numpy arrays in their own dtype
+    (bfloat16 as float32). `gradient` holds the gradient flowing into each tensor from y, A's and B's."""
+
+    forward: Mapping[str, tuple[np.ndarray | None, np.ndarray | None]] = field(default_factory=dict)
+    gradient: Mapping[str, tuple[np.ndarray | None, np.ndarray | None]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class DiffReport:
     a: str  # what A is: a path, or "MODEL" for the one-model forms
     b: str  # a path, "MODEL as float16", or "onnxruntime"
@@ -79,6 +92,7 @@ class DiffReport:
     notes: tuple[str, ...] = field(default=())
     # A's node -> node edges by node name, so the report draws its graph alone (HTML, Jupyter); not in the JSON.
     edges: tuple[tuple[str, str], ...] = ()
+    values: DiffValues | None = None  # with keep_values=True (the explorer's inspector); not in the JSON
 
     @property
     def first_divergence(self) -> Divergence | None:

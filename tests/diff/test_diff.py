@@ -183,3 +183,22 @@ def test_cast_model_with_inserted_casts():
     assert act.b_nodes == ("act", "cast_out") and act.tolerance > 1e-3  # judged at float16's precision
     a, b = cast_pair(1.1)  # float16's tolerance is wider: a 1% change is ten of its epsilons, 10% is a hundred
     assert _first(engine.diff(a, b, y="y", xs="x", feeds=FEEDS)) == ("mm", "forward")
+
+
+
+def test_kept_values_are_both_sides_of_every_compared_tensor():
+    """keep_values: A's value against B's as the explorer's inspector shows them; the float16 side stays float16."""
+    model = engine.load(f"{SAMPLES}/mlp.onnx")
+    rng = np.random.default_rng(3)
+    feeds = {"X": rng.standard_normal((4, 8)).astype(np.float32), "T": np.eye(4, 3, dtype=np.float32)[[0, 1, 2, 0]]}
+    report = engine.diff(model, dtype="float16", y="loss", xs=["W1"], zs=["X", "T"], feeds=feeds, keep_values=True)
+    compared = {t for n in report.nodes if n.where == "forward" for t in n.outputs}
+    assert compared <= set(report.values.forward)
+    a, b = report.values.forward["logits"]
+    assert a.dtype == np.float32 and b.dtype == np.float16
+    np.testing.assert_allclose(a, model.run_all(feeds)["logits"], rtol=1e-6)
+    np.testing.assert_allclose(b, model.run_all(feeds, dtype="float16")["logits"], rtol=1e-3)
+    assert 0 < np.abs(a - b).max() < 1e-2 * np.abs(a).max()
+    ga, gb = report.values.gradient["logits"]
+    assert ga.shape == a.shape and gb.dtype == np.float16 and np.abs(ga).max() > 0
+    assert engine.diff(model, dtype="float16", feeds=feeds).values is None
