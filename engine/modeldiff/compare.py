@@ -36,7 +36,9 @@ def diff(a, b=None, y=None, xs=(), zs=(), feeds=None, *, dims=None, past=None, s
     xs, zs = _names(xs), _names(zs)
     model_a = sides.a
     feeds, targets, spec, notes = make_feeds(model_a, feeds, y=y, xs=xs, zs=zs, dims=dims, past=past, seed=seed)
-    tape_a = run_tape(model_a, feeds, targets, device=device)
+    gradient = spec is not None and sides.mode != "onnxruntime"
+    on_path = _downstream(model_a.graph, spec.xs) if gradient else set()
+    tape_a = run_tape(model_a, feeds, targets, device=device, wanted=on_path)
     if sides.mode == "onnxruntime":
         from .ort import ort_sides
 
@@ -53,8 +55,10 @@ def diff(a, b=None, y=None, xs=(), zs=(), feeds=None, *, dims=None, past=None, s
 
             raise DiffError(f"B holds none of A's outputs {targets}: nothing to compare")
         feeds_b, _, _, more = make_feeds(model_b, feeds_b, seed=seed, dims=dims, past=past)
-        plain = run_tape(model_b, feeds_b, targets_b, dtype=sides.b_dtype, device=device)
-        replay = run_tape(model_b, feeds_b, targets_b, dtype=sides.b_dtype, device=device,
+        on_path_b = _downstream(model_b.graph, [matching.tensors[x] for x in spec.xs if x in matching.tensors]
+                                ) if gradient else set()
+        plain = run_tape(model_b, feeds_b, targets_b, dtype=sides.b_dtype, device=device, wanted=on_path_b)
+        replay = run_tape(model_b, feeds_b, targets_b, dtype=sides.b_dtype, device=device, wanted=on_path_b,
                           replace=_from_a(tape_a, model_a.graph, matching))
         graph_b = model_b.graph
     units = make_units(model_a.graph, graph_b, matching, tape_a.order)
@@ -64,9 +68,8 @@ def diff(a, b=None, y=None, xs=(), zs=(), feeds=None, *, dims=None, past=None, s
     kept = DiffValues({}, {}) if keep_values else None
     rows = [_forward(u, k, tape_a, plain, replay, matching, sides.mode, weights, saturate, weight_errors)
             for k, u in enumerate(units)]
-    if spec is not None and sides.mode != "onnxruntime":
-        rows += _gradient(units, tape_a, plain, replay, matching, y, weights, _downstream(model_a.graph, spec.xs),
-                          kept)
+    if gradient:
+        rows += _gradient(units, tape_a, plain, replay, matching, y, weights, on_path, kept)
     elif y is not None and not xs:
         notes += (f"y {y!r} without xs: the gradient is not compared (give xs)",)
     elif y is not None and xs and sides.mode == "onnxruntime":
@@ -206,17 +209,19 @@ def _gradient(units, tape_a, plain, replay, matching, y, weights, on_path, kept=
     m = matching.tensors
     if y not in m or y not in tape_a.values:
         return []
-    grads_a = reverse(tape_a, tape_a.order, {y: torch.ones_like(tape_a.values[y])})
+    by_a, by_b = {}, {}  # what each node sent in the two backward passes: a one-node unit's sending, kept
+    grads_a = reverse(tape_a, tape_a.order, {y: torch.ones_like(tape_a.values[y])}, by_a)
     y_b = plain.values.get(m[y])
-    grads_b = reverse(plain, plain.order, {m[y]: torch.ones_like(y_b)}) if y_b is not None else {}
+    grads_b = reverse(plain, plain.order, {m[y]: torch.ones_like(y_b)}, by_b) if y_b is not None else {}
     rows = []
     for k, u in enumerate(reversed(units)):
         incoming = {t: grads_a[t] for t in u.outputs if t in grads_a}
         if not incoming:
             continue
-        sent_a = _send(tape_a, u.a_nodes, incoming)
+        sent_a = by_a.get(u.a_nodes[0], {}) if len(u.a_nodes) == 1 else _send(tape_a, u.a_nodes, incoming)
         sent_r = _send(replay, u.b_nodes, {m[t]: g for t, g in incoming.items()})
-        sent_b = _send(plain, u.b_nodes, {m[t]: grads_b[m[t]] for t in u.outputs if m[t] in grads_b})
+        sent_b = by_b.get(u.b_nodes[0], {}) if len(u.b_nodes) == 1 else _send(
+            plain, u.b_nodes, {m[t]: grads_b[m[t]] for t in u.outputs if m[t] in grads_b})
         targets = [t for t in dict.fromkeys(u.inputs) if t in on_path and (t in sent_a or m.get(t) in sent_r)
                    and not (t in weights and _differs(tape_a.values.get(t), plain.values.get(m.get(t))))]
         if not targets:
@@ -258,7 +263,7 @@ def _differs(va, vb) -> bool:
 def _send(tape, nodes, seeds) -> dict:
     """What a run of nodes sends to the tensors entering it from `seeds` at its outputs."""
     if not nodes or not seeds:
-        return {}
+        return {} if nodes else dict(seeds)  # no node of B: it hands the value on (an identity it dropped)
     grads = reverse(tape, sorted(nodes, key=_position(tape)), seeds)
     return {n: g for n, g in grads.items() if n not in seeds}
 

@@ -45,8 +45,22 @@ def _closure(g, start: list[int], covered, stop_nodes: set[int]) -> tuple[list[i
     return sorted(nodes), boundary
 
 
+def _unbind_partial(s: WalkState) -> None:
+    """A node pair matched by its output whose A node reads a computed tensor that has no counterpart (B
+    merged two Reshapes into one, so A's first Reshape has no twin) cannot be compared alone: its
+    gradient would flow into a tensor B does not hold. Unbound, B's node becomes a span reaching back
+    through that tensor."""
+    for ia, ib in list(s.nodes.items()):
+        if any(t and t not in s.tensors and t not in s.a_static and s.a.producer.get(t) is not None
+               for t in s.a.nodes[ia].input):
+            del s.nodes[ia]
+            if ib not in s.nodes.values():
+                s.b_used.discard(ib)
+
+
 def find_spans(s: WalkState) -> tuple[list[FoundSpan], dict[int, str]]:
     """The spans, and why an unmatched B node that looked like one was not made one."""
+    _unbind_partial(s)
     owners: dict[str, list[str]] = {}
     for ta, tb in s.tensors.items():
         owners.setdefault(source(s.b, tb), []).append(ta)

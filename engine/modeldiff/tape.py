@@ -27,6 +27,9 @@ class Tape(StepObserver):
     values: dict[str, torch.Tensor] = field(default_factory=dict)
     order: list[int] = field(default_factory=list)
     graph: object = None  # the model's GraphIndex, for node names
+    # the inputs that get their own leaves (the tensors a gradient flows into); None: every float input.
+    # A weight outside it costs no weight gradient (the model's size again) and a node with no leaf no record.
+    wanted: frozenset | None = None
 
     def source(self, name, value):
         self.values[name] = value.detach() if isinstance(value, torch.Tensor) else value
@@ -36,15 +39,18 @@ class Tape(StepObserver):
         if self.replace is not None:
             args = [a if n is None or not isinstance(a, torch.Tensor) else _or(self.replace(n, a), a)
                     for n, a in zip(names, args)]
+        wanted = self.wanted
         self._leaves = {n: a.detach().requires_grad_() for n, a in zip(names, args)
-                        if n is not None and isinstance(a, torch.Tensor) and a.is_floating_point()}
+                        if n is not None and isinstance(a, torch.Tensor) and a.is_floating_point()
+                        and (wanted is None or n in wanted)}
         for n, a in zip(names, args):
             if n is not None and n not in self.values and isinstance(a, torch.Tensor):
                 self.values[n] = a.detach()  # initializers: read from the plan, never a source
         return [self._leaves.get(n, a) for n, a in zip(names, args)]
 
     def outputs(self, step, args, names, outs):
-        self.records[step.node_index] = Record(self._leaves, [], list(names), list(outs))
+        if self._leaves:
+            self.records[step.node_index] = Record(self._leaves, [], list(names), list(outs))
         self.order.append(step.node_index)
         detached = [o.detach() if isinstance(o, torch.Tensor) else o for o in outs]
         for n, o in zip(names, detached):
@@ -58,16 +64,17 @@ def _or(value, fallback):
 
 
 def run_tape(model, feeds: Mapping[str, object], targets: Iterable[str], *, dtype=None, device="cpu",
-             replace=None) -> Tape:
-    """Run `model` from `feeds` to `targets`, node by node, recording each node on its own leaves."""
+             replace=None, wanted=None) -> Tape:
+    """Run `model` from `feeds` to `targets`, node by node, recording each node on its own leaves (those
+    of its inputs in `wanted`, when given: none at all for a forward-only comparison)."""
     from ..dtypes import parse_device, parse_float_dtype
 
     dev, fdt = parse_device(device), parse_float_dtype(dtype)
     plan = model.prepare(list(feeds), list(targets), device=dev, dtype=fdt, keep_all=True)
     values = [model.to_tensor(n, feeds[n], dev, fdt) for n in plan.sources]
-    tape = Tape(replace)
+    tape = Tape(replace, wanted=None if wanted is None else frozenset(wanted))
     tape.graph = model.graph
-    with torch.enable_grad():
+    with torch.enable_grad() if wanted is None or wanted else torch.no_grad():
         plan.run_observed(values, tape)
     return tape
 

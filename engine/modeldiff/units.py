@@ -40,6 +40,8 @@ def units(graph_a, graph_b, matching, order: list[int]) -> list[Unit]:
             b_nodes = _b_closure(graph_b, [matching.tensors[t] for t in outputs], stops) if graph_b else ()
             extra = len(b_nodes) - 1
             note = f"B computes it with {len(b_nodes)} nodes" if extra > 0 else ""
+            if graph_b is not None and _handed_on(node, outputs, matching.tensors):
+                b_nodes, note = (), "B does without it (its output is its input's value in B)"
             out.append(Unit((i,), b_nodes, tuple(t for t in node_inputs(node) if t), outputs, node.name or
                             node.output[0], node.op_type, note))
             continue
@@ -65,6 +67,13 @@ def _b_closure(graph_b, outputs: list[str], stops: set[str]) -> tuple[int, ...]:
         seen.add(j)
         todo.extend(x for x in node_inputs(graph_b.nodes[j]) if x)
     return tuple(sorted(seen))
+
+
+def _handed_on(node, outputs, tensors) -> bool:
+    """A's Cast, Identity or Div by 1 that B dropped: each output stands for the very B tensor one of
+    its inputs does, so B runs no node for it (its gradient passes through unchanged)."""
+    held = {tensors[t] for t in node_inputs(node) if t in tensors}
+    return all(tensors[t] in held for t in outputs)
 
 
 def _span_note(b_ops: str, count: int) -> str:
