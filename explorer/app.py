@@ -1,9 +1,9 @@
 """The explorer App and `make_app`, the one factory shared by the console script, snapshots and tests.
 
-The App composes the screen and holds every key's action and every message handler; each hands
-its work to a collaborator (selection, settings, navigation, layouts, work, stepping, debugging,
-keys, pacing), which names what it uses of the App in a Protocol and is tested without one
-(tests/explorer/test_collaborators.py). They share `Shown` (host.py): the session and the cursor.
+The App composes the screen and holds every key's action and every message handler; each hands its work to a
+collaborator (selection, settings, navigation, layouts, work, stepping, debugging, diffing, keys, pacing), which names
+what it uses of the App in a Protocol and is tested without one (tests/explorer/test_collaborators.py). They share
+`Shown` (host.py): the session and the cursor.
 """
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from . import commands as palette
 from . import messages as m
 from .commands import ExplorerCommands
 from .debugging import Debugging
+from .diffing import Diffing
 from .foreground import Foreground
 from .graph_work import LayoutWork
 from .guard import guarded
@@ -72,8 +73,9 @@ class ExplorerApp(App):
         Binding("v", "verify", "Verify", id="work.verify"),
         Binding("s", "step", "Step", id="work.step"),
         Binding("e", "export", "Export", id="work.export"),
-        Binding("n", "go_to_culprit", "Culprit", id="results.culprit",
-                tooltip="Go to the first failing node, or to where NaN/Inf starts"),
+        Binding("n", "go_to_culprit", "Culprit", id="results.culprit", tooltip="The first failing node, NaN/Inf or divergence"),
+        Binding("b", "diff", "Diff", id="diff.open", tooltip="Compare with another model file, float16, bfloat16 or onnxruntime"),
+        Binding("B", "diff('where')", "Diff: forward/gradient", id="diff.where", tooltip="What diff mode colours nodes by"),
         Binding("g", "cycle_view", "View: forward/backward/combined", id="view.cycle", group=SETTINGS),
         Binding("d", "cycle_device", "Device: cpu/cuda", id="settings.device", group=SETTINGS),
         Binding("t", "toggle_dtype", "Dtype: float32/float64", id="settings.dtype", group=SETTINGS),
@@ -96,7 +98,8 @@ class ExplorerApp(App):
         self.navigation = Navigation(self.shown, self, self.layout_work)
         self.work = Work(self.shown, self)
         self.stepping = Stepping(self.shown, self, lambda: self.layout_work.layouts.get(("forward", None)))
-        self.debugging = Debugging(self.shown, self)
+        self.diffing = Diffing(self.shown, self)
+        self.debugging = Debugging(self.shown, self, self.diffing)
         self.keys = Keys(self.shown, self, self.BINDINGS, self.work.cancellable, self.debugging.culprit)
 
     # --- the keys: each binding's action ------------------------------------------------------------
@@ -148,6 +151,9 @@ class ExplorerApp(App):
     def action_go_to_culprit(self) -> None:
         self.debugging.go_to_culprit()
 
+    def action_diff(self, what: str = "open") -> None:
+        self.diffing.act(what)
+
     def action_cycle_view(self) -> None:
         self.settings.cycle_view()
 
@@ -182,7 +188,7 @@ class ExplorerApp(App):
 
     def check_action(self, action: str, parameters) -> bool | None:
         """Keys that mean nothing right now leave the footer (they still work from ctrl+p when they can)."""
-        return self.keys.applies(action)
+        return self.keys.applies(action, parameters)
 
     def refresh_footer(self, force: bool = False) -> None:
         self.keys.refresh(force)
@@ -357,6 +363,9 @@ class ExplorerApp(App):
 
     def on_check_ready(self, message: m.CheckReady) -> None:
         self.work.check_ready(message)
+
+    def on_diff_ready(self, message: m.DiffReady) -> None:
+        self.diffing.ready(message)
 
     def on_export_done(self, message: m.ExportDone) -> None:
         self.work.export_done(message)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Callable, Protocol
 
+from textual.actions import parse
 from textual.widgets import Input
 
 from .host import Shown
@@ -28,7 +29,7 @@ class Keys:
         self.main_actions = frozenset(b.action.split("(")[0] for b in self.bindings)
         self._state: tuple = ()
 
-    def applies(self, action: str) -> bool | None:
+    def applies(self, action: str, parameters: tuple = ()) -> bool | None:
         s, tensor = self.shown.session, self.shown.cursor[1]
         if len(self.app.screen_stack) > 1:
             # Step mode and dialogs own the keys while they are open: the main screen's keys stay off
@@ -50,6 +51,8 @@ class Keys:
             return bool(s.dims_text())
         if action == "go_to_culprit":
             return self.culprit() is not None
+        if action == "diff" and parameters[:1] in (("where",), ("leave",)):  # in diff mode only (b: always)
+            return s.diff is not None and (parameters[0] == "leave" or s.diff.has_gradient)
         if action == "cycle_device":
             return len(available_devices()) > 1
         if action == "heat_source":
@@ -64,7 +67,7 @@ class Keys:
         `force` when work starts or ends: Textual also refreshes bindings by itself (a dialog
         closing), so the state cached here can be stale exactly then.
         """
-        state = tuple(self.applies(b.action) for b in self.bindings)
+        state = tuple(self.applies(*parse(b.action)[1:]) for b in self.bindings)
         if force or state != self._state:
             self._state = state
             # The main screen's footer, even while a dialog that is closing is still on top.

@@ -23,7 +23,8 @@ def check_statuses(report) -> dict[str, str]:
 
 
 def graph_marks(session, layout) -> dict[str, str]:
-    """Layout id -> the one mark that wins: check status > unsupported op > y > x > z > on the slice > dimmed."""
+    """Layout id -> the one mark that wins: check status > unsupported op > y > x > z > on the slice > dimmed;
+    in diff mode a node's divergence decides (an uncompared node is dimmed)."""
     if layout is None:
         return {}
     g = session.graph
@@ -37,10 +38,14 @@ def graph_marks(session, layout) -> dict[str, str]:
     roles.update((t, "x") for t in session.xs)
     if session.y:
         roles[session.y] = "y"
+    diff = getattr(session, "diff", None)  # diff mode: nodes take their divergence's mark (diff_state.py)
+    divergence = diff.node_marks(g) if diff is not None else None
     marks: dict[str, str] = {}
     for n in layout.nodes:
         mark = None
-        if n.node_index is not None:
+        if n.node_index is not None and divergence is not None:
+            mark = divergence.get(n.node_index, "dim")
+        elif n.node_index is not None:
             status = statuses.get(g.node_names[n.node_index]) if statuses else None
             if status in ("pass", "fail", "inconclusive"):
                 mark = status

@@ -147,3 +147,12 @@ class TraceChunk(Message):
     done: int
     total: int
     grads: dict | None = None
+
+
+@dataclass
+class DiffReady(Message):
+    """A diff finished: diff mode shows it, unless another model was opened meanwhile."""
+
+    model: object  # the engine.Model diffed (A)
+    report: object  # engine.DiffReport, with its values kept
+    label: str  # "A vs B" as the selection bar says it

@@ -56,6 +56,7 @@ class Session:
     gradient_stats: object | None = None
     gradient_origin: object | None = None  # engine Finding: where the gradient's NaN/Inf comes from
     check: object | None = None  # engine CheckReport of the current generation
+    diff: object | None = None  # explorer.diff_state.DiffShown: the diff on screen (diff mode), else None
     summaries: SummaryCache = field(default_factory=SummaryCache, repr=False)  # of values and gradients shown
     spec: engine.GradientSpec | None = None
     selection_error: str | None = None

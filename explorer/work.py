@@ -28,10 +28,10 @@ from .summaries import summarize
 
 LABELS = {"gradient": "computing gradients", "check": "verifying", "step": "tracing step mode",
           "export": "exporting", "open": "opening model", "layout": "laying out", "values": "computing values",
-          "summary": "summarizing"}
+          "summary": "summarizing", "diff": "comparing models"}
 # Not "step": step mode opens on its first frame, and closing it cancels the trace. Counting it
 # here recomposed the main footer (hidden behind step mode) three times on the way to opening.
-CANCELLABLE = ("gradient", "check", "export", "open")
+CANCELLABLE = ("gradient", "check", "export", "open", "diff")
 SMALL_MODEL = 300  # nodes: up to this, values are computed as soon as the cursor lands
 VALUES_DEBOUNCE_S = 0.3
 

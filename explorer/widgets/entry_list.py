@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 # Up to this many names, labels for a new width are fitted as the list is drawn; more are fitted in
 # a worker (GPT-2's 4,797 names took 0.7 s, and a key pressed meanwhile waited for it).
 INLINE_LABELS = 2_000
+MARK_GLYPHS = {"fail": "✗ ", "inconclusive": "≈ ", "pass": "✓ "}
 
 
 @guarded
@@ -38,7 +39,8 @@ class EntryList(FixedBox, ScrollView, can_focus=True):
         Binding("end", "move(1000000000)", "Last", show=False, id="list.last"),
         Binding("enter", "choose", "Go to", show=False, id="list.choose"),
     ]
-    COMPONENT_CLASSES = {"entry-list--highlight", "entry-list--node", "entry-list--detail", "entry-list--group"}
+    COMPONENT_CLASSES = {"entry-list--highlight", "entry-list--node", "entry-list--detail", "entry-list--group",
+                         "entry-list--fail", "entry-list--inconclusive", "entry-list--pass"}
     DEFAULT_CSS = """
     EntryList { height: 1fr; overflow-x: hidden; }
     EntryList > .entry-list--highlight { background: $accent 40%; text-style: bold; }
@@ -46,6 +48,9 @@ class EntryList(FixedBox, ScrollView, can_focus=True):
     EntryList > .entry-list--node { text-style: bold; }
     EntryList > .entry-list--detail { color: $text-muted; }
     EntryList > .entry-list--group { color: $accent; text-style: bold; }
+    EntryList > .entry-list--fail { color: $error; text-style: bold; }
+    EntryList > .entry-list--inconclusive { color: $warning; }
+    EntryList > .entry-list--pass { color: $success; }
     """
 
     @dataclass
@@ -69,6 +74,7 @@ class EntryList(FixedBox, ScrollView, can_focus=True):
         self.names: list[str] = []  # every name the list can show: labels are unique among them
         self.placeholder = ""  # shown while there are no entries
         self.collapsed: frozenset[str] = frozenset()
+        self.marks: dict[int, str] = {}  # node index -> "fail" / "inconclusive" / "pass" (diff mode's colours)
         self._labels: tuple[int, dict[str, str]] = (-1, {})
         self._wanted = -1  # the width whose labels a worker is fitting
         self._styles: dict[str, object] = {}
@@ -116,6 +122,11 @@ class EntryList(FixedBox, ScrollView, can_focus=True):
         self.virtual_size = Size(1, len(entries))
         self.scroll_to(0, 0, animate=False)
         self.refresh()
+
+    def set_marks(self, marks: dict[int, str]) -> None:
+        if marks != self.marks:
+            self.marks = marks
+            self.refresh()
 
     def reserve_rows(self, rows: int) -> None:
         """Scroll `rows` rows that are still being listed: the scrollbar the listing needs comes with
@@ -185,7 +196,10 @@ class EntryList(FixedBox, ScrollView, can_focus=True):
             segments = [Segment(("▸ " if e.group in self.collapsed else "▾ ") + e.name, self._style("group"))]
         else:
             name_style = self._style("node") if e.node_index is not None else base
-            segments = [Segment("◆ " if e.node_index is not None else "  ", name_style),
+            glyph = "◆ " if e.node_index is not None else "  "
+            if (mark := self.marks.get(e.node_index)) is not None:  # said by a sign too, not by colour alone
+                name_style, glyph = self._style(mark), MARK_GLYPHS[mark]
+            segments = [Segment(glyph, name_style),
                         Segment(self.label(e.name, width - 2), name_style), Segment(" " + e.detail, detail_style)]
         if index == self.highlighted:
             hl = self.get_component_rich_style("entry-list--highlight")

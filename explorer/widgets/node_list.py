@@ -242,6 +242,10 @@ class NodeList(Vertical):
         self._show(self._rows())
         self.query_one(EntryList).highlight(self._index[f"g:{group}"])
 
+    def set_marks(self, marks: dict[int, str]) -> None:
+        """Colour node rows: node index -> "fail" / "inconclusive" / "pass" (diff mode); {} for none."""
+        self.query_one(EntryList).set_marks(marks)
+
     def open_search(self) -> None:
         # Now, not after the keys already queued (Widget.focus waits its turn): typed right after
         # "/", they go into the box, not to the app's keys (t would toggle the dtype).

@@ -44,4 +44,8 @@ class SelectionBar(Static):
                 t.append("\n" + d.note, style="yellow")
         else:
             t.append("Pick a tensor and press y to differentiate it, x / z to add inputs to xs / zs.", style="dim")
+        if s.diff is not None:
+            t.append(f"\ndiff {s.diff.label}", style="bold reverse")
+            t.append(f"  {s.diff.where} · {s.diff.headline()}", style="bold red" if s.diff.report.diverges else "green")
+            t.append(f"   n culprit{' · B forward/gradient' if s.diff.has_gradient else ''} · b leave", style="dim")
         set_text(self, t)
