@@ -1,4 +1,4 @@
-"""Control flow: If, Loop, Scan. Subgraphs run through `scope` (see engine.run.plan.Scope), which also
+"""Control flow: If, Loop, Scan. Subgraphs run through `scope` (see engine.run.subgraphs.Scope), which also
 hands them the enclosing graph's values they read by name; gradients flow through autograd.
 
 The branch taken, the trip count and the loop condition are read as Python values: that is

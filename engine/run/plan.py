@@ -20,6 +20,7 @@ from ..registry import parameters, require
 from . import attributes, fusion, lean
 from .pacing import pause_point
 from .step_errors import STEP_ERRORS, step_error
+from .subgraphs import SubgraphCompiler, scoped
 from .validation import checked
 
 
@@ -152,7 +153,7 @@ class Plan:
                 outer = implicit_inputs(node)
                 n_explicit = len(in_slots)
                 in_slots += [self._input_slot(t, template, constants) for t in outer]
-                fn = _scoped(fn, n_explicit, outer, _SubgraphCompiler(graph.opsets, self.device, self.float_dtype))
+                fn = scoped(fn, n_explicit, outer, SubgraphCompiler(graph.opsets, self.device, self.float_dtype))
         return [i, graph.node_names[i], node.op_type, fn, tuple(in_slots), out_slots, kwargs]
 
     def _run_steps(self, steps: list, template: dict, fuse: bool | None, lean_autograd: bool | None
@@ -337,62 +338,3 @@ def bind(node, opset: int, name: str, device: torch.device, float_dtype):
     for ctx in impl.context:
         kwargs[ctx] = context[ctx]
     return impl.fn, kwargs
-
-
-class Scope:
-    """What a control-flow op receives as `scope=`: the enclosing graph's values that its
-    subgraphs read by name, and `run(subgraph, inputs)`, which executes one (compiled once)."""
-
-    def __init__(self, outer: dict, compiler: "_SubgraphCompiler"):
-        self.outer = outer
-        self._compiler = compiler
-
-    def run(self, subgraph, inputs: Sequence) -> list:
-        plan, n_inputs = self._compiler.plan(subgraph)
-        if len(inputs) != n_inputs:
-            raise OnnxGradError(f"subgraph {subgraph.name!r} takes {n_inputs} inputs, got {len(inputs)}")
-        return plan.run(list(inputs) + [self.outer[n] for n in plan.sources[n_inputs:]])
-
-
-def _scoped(fn: Callable, n_explicit: int, outer: tuple[str, ...], compiler: "_SubgraphCompiler") -> Callable:
-    def step(*values, **kwargs):
-        scope = Scope(dict(zip(outer, values[n_explicit:])), compiler)
-        return fn(*values[:n_explicit], scope=scope, **kwargs)
-
-    step.no_fold = True  # control flow: never evaluated ahead of a run
-    return step
-
-
-class _SubgraphCompiler:
-    """Plans for a node's subgraphs: their own inputs first, then the outer names they read."""
-
-    def __init__(self, opsets: dict[str, int], device: torch.device, float_dtype):
-        self.opsets, self.device, self.float_dtype = opsets, device, float_dtype
-        self._plans: dict[int, tuple] = {}
-
-    def plan(self, g) -> tuple["Plan", int]:
-        entry = self._plans.get(id(g))
-        if entry is None:
-            entry = self._plans[id(g)] = (*self._compile(g), g)  # holding g keeps its id unique
-        return entry[0], entry[1]
-
-    def _compile(self, g) -> tuple["Plan", int]:
-        from onnx import ModelProto
-
-        from ..modelfile.index import graph_free_names, index
-        from .values import tensor_from_proto
-
-        free = graph_free_names(g)
-        model = ModelProto()
-        model.graph.CopyFrom(g)
-        for name in free:  # declared as inputs, so the index accepts reads from the enclosing scope
-            model.graph.input.add().name = name
-        for domain, version in self.opsets.items():
-            imp = model.opset_import.add()
-            imp.domain, imp.version = domain, version
-        sub = index(model)
-        constants = {n: tensor_from_proto(t, self.device, self.float_dtype) for n, t in sub.initializers.items()}
-        inputs = [i.name for i in g.input]
-        plan = Plan(sub, inputs + list(free), [o.name for o in g.output], device=self.device,
-                    float_dtype=self.float_dtype, constants=constants)
-        return plan, len(inputs)
