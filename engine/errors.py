@@ -32,6 +32,11 @@ class ExecutionError(OnnxGradError):
     """An op failed while running; the message names the node."""
 
 
+class MemoryLimitError(ExecutionError):
+    """A step would allocate more than the machine can still give (engine/run/memory.py), or its
+    allocation failed: the message names the node, the output, and its shape and bytes where known."""
+
+
 class RecordingError(OnnxGradError):
     """A GradManager used out of order: backward with nothing recorded, or recording twice."""
 

@@ -18,6 +18,7 @@ from ..errors import ExecutionError, FeedError, OnnxGradError, UnsupportedOpErro
 from ..modelfile.index import TRAINING_DOMAIN, GraphIndex, implicit_inputs, node_inputs
 from ..registry import parameters, require
 from . import attributes, fusion, lean
+from .guard import MemoryGuard, value_sized
 from .pacing import pause_point
 from .step_errors import STEP_ERRORS, step_error
 from .subgraphs import SubgraphCompiler, scoped
@@ -90,6 +91,7 @@ class Plan:
         if mode not in MODES:
             raise OnnxGradError(f"plan mode {mode!r} is not one of {', '.join(MODES)}")
         self.mode = mode
+        self._guard = MemoryGuard(self)
         self._shapes: dict[str, list[int]] = {}  # how each step's result unpacks, seen on the first run
         self._seen_shapes: dict[str, dict[int, tuple]] = {}
         self._fx: dict[str, object] = {}
@@ -180,7 +182,8 @@ class Plan:
             for s, k in last.items():
                 if s not in keep:
                     frees[k].append(s)
-        return tuple(Step(*checked(self.graph, raw), free=tuple(f)) for raw, f in zip(raw_steps, frees))
+        return tuple(Step(*value_sized(self.graph, self.float_dtype, checked(self.graph, raw)), free=tuple(f))
+                     for raw, f in zip(raw_steps, frees))
 
     def run(self, inputs: Sequence[torch.Tensor], fused: bool = True) -> list[torch.Tensor]:
         """Values of `targets`, given values of `sources` in order. `fused=False`: node by node,
@@ -192,6 +195,7 @@ class Plan:
         if compiled is None or len(inputs) != len(self.source_slots):
             compiled = self._compiled("targets", inputs)
         if compiled is not None:
+            self._guard.check(self.run_steps, inputs, True)
             try:
                 return list(self._call(compiled, "targets", inputs))
             except STEP_ERRORS:
@@ -207,6 +211,7 @@ class Plan:
         """Every value the plan computes or reads, by tensor name (for inspection and per-node checks)."""
         compiled = self._compiled("all", inputs)
         if compiled is not None:
+            self._guard.check(self.steps, inputs, False)
             try:
                 values = self._call(compiled, "all", inputs)
                 compiled = self._fx["all"]
@@ -260,6 +265,7 @@ class Plan:
     def _execute(self, inputs, free: bool, which: str, observer: "StepObserver | None" = None) -> list:
         if len(inputs) != len(self.source_slots):
             raise FeedError(f"plan expects {len(self.source_slots)} input values, got {len(inputs)}")
+        self._guard.check(self._steps(which), inputs, free)
         env = list(self._template)
         key = self._key(which)
         shapes = [] if key not in self._shapes and observer is None else None
@@ -301,10 +307,13 @@ class Plan:
                 node = self.graph.nodes[step.node_index]
                 clash = type_clash(node, self.graph.opset(node.domain), args)
                 exc = ExecutionError(clash) if clash else exc
-            raise step_error(step, exc) from (None if isinstance(exc, OnnxGradError) else exc)
+            raise step_error(step, exc, self._written(step)) from (None if isinstance(exc, OnnxGradError) else exc)
         if shapes is not None:
             self._shapes[key], self._seen_shapes[key] = shapes, seen
         return env
+
+    def _written(self, step: Step | None) -> list[str]:
+        return [] if step is None else [self.names[k] for k in step.out_slots if k is not None]
 
 
 class StepObserver:

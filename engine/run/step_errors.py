@@ -3,9 +3,9 @@ size asked for), whatever torch, numpy or an op's own code raised inside it."""
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
-from ..errors import ExecutionError, OnnxGradError
+from ..errors import ExecutionError, MemoryLimitError, OnnxGradError
 
 if TYPE_CHECKING:
     from .plan import Step
@@ -16,8 +16,9 @@ _ASKED = re.compile(r"(?:can't allocate memory|out of memory).*?tried to allocat
                     re.IGNORECASE)
 
 
-def step_error(step: Step | None, exc: Exception) -> Exception:
-    """The error to raise for `exc` inside `step`: one line that names the node."""
+def step_error(step: Step | None, exc: Exception, outputs: Sequence[str] = ()) -> Exception:
+    """The error to raise for `exc` inside `step`: one line that names the node (and, for an allocation
+    that failed, the `outputs` it was computing)."""
     if step is None or (isinstance(exc, OnnxGradError) and str(exc).startswith("node ")):
         return exc
     if isinstance(exc, OnnxGradError):
@@ -25,7 +26,8 @@ def step_error(step: Step | None, exc: Exception) -> Exception:
     msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     memory = out_of_memory(exc, msg)
     if memory is not None:
-        return ExecutionError(f"node {step.name!r} ({step.op_type}) ran out of memory{memory}")
+        computing = f" computing {', '.join(map(repr, outputs))}" if outputs else ""
+        return MemoryLimitError(f"node {step.name!r} ({step.op_type}) ran out of memory{computing}{memory}")
     return ExecutionError(f"node {step.name!r} ({step.op_type}) failed: {msg or type(exc).__name__}")
 
 

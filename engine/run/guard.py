@@ -1,0 +1,172 @@
+"""A plan's memory guard (engine/run/memory.py says what it promises): the live total of a run's
+values step by step, sized before the run from the graph's inferred shapes, and the steps whose
+output size depends on their inputs' values, sized right before they run."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import torch
+
+from .memory import refusal, room, value_dtype
+
+# Ops whose output shares its input's storage (torch views): they keep their input alive, allocate nothing.
+VIEWS = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Expand", "Transpose"})
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One signature of input shapes: the live total right after each step's outputs exist."""
+
+    live: tuple[int, ...]
+    added: tuple[tuple[int, str, tuple, torch.dtype | None], ...]  # per step: bytes, output, shape, dtype
+    peak: int
+
+    def refusal(self, steps: Sequence, can_give: int):
+        i = next(i for i, total in enumerate(self.live) if total > can_give)
+        nbytes, output, shape, dtype = self.added[i]
+        return refusal(steps[i].name, steps[i].op_type, output, shape, dtype, nbytes, can_give, self.live[i] - nbytes)
+
+
+NO_PROFILE = Profile((), (), 0)
+
+
+class MemoryGuard:
+    """What `plan`'s runs may hold, per step list, free policy and input shapes (computed once each)."""
+
+    def __init__(self, plan):
+        self.plan = plan
+        self._profiles: dict[tuple, Profile] = {}
+
+    def check(self, steps: Sequence, inputs: Sequence, free: bool) -> None:
+        """MemoryLimitError, naming the step that crosses it, when a run on `inputs` would hold more than
+        the machine can still give."""
+        key = (id(steps), free, tuple(getattr(v, "shape", None) for v in inputs))
+        profile = self._profiles.get(key)
+        if profile is None:
+            if len(self._profiles) >= 64:
+                self._profiles.clear()
+            profile = self._profiles[key] = self._profile(steps, inputs, free)
+        if profile.peak:
+            can_give = room(profile.peak)
+            if can_give is not None and profile.peak > can_give:
+                raise profile.refusal(steps, can_give)
+
+    def _profile(self, steps: Sequence, inputs: Sequence, free: bool) -> Profile:
+        plan = self.plan
+        dims = self._dims(inputs)
+        if dims is None:
+            return NO_PROFILE
+        owner: dict[int, int] = {}  # slot -> the step whose allocation it holds (views share their input's)
+        holders: dict[int, int] = {}  # allocation -> how many live slots hold it
+        sizes: dict[int, int] = {}
+        live, total, added = [], 0, []
+        for step in steps:
+            biggest = (0, "", (), None)
+            view_of = owner.get(step.in_slots[0]) if step.op_type in VIEWS and step.in_slots and \
+                step.in_slots[0] is not None else None
+            for k in step.out_slots:
+                if k is None:
+                    continue
+                if step.op_type in VIEWS:
+                    if view_of is not None:
+                        owner[k] = view_of
+                        holders[view_of] += 1
+                    continue
+                name = plan.names[k]
+                shape, dtype = self._shape(name, dims)
+                nbytes = 0 if shape is None or dtype is None else math.prod(shape) * dtype.itemsize
+                alloc = len(sizes) + len(steps)  # distinct from any step index
+                sizes[alloc], owner[k], holders[alloc] = nbytes, alloc, 1
+                total += nbytes
+                biggest = max(biggest, (nbytes, name, shape or (), dtype), key=lambda b: b[0])
+            live.append(total)
+            added.append(biggest)
+            for k in step.free if free else ():
+                alloc = owner.pop(k, None)
+                if alloc is not None:
+                    holders[alloc] -= 1
+                    if not holders[alloc]:
+                        total -= sizes[alloc]
+        return Profile(tuple(live), tuple(added), max(live, default=0))
+
+    def _dims(self, inputs: Sequence) -> dict[str, int] | None:
+        """Symbolic dim -> size, read from the values fed; None when a value contradicts its declared
+        shape (then the inferred shapes downstream cannot be trusted either)."""
+        dims: dict[str, int] = {}
+        types = self.plan.graph.types
+        for name, value in zip(self.plan.sources, inputs):
+            info = types.get(name)
+            if info is None or info.shape is None or not isinstance(value, torch.Tensor):
+                continue
+            if len(info.shape) != value.dim():
+                return None
+            for declared, actual in zip(info.shape, value.shape):
+                if isinstance(declared, str):
+                    if dims.setdefault(declared, actual) != actual:
+                        return None
+                elif declared is not None and declared != actual:
+                    return None
+        return dims
+
+    def _shape(self, name: str, dims: dict[str, int]) -> tuple[tuple[int, ...] | None, torch.dtype | None]:
+        info = self.plan.graph.types.get(name)
+        if info is None or info.shape is None:
+            return None, None
+        shape = []
+        for d in info.shape:
+            size = d if isinstance(d, int) else dims.get(d)
+            if size is None or size < 0:
+                return None, None
+            shape.append(size)
+        return tuple(shape), value_dtype(info.elem_type, self.plan.float_dtype)
+
+
+# Output shape from the inputs' values, for ops whose size the graph cannot say ahead of the run.
+def _constant_of_shape(shape, *_):
+    return tuple(int(d) for d in shape.reshape(-1).tolist()) if shape.numel() < 64 else None
+
+
+def _tile(x, repeats=None, *_):
+    reps = repeats.reshape(-1).tolist() if isinstance(repeats, torch.Tensor) and repeats.numel() < 64 else None
+    return tuple(int(d) * int(r) for d, r in zip(x.shape, reps)) if reps and len(reps) == x.dim() else None
+
+
+def _range(start, limit, delta, *_):
+    if any(not isinstance(t, torch.Tensor) or t.numel() != 1 for t in (start, limit, delta)):
+        return None
+    lo, hi, step = (float(t.reshape(())) for t in (start, limit, delta))
+    count = (hi - lo) / step if step else math.inf
+    return (max(0, math.ceil(count)),) if math.isfinite(count) else None
+
+
+VALUE_SIZED: dict[str, Callable] = {"ConstantOfShape": _constant_of_shape, "Tile": _tile, "Range": _range}
+
+
+def value_sized(graph, float_dtype, raw: list) -> list:
+    """A raw step ([node index, name, op type, fn, in slots, out slots, kwargs]) whose fn, for an op
+    in VALUE_SIZED, first sizes its output from its inputs and refuses one the machine cannot give."""
+    shape_of = VALUE_SIZED.get(raw[2])
+    if shape_of is None or raw[2] != graph.nodes[raw[0]].op_type:
+        return raw
+    fn, name, op_type, output = raw[3], raw[1], raw[2], graph.nodes[raw[0]].output[0]
+    info = graph.types.get(output)
+    dtype = value_dtype(info.elem_type if info else None, float_dtype) or torch.float32
+
+    def step(*args, **kwargs):
+        try:
+            shape = shape_of(*args)
+        except (TypeError, ValueError, RuntimeError, OverflowError):
+            shape = None  # the op's own checks say what is wrong
+        if shape is not None and min(shape, default=0) >= 0:
+            nbytes = math.prod(shape) * dtype.itemsize
+            can_give = room(nbytes) if nbytes > 1 << 20 else None
+            if can_give is not None and nbytes > can_give:
+                raise refusal(name, op_type, output, shape, dtype, nbytes, can_give)
+        return fn(*args, **kwargs)
+
+    step.__dict__.update(getattr(fn, "__dict__", {}))
+    step.__wrapped__ = fn
+    step.__qualname__ = step.__name__ = f"sized_{getattr(fn, '__name__', 'op')}"
+    return [*raw[:3], step, *raw[4:]]
