@@ -29,10 +29,9 @@ class DiffChoice:
     dtype: str | None = None
     against: str | None = None
 
-    def describe(self, a_label: str) -> str:
-        if self.b:
-            return f"{a_label} vs {os.path.basename(self.b)}"
-        return f"{a_label} vs {self.dtype or self.against}"
+    def describe(self) -> str:
+        """What A is compared with: "vs B.onnx", "vs float16", "vs onnxruntime"."""
+        return f"vs {os.path.basename(self.b) if self.b else self.dtype or self.against}"
 
 
 @dataclass(frozen=True)
@@ -41,7 +40,7 @@ class DiffJob:
 
     model: engine.Model
     choice: DiffChoice
-    label: str
+    label: str  # "vs B.onnx": A is the session's model
     feeds: dict[str, np.ndarray]
     y: str | None = None
     xs: tuple[str, ...] = ()
@@ -65,7 +64,7 @@ def diff_job(session, choice: DiffChoice) -> DiffJob:
     """The session's model, feeds and dims; its selection when complete (else the forward alone)."""
     spec = session.spec
     y, xs, zs = (spec.y, tuple(spec.xs), tuple(spec.zs)) if spec is not None else (None, (), ())
-    return DiffJob(session.model, choice, choice.describe(session.label), session.feed_values(), y, xs, zs,
+    return DiffJob(session.model, choice, choice.describe(), session.feed_values(), y, xs, zs,
                    dict(session.dims), session.seed, session.device)
 
 
@@ -155,7 +154,7 @@ class DiffShown:
             return f"no divergence: {compared} node comparison{'s' if compared != 1 else ''} within tolerance"
         first = report.first_divergence
         return (f"{len(diverging)} node{'s' if len(diverging) != 1 else ''} diverge{'s' if len(diverging) == 1 else ''}"
-                f"; first: {first.node} ({first.op_type}, {first.where})")
+                f"; first: {first.node} ({first.where})")
 
 
 def _over(r) -> float:

@@ -81,7 +81,7 @@ class Diffing:
         return in_thread(self.app, GROUP, self._diff, job)
 
     def _diff(self, job) -> None:
-        self.app.post_message(m.WorkStarted(GROUP, f"comparing {job.label}"))
+        self.app.post_message(m.WorkStarted(GROUP, f"diff {job.label}"))
         report = job.run()
         if not get_current_worker().is_cancelled:
             self.app.post_message(m.DiffReady(job.model, report, job.label))
@@ -96,7 +96,7 @@ class Diffing:
         status_line(self.app).idle(f"diff: {headline}")
         self.app.post_message(m.WorkFinished(GROUP, "done"))
         first = message.report.first_divergence
-        self.app.notify(headline + ("; n goes there" if first is not None else ""), title=f"diff {message.label}",
+        self.app.notify(headline + ("; n goes there" if first is not None else ""), title=f"diff {s.label} {message.label}",
                         severity="warning" if first is not None else "information", timeout=10)
         if first is not None:
             self.app.go_to_culprit(quiet=True)

@@ -155,4 +155,4 @@ class DiffReady(Message):
 
     model: object  # the engine.Model diffed (A)
     report: object  # engine.DiffReport, with its values kept
-    label: str  # "A vs B" as the selection bar says it
+    label: str  # what A was compared with: "vs B.onnx", "vs float16", "vs onnxruntime"

@@ -33,7 +33,7 @@ class DiffScreen(ModalScreen):
     def __init__(self, compares: str, shown: str | None = None, last_b: str = ""):
         super().__init__()
         self.compares = compares  # what the diff will compare: the selection, or the forward alone
-        self.shown = shown  # the diff on screen ("A vs B"), when in diff mode
+        self.shown = shown  # the diff on screen ("vs B.onnx"), when in diff mode
         self.last_b = last_b
 
     def compose(self) -> ComposeResult:

@@ -23,7 +23,7 @@ VERDICTS = {"fail": ("✗ diverges by itself", "bold red"),
 
 def diff_section(diff, graph, node_index: int | None, tensor: str | None) -> Group:
     """What diff mode adds to the inspector for the node and tensor under the cursor."""
-    parts = [Text(f"diff ({diff.where}) {diff.label}", style="bold reverse")]
+    parts = [Text(f"diff, {diff.where}, {diff.label}", style="bold reverse")]
     tensors = [tensor] if tensor else []
     if node_index is not None:
         name, node = graph.node_names[node_index], graph.nodes[node_index]
@@ -50,9 +50,10 @@ def _verdict(diff, node: str) -> Text:
         return Text(f"{node}: not compared ({diff.where})\n", style="dim")
     mark = "fail" if row.diverges else "inconclusive" if row.error > row.tolerance else "pass"
     label, style = VERDICTS[mark]
+    t.append(f"{node} ", style="bold")
     t.append(label + "\n", style=style)
-    t.append(f"  local {row.local_error:.3g} {'>' if row.diverges else '≤'} tolerance {row.tolerance:.2g}\n")
-    t.append(f"  error {row.error:.3g} with upstream's\n", style="dim")
+    t.append(f"  local error {row.local_error:.3g}\n  tolerance   {row.tolerance:.2g}{' exceeded' if row.diverges else ''}\n")
+    t.append(f"  error       {row.error:.3g} with upstream's\n", style="dim")
     if row.note:
         t.append(f"  {row.note}\n", style="italic")
     if row.input_errors:

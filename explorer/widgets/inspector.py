@@ -128,9 +128,8 @@ class Inspector(Widget, can_focus=True):
             parts.append(self._tensor_text(s, self.tensor))
         if not parts:
             parts.append(Text("Move in the graph (arrows) or the list to inspect a node or tensor.", style="dim"))
-        elif s.diff is not None:  # diff mode: the verdict and both sides' values right under the node
-            diff = diff_section(s.diff, s.graph, self.node_index, self.tensor)
-            parts.insert(1 if self.node_index is not None else 0, diff)
+        elif s.diff is not None:  # diff mode: the verdict and both sides' values first
+            parts.insert(0, diff_section(s.diff, s.graph, self.node_index, self.tensor))
         info = Group(*parts)
         arr = self._heat_array()
         self.has_heatmap = arr is not None and arr.size > 0

@@ -1,0 +1,181 @@
+"""Diff mode in the explorer (issue 34): `b` compares the model with a changed copy, float16 or
+onnxruntime; the graph and the navigator colour nodes by divergence, `n` goes to the culprit, the
+inspector shows both sides' values and a histogram of their differences; leaving restores the view.
+
+The oracle for the changed copy is its construction (only W2 is scaled, and only fc2 reads it) and
+onnxruntime, which runs both files on the session's feeds for the values the inspector shows."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import numpy_helper
+
+from explorer import messages as m
+from explorer.app import make_app
+from explorer.screens.diff import DiffScreen
+
+from .conftest import SIZE, of_type, plain, sample, settle, started
+
+MLP = sample("mlp.onnx")
+
+
+def _scaled_copy(tmp_path, weight: str = "W2", factor: float = 1.01) -> str:
+    model = onnx.load(MLP)
+    for w in model.graph.initializer:
+        if w.name == weight:
+            w.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(w) * factor, weight))
+    path = str(tmp_path / "mlp_w2.onnx")
+    onnx.save(model, path)
+    return path
+
+
+def _mlp_app(placement: str = "auto"):
+    app = make_app(MLP, placement=placement)
+    app.raise_errors = True
+    app.session.select("loss", ["W1"], ["X", "T"])
+    return app
+
+
+async def _diff_with(app, pilot, path: str) -> None:
+    await pilot.press("b")
+    assert isinstance(app.screen, DiffScreen)
+    app.screen.query_one("#diff-path").value = path
+    await pilot.press("enter")
+    await settle(app, pilot)
+
+
+def _readers(path: str, weight: str) -> list[str]:
+    return [n.name for n in onnx.load(path).graph.node if weight in n.input]
+
+
+def _node_box(app, name: str) -> str:
+    return app.query_one("#graph").ids_for(app.session.graph.node_names.index(name))[0]
+
+
+async def test_a_scaled_weight_colours_its_reader_and_n_goes_there(tmp_path, recorded):
+    seen, hook = recorded
+    b_path = _scaled_copy(tmp_path)
+    app = _mlp_app()
+    async with app.run_test(size=SIZE, message_hook=hook) as pilot:
+        await started(app, pilot)
+        await _diff_with(app, pilot, b_path)
+        [ready] = of_type(seen, m.DiffReady)
+        assert ready.report.first_divergence.node == "fc2" == _readers(MLP, "W2")[0]
+        g, s = app.session.graph, app.session
+        fc2, fc1 = g.node_names.index("fc2"), g.node_names.index("fc1")
+        marks = app.query_one("#node-list").query_one("EntryList").marks
+        assert marks[fc2] == "fail" and marks[fc1] == "pass"  # upstream of W2 nothing differs
+        # downstream nodes carry fc2's difference without adding to it
+        assert {marks[g.node_names.index(n)] for n in ("log_softmax", "pick")} == {"inconclusive"}
+        graph = app.query_one("#graph")
+        assert graph.marks[_node_box(app, "fc2")] == "fail" and graph.marks[_node_box(app, "fc1")] == "pass"
+        assert "diff vs mlp_w2.onnx" in plain(app.query_one("#selection-bar"))
+        app.move_cursor(fc1, None)
+        await pilot.press("n")
+        await settle(app, pilot)
+        assert app.cursor[0] == fc2
+        # the gradient view: fc2 diverges there too (its W2 scales the gradient it sends to A1)
+        await pilot.press("B")
+        await settle(app, pilot)
+        assert s.diff.where == "gradient" and graph.marks[_node_box(app, "fc2")] == "fail"
+        assert app.query_one("#node-list").query_one("EntryList").marks[fc2] == "fail"
+
+
+async def test_the_inspector_shows_both_values_and_a_histogram_of_their_differences(tmp_path):
+    b_path = _scaled_copy(tmp_path)
+    app = _mlp_app()
+    async with app.run_test(size=(160, 60)) as pilot:
+        await started(app, pilot)
+        await _diff_with(app, pilot, b_path)
+        feeds = app.session.feed_values()
+        a, b = (ort.InferenceSession(p).run(["logits"], feeds)[0] for p in (MLP, b_path))
+        app.move_cursor(app.session.graph.node_names.index("fc2"), "logits")
+        await settle(app, pilot)
+        text = plain(app.query_one("#inspector-page"))
+        assert "diverges by itself" in text and "tolerance" in text and "W2" in text
+        assert f"{a.max():.4g}" in text and f"{b.max():.4g}" in text  # A's and B's max side by side
+        worst = np.abs(a.astype(np.float64) - b).max()
+        assert f"{worst:.4g}" in text
+        assert f"|a−b| {a.size} elements" in text
+        decade = int(np.floor(np.log10(worst)))
+        assert f"≥ 1e{decade:+03d}" in text  # the worst difference lies in the histogram's top decade
+
+
+async def test_float16_on_the_transformer_block_shows_no_divergence():
+    app = make_app(sample("transformer_block.onnx"))
+    app.raise_errors = True
+    async with app.run_test(size=SIZE) as pilot:
+        await started(app, pilot)
+        await pilot.press("b")
+        await pilot.click("#diff-float16")
+        await settle(app, pilot)
+        diff = app.session.diff
+        assert diff is not None and diff.report.mode == "dtype" and not diff.report.diverges
+        marks = app.query_one("#node-list").query_one("EntryList").marks
+        assert marks and "fail" not in marks.values()
+        assert "fail" not in app.query_one("#graph").marks.values()
+        assert "no divergence" in plain(app.query_one("#selection-bar"))
+        assert not app.check_action("go_to_culprit", ())  # nothing for n to go to
+
+
+async def test_a_bad_b_path_is_a_notification_not_a_traceback(tmp_path):
+    app = _mlp_app()
+    app.raise_errors = False  # a failed worker is reported by the app itself, as the user sees it
+    async with app.run_test(size=SIZE) as pilot:
+        await started(app, pilot)
+        await _diff_with(app, pilot, str(tmp_path / "missing.onnx"))
+        errors = [n for n in app._notifications if n.severity == "error"]
+        assert len(errors) == 1 and "missing.onnx" in errors[0].message and "\n" not in errors[0].message
+        assert app.session.diff is None and not app.query_one("#node-list").query_one("EntryList").marks
+        (tmp_path / "junk.onnx").write_bytes(b"not a model")
+        await _diff_with(app, pilot, str(tmp_path / "junk.onnx"))
+        assert len([n for n in app._notifications if n.severity == "error"]) == 2
+        assert app.session.diff is None
+
+
+async def test_an_empty_path_is_answered_in_the_dialog_and_leaving_restores_the_view(tmp_path):
+    b_path = _scaled_copy(tmp_path)
+    app = _mlp_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await started(app, pilot)
+        graph = app.query_one("#graph")
+        before = dict(graph.marks)
+        await _diff_with(app, pilot, "")
+        assert isinstance(app.screen, DiffScreen) and "give B's path" in str(app.screen.query_one("#diff-error").content)
+        app.screen.query_one("#diff-path").value = b_path
+        await pilot.press("enter")
+        await settle(app, pilot)
+        assert app.session.diff is not None and graph.marks != before
+        await pilot.press("b")
+        await pilot.click("#diff-leave")
+        await settle(app, pilot)
+        assert app.session.diff is None and graph.marks == before
+        assert not app.query_one("#node-list").query_one("EntryList").marks
+        assert "diff" not in plain(app.query_one("#selection-bar"))
+        assert not app.check_action("diff", ("where",))
+
+
+def test_every_diff_action_is_in_the_palette_and_the_keys_have_ids():
+    from explorer.app import ExplorerApp
+    from explorer.commands import COMMANDS
+
+    actions = {a for _, _, a in COMMANDS}
+    assert {"diff"} | {f"diff('{w}')" for w in ("where", "leave", "float16", "bfloat16", "onnxruntime")} <= actions
+    keys = {b.id: b for b in ExplorerApp.BINDINGS}
+    assert (keys["diff.open"].key, keys["diff.open"].action) == ("b", "diff")
+    assert (keys["diff.where"].key, keys["diff.where"].action) == ("B", "diff('where')")
+    assert all(b.id and b.description for b in DiffScreen.BINDINGS)
+
+
+def test_diff_view_snapshot(snap_compare, tmp_path):
+    b_path = _scaled_copy(tmp_path)
+
+    async def diffed(pilot):
+        app = pilot.app
+        await started(app, pilot)
+        await _diff_with(app, pilot, b_path)
+        app.clear_notifications()
+        await settle(app, pilot)
+
+    assert snap_compare(_mlp_app(placement="layered"), terminal_size=SIZE, run_before=diffed)
