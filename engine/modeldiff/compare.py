@@ -44,6 +44,7 @@ def diff(a, b=None, y=None, xs=(), zs=(), feeds=None, *, dims=None, past=None, s
 
         matching = match(model_a.graph, model_a.graph)
         plain, replay = ort_sides(sides.source, model_a, tape_a, feeds)
+        notes += tuple(replay.notes)
         graph_b = None
     else:
         model_b = sides.b

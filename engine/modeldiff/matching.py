@@ -69,12 +69,31 @@ def match(a: GraphIndex, b: GraphIndex, *, values: tuple[Mapping, Mapping] | Non
     walk(s)
     while values is not None and match_by_value(s, values[0], values[1], rtol):
         walk(s)
+    _inside_dropped_chains(s)
     found, refused = find_spans(s)
     spans = tuple(Span(tuple(a.node_names[i] for i in f.a_nodes), tuple(b.node_names[j] for j in f.b_nodes),
                        f.inputs, f.outputs) for f in found)
     nodes = {a.node_names[i]: b.node_names[j] for i, j in sorted(s.nodes.items())}
     unmatched = _unmatched_a(s, a_names, found) + _unmatched_b(s, b_names, found, refused)
     return Matching(dict(s.tensors), spans, tuple(unmatched), nodes)
+
+
+def _inside_dropped_chains(s: WalkState) -> None:
+    """A chain of A's carriers that B dropped whole (a Softmax's two float Casts): the walk matched the
+    chain's end to B's tensor holding its source's value; the links in between hold that value too."""
+    a = s.a
+    for i, node in enumerate(a.nodes):
+        out = node.output[0] if node.output else ""
+        if not out or out in s.tensors or not is_carrier(a, i) or source(a, out) not in s.tensors:
+            continue
+        held, todo = s.tensors[source(a, out)], list(a.consumers.get(out, []))
+        while todo:
+            k = todo.pop()
+            if is_carrier(a, k):
+                if s.tensors.get(a.nodes[k].output[0]) == held:
+                    s.tensors[out] = held
+                    break
+                todo.extend(a.consumers.get(a.nodes[k].output[0], []))
 
 
 def _unmatched_a(s: WalkState, names: list[str], found) -> list[Unmatched]:

@@ -1,0 +1,92 @@
+"""What onnxruntime's optimizers do to real exports, in miniature: two Reshapes merged into one, a chain of
+float Casts dropped. Found on GPT-2 and Llama exports (benchmarks/bench_diff_targets.py): the gradient
+flowing into the tensor B does not hold was compared with nothing (a false divergence of 1). The
+oracle for "nothing diverges" is that B computes exactly A's function (each case is checked by
+onnxruntime first), and the gradient A sends is compared with torch autograd on the same function."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from onnx import TensorProto, helper, numpy_helper
+
+import engine
+from engine.modeldiff.matching import match
+from engine.modelfile.index import index
+
+from .test_matching import _model, _vi
+
+RNG = np.random.default_rng(3)
+W = RNG.standard_normal((6, 6)).astype(np.float32)
+V = RNG.standard_normal((2, 6, 6)).astype(np.float32)
+X = RNG.standard_normal((2, 3, 4)).astype(np.float32)
+
+
+def _init(name, value):
+    return numpy_helper.from_array(np.asarray(value), name)
+
+
+def _ort(model, feeds):
+    ort = pytest.importorskip("onnxruntime")
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return sess.run(None, feeds)[0]
+
+
+def reshapes(merged: bool):
+    """x (2,3,4) -> Transpose -> Reshape (2,12) -> Reshape (4,6) -> MatMul W -> y; merged: one Reshape
+    straight to (4,6) under the second's output name, as onnxruntime's Reshape fusion writes it."""
+    n = helper.make_node
+    shapes = [_init("s2", np.array([4, 6], np.int64)), _init("w", W)]
+    nodes = [n("Transpose", ["x"], ["t"], perm=[0, 2, 1], name="transpose")]
+    if merged:
+        nodes.append(n("Reshape", ["t", "s2"], ["r2"], name="reshape_merged"))
+    else:
+        shapes.append(_init("s1", np.array([2, 12], np.int64)))
+        nodes += [n("Reshape", ["t", "s1"], ["r1"], name="reshape1"), n("Reshape", ["r1", "s2"], ["r2"], name="reshape2")]
+    nodes.append(n("MatMul", ["r2", "w"], ["y"], name="mm"))
+    return _model(nodes, shapes, [_vi("x", 2, 3, 4)], [_vi("y", 4, 6)])
+
+
+def test_two_reshapes_merged_into_one_are_a_span_and_nothing_diverges():
+    a, b = reshapes(False), reshapes(True)
+    np.testing.assert_array_equal(_ort(a, {"x": X}), _ort(b, {"x": X}))  # B computes A's function
+    m = match(index(a), index(b))
+    assert [(s.a_nodes, s.b_nodes) for s in m.spans] == [(("reshape1", "reshape2"), ("reshape_merged",))]
+    r = engine.diff(a, b, y="y", xs=["x"], feeds={"x": X})
+    assert not r.diverges, r.worst()[:2]
+    grads = [n for n in r.nodes if n.where == "gradient"]
+    assert {n.node for n in grads} == {"mm", "reshape1", "transpose"}  # the span is one gradient row
+    assert all(n.local_error == 0.0 for n in grads)  # a Reshape sends its gradient back exactly
+
+
+def casts(dropped: bool):
+    """Attention's tail: y = Cast(Cast(Softmax(x W))) @ V, the two float Casts a torchscript export writes
+    after Softmax; dropped: what onnxruntime's optimizer leaves (Softmax straight into the MatMul)."""
+    n = helper.make_node
+    nodes = [n("MatMul", ["x", "w"], ["s"], name="scores"), n("Softmax", ["s"], ["p"], axis=-1, name="softmax")]
+    if dropped:
+        nodes.append(n("MatMul", ["p", "v"], ["y"], name="context"))
+    else:
+        nodes += [n("Cast", ["p"], ["c1"], to=TensorProto.FLOAT, name="cast1"),
+                  n("Cast", ["c1"], ["c2"], to=TensorProto.FLOAT, name="cast2"),
+                  n("MatMul", ["c2", "v"], ["y"], name="context")]
+    return _model(nodes, [_init("w", W), _init("v", V)], [_vi("x", 2, 6, 6)], [_vi("y", 2, 6, 6)])
+
+
+def test_a_chain_of_casts_b_dropped_sends_its_gradient_through_unchanged():
+    x = RNG.standard_normal((2, 6, 6)).astype(np.float32)
+    a, b = casts(False), casts(True)
+    np.testing.assert_array_equal(_ort(a, {"x": x}), _ort(b, {"x": x}))
+    m = match(index(a), index(b))
+    assert m.tensors["c1"] == m.tensors["c2"] == "p"  # both links of the chain hold B's Softmax output
+    r = engine.diff(a, b, y="y", xs=["x"], feeds={"x": x})
+    assert not r.diverges, r.worst()[:2]
+    rows = {(n.node, n.where): n for n in r.nodes}
+    for cast in ("cast1", "cast2"):
+        assert rows[(cast, "gradient")].local_error == 0.0 and rows[(cast, "gradient")].b_nodes == ()
+        assert "B does without it" in rows[(cast, "forward")].note
+    # what A sends into x is torch autograd's gradient of sum(y) (the rows compare against it)
+    xt = torch.tensor(x, requires_grad=True)
+    (torch.softmax(xt @ torch.tensor(W), -1) @ torch.tensor(V)).sum().backward()
+    got = engine.load(a).gradient("y", ["x"], [], {"x": x}).grads["x"]
+    np.testing.assert_allclose(np.asarray(got), xt.grad.numpy(), rtol=1e-5, atol=1e-6)
