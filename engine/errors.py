@@ -55,6 +55,12 @@ class InputShapeError(OnnxGradError):
     the forward ran): the message names the input by its schema name, the expected and the actual."""
 
 
+class BadAttributeError(OnnxGradError):
+    """A node's integer attribute is outside what its op takes, given its inputs' ranks and dims (an axis
+    past the rank, a stride of 0, a group that does not divide the channels): the message names the
+    attribute, its value and the range it may have, before the forward allocates anything."""
+
+
 class DiffError(OnnxGradError):
     """`diff` was asked for something it cannot compare: a dtype or onnxruntime with two models, neither,
     an unknown dtype; the message says which."""

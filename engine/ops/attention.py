@@ -98,7 +98,8 @@ def _attention(q, k, v, attn_mask, past_key, past_value, nonpad, *, is_causal, k
     keys, values = present_key, present_value
     if q.shape[1] != keys.shape[1]:
         if q.shape[1] % keys.shape[1]:
-            raise OnnxGradError(f"Attention: {q.shape[1]} query heads are not a multiple of {keys.shape[1]} kv heads")
+            raise OnnxGradError(f"Attention: {q.shape[1]} query heads (q_num_heads) are not a multiple of "
+                                 f"{keys.shape[1]} kv heads (kv_num_heads)")
         reps = q.shape[1] // keys.shape[1]
         keys, values = keys.repeat_interleave(reps, 1), values.repeat_interleave(reps, 1)
     raw = torch.matmul(q * s, (keys * s).transpose(-1, -2))

@@ -73,7 +73,7 @@ def _matmul_nbits_inputs(ins, *, K, N, block_size, bits=4, **_):
     blocks = -(-K // block_size)
     ins.dtype("B", torch.uint8)
     blob = block_size * bits // 8
-    _holds(ins, "B", N * blocks * blob, f"N {N} × {blocks} blocks × {blob} bytes of {bits}-bit values")
+    _holds(ins, "B", N * blocks * blob, f"N {N} × {blocks} blocks × {blob} bytes: block_size {block_size} of {bits} bits")
     _holds(ins, "scales", N * blocks, f"N {N} × {blocks} blocks of K {K} by {block_size}")
     zp = ins["zero_points"]
     if zp is not None and zp.dtype == torch.uint8:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-from ..errors import InputShapeError
+from ..errors import BadAttributeError, InputShapeError
 
 
 class Inputs:
@@ -88,4 +88,4 @@ class Inputs:
 
 def bad_attribute(name: str, value, expected: str):
     """Raise the one line for an attribute the op refuses (`expected` says what it takes)."""
-    raise InputShapeError(f"attribute {name!r} is {value}, expected {expected}")
+    raise BadAttributeError(f"attribute {name!r} is {value}, expected {expected}")

@@ -106,8 +106,8 @@ def col2im(x, image_shape, block_shape, *, dilations=None, pads=None, strides=No
     for b in blocks:
         count *= b
     if ck % k or count != length or min(blocks) < 1:
-        raise OnnxGradError(f"Col2Im: input {list(x.shape)} does not fit image {image}, block {block} "
-                            f"(expected C*{k} rows and {count} columns)")
+        raise OnnxGradError(f"Col2Im: input {list(x.shape)} does not fit image {image}, block {block} with strides "
+                            f"{strides}, pads {pads}, dilations {dilations} (expected C*{k} rows and {count} columns)")
     c = ck // k
     # Summing every column back onto its block is a transposed convolution whose kernel is one-hot.
     eye = torch.eye(k, dtype=x.dtype, device=x.device).reshape(k, 1, *block)

@@ -14,15 +14,19 @@ from functools import lru_cache
 import torch
 
 from ..modelfile.contrib_schema import signature
+from ..ops import attribute_ranges
 from ..ops.inputs import Inputs
 from ..registry import validator
 
 
 def checked(graph, raw: list) -> list:
-    """A raw step ([node index, name, op type, fn, in slots, out slots, kwargs]) whose fn validates first."""
+    """A raw step ([node index, name, op type, fn, in slots, out slots, kwargs]) whose fn validates first:
+    its integer attributes against their ranges (engine/ops/attribute_ranges.py), then its op's validator."""
     node = graph.nodes[raw[0]]
-    check = validator(node.domain, node.op_type) if raw[2] == node.op_type else None
-    if check is None:
+    own = raw[2] == node.op_type
+    check = validator(node.domain, node.op_type) if own else None
+    ranges = attribute_ranges.rules_for(node.op_type, raw[6]) if own else ()
+    if check is None and not ranges:
         return raw
     fn, index = raw[3], input_index(node.domain, node.op_type, graph.opset(node.domain))
     passed: set = set()  # the input signatures (shapes, dtypes) this step's validator accepted
@@ -30,8 +34,10 @@ def checked(graph, raw: list) -> list:
     def step(*args, **kwargs):
         key = signature_of(args)
         if key is None or key not in passed:
+            attribute_ranges.check(ranges, args, kwargs)
             inputs = Inputs(index, args)
-            check(inputs, **kwargs)
+            if check is not None:
+                check(inputs, **kwargs)
             if key is not None and not inputs.read_values:  # a validator that read a value checks every call
                 if len(passed) >= 64:
                     passed.clear()

@@ -1,0 +1,110 @@
+"""The range of every integer attribute an op turns into shapes, loops or element types (issue 35), as one
+table keyed by attribute name (`BY_NAME`) with the few ops that read a name differently (`BY_OP`).
+
+A step checks its node's attributes against its inputs before its forward runs (engine/run/validation.py,
+once per signature of input shapes), so an attribute out of range is one line naming it, its value and
+what it may be, like onnxruntime's own checks, and never an allocation, a loop over 2³¹ items or a hang:
+`node 'ln2' (LayerNormalization): attribute 'axis' is -2147483648, expected in [-3, 2] (X has rank 3)`.
+
+A rule is `rule(value, args, attributes) -> str | None`: what the attribute may be, None when `value` is
+in range (or when it depends on an input this node does not have as a tensor). What onnxruntime runs must
+pass: flags (any nonzero int is true there) and values it clamps (Slice's starts) are not checked.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from ..errors import BadAttributeError
+from . import attribute_rules as rules
+from .attribute_rules import Rule
+
+SPATIAL = {"kernel_shape": rules.window_fits, "strides": rules.spatial(1), "dilations": rules.window_fits}
+POOLS = ("MaxPool", "AveragePool", "LpPool")
+CONVS = ("Conv", "ConvInteger", "QLinearConv", "DeformConv", "FusedConv")
+
+# attribute name -> its rule, for every op with an attribute of that name (unless BY_OP says otherwise)
+BY_NAME: dict[str, Rule] = {
+    "axis": rules.axis(), "axes": rules.axes(), "perm": rules.perm,
+    "batch_axis": rules.sequence_axis, "time_axis": rules.sequence_axis, "batch_dims": rules.batch_dims,
+    "kernel_shape": rules.spatial(1), "strides": rules.spatial(1), "dilations": rules.spatial(1),
+    "pads": rules.spatial(0, per_dim=2), "output_padding": rules.output_padding, "output_shape": rules.spatial(0),
+    "group": rules.group, "num_groups": rules.divides(0, 1, "the channels"),
+    "num_heads": rules.at_least(1), "kv_num_heads": rules.kv_heads, "rotary_embedding_dim": rules.rotary_dim,
+    "num_outputs": rules.at_least(1), "hidden_size": rules.at_least(1), "sample_size": rules.at_least(1),
+    "output_height": rules.at_least(1), "output_width": rules.at_least(1), "sampling_ratio": rules.at_least(0),
+    "chunk_size": rules.at_least(1), "block_size": rules.at_least(0),
+    "to": rules.element_type, "dtype": rules.element_type, "output_dtype": rules.element_type,
+    "output_datatype": rules.element_type, "softmax_precision": rules.float_type,
+    "ngram_counts": rules.ngram_counts, "ngram_indexes": rules.ngram_indexes,
+    "min_gram_length": rules.at_least(1), "max_gram_length": rules.at_least(1), "max_skip_count": rules.at_least(0),
+}
+
+# (op type, attribute) -> the rule where the op reads the name its own way; None: not checked here
+BY_OP: dict[tuple[str, str], Rule | None] = {
+    **{(op, name): rule for op in POOLS for name, rule in SPATIAL.items()},
+    **{(op, "pads"): rules.pool_pads for op in POOLS},
+    **{(op, "pads"): rules.conv_pads for op in CONVS},
+    ("OneHot", "axis"): rules.axis(0, extra=1, what="the output has one more dim than indices"),
+    ("Flatten", "axis"): rules.axis(extra=1, what="an axis or the rank of input 0"),
+    ("Unsqueeze", "axes"): rules.axes(inserted=True),
+    ("ConcatFromSequence", "axis"): None,  # its input is a sequence: the op checks against the first tensor
+    ("ConcatFromSequence", "new_axis"): rules.at_least(0, 1),
+    ("DepthToSpace", "blocksize"): rules.blocksize_depth, ("SpaceToDepth", "blocksize"): rules.blocksize_space,
+    ("LRN", "size"): rules.lrn_size,
+    ("Col2Im", "strides"): rules.at_least(1), ("Col2Im", "dilations"): rules.at_least(1),
+    ("Col2Im", "pads"): rules.at_least(0),
+    ("MaxUnpool", "pads"): rules.at_least(0),
+    ("ConvTranspose", "output_shape"): rules.at_least(1),
+    ("Attention", "q_num_heads"): rules.heads(), ("LinearAttention", "q_num_heads"): rules.heads(),
+    ("Gemm", "transA"): rules.gemm_trans, ("Gemm", "transB"): rules.gemm_trans,
+    ("RotaryEmbedding", "num_heads"): rules.at_least(0),
+    ("DFT", "axis"): rules.axis(what="the signal's dims, the last one real or complex"),
+    ("Dropout", "seed"): rules.at_least(0, 2**32 - 1, "a seed of the ONNX reference's RandomState stream"),
+    ("Split", "split"): rules.at_least(0),
+    ("QuantizeLinear", "axis"): rules.quant_axis, ("DequantizeLinear", "axis"): rules.quant_axis,
+    ("Pad", "pads"): rules.pad_pads,
+    **{(op, "dilations"): rules.window_fits for op in CONVS},
+    **{(op, "kernel_shape"): rules.conv_kernel for op in CONVS + ("ConvTranspose",)},
+    ("ConvTranspose", "pads"): rules.conv_transpose_pads,
+    ("MatMulNBits", "block_size"): rules.power_of_two(16),
+    ("GatherBlockQuantized", "block_size"): rules.power_of_two(16),
+    ("MatMulNBits", "bits"): rules.one_of(2, 4, 8), ("GatherBlockQuantized", "bits"): rules.one_of(2, 4, 8),
+    ("MatMulNBits", "K"): rules.at_least(1), ("MatMulNBits", "N"): rules.at_least(1),
+}
+
+
+# checked first: what the window and output checks read must itself be in range
+FIRST = ("pads", "strides", "output_padding", "kernel_shape", "q_num_heads")
+
+
+def rules_for(op_type: str, names) -> tuple[tuple[str, Rule], ...]:
+    """The (attribute, rule) pairs that apply to a node of `op_type` setting the attributes `names`."""
+    out = []
+    for name in sorted(names, key=lambda n: FIRST.index(n) if n in FIRST else len(FIRST)):
+        rule = BY_OP[(op_type, name)] if (op_type, name) in BY_OP else BY_NAME.get(name)
+        if rule is not None:
+            out.append((name, rule))
+    return tuple(out)
+
+
+def check(rules: tuple[tuple[str, Rule], ...], args: Sequence, attributes: dict) -> None:
+    """Raise the one line for the first attribute out of range, before the forward sees any."""
+    for name, rule in rules:
+        value = attributes.get(name)
+        if value is None or not _integral(value):
+            continue
+        expected = rule(value, args, attributes)
+        if expected is not None:
+            raise BadAttributeError(f"attribute {name!r} is {_shown(value)}, expected {expected}")
+
+
+def _integral(value) -> bool:
+    if isinstance(value, (list, tuple)):
+        return all(isinstance(v, int) for v in value)
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _shown(value) -> str:
+    if isinstance(value, (list, tuple)) and len(value) > 16:
+        return f"[{', '.join(map(str, value[:16]))}, ... ({len(value)} values)]"
+    return str(list(value) if isinstance(value, tuple) else value)
