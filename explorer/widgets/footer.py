@@ -18,8 +18,8 @@ from textual.widget import Widget
 
 # Actions whose keys leave first, in this order; the selection keys, feed, run, verify, step,
 # export and quit stay to the last.
-DROP_ORDER = ("command_palette", "heat_source", "cycle_view", "toggle_dtype", "cycle_device", "next_tensor",
-              "search", "help", "clear_selection", "export", "cancel")
+DROP_ORDER = ("command_palette", "heat_source", "diff", "cycle_view", "toggle_dtype", "cycle_device", "next_tensor",
+              "search", "help", "diff('where')", "clear_selection", "export", "cancel")
 KEPT = len(DROP_ORDER)
 SEPARATOR = "▏"  # before the command palette's key, at the right edge
 
