@@ -4,15 +4,15 @@ A model exported with dynamic axes declares its inputs as `int64 [batch, seq]`. 
 engine makes for tensors nobody fed (and the `zeros`/`ones`/`random` specs) need a size for such a
 dim: the one set with `--dim seq=32` (`dims=` in Python, the dims dialog in the explorer), else the
 size a fed tensor shows for it, else 1. A dim written as an expression over other names
-(`past_sequence_length + sequence_length`, `engine.gradient.dim_expr`) is sized from those names.
+(`past_sequence_length + sequence_length`, `engine.modelfile.dim_expr`) is sized from those names.
 """
 from __future__ import annotations
 
 from typing import Mapping
 
 from ..errors import FeedError
+from ..modelfile.dim_expr import evaluate, is_expression, names_in, solve
 from ..modelfile.index import GraphIndex
-from .dim_expr import evaluate, is_expression, names_in, solve
 
 Dims = Mapping[str, int]
 

@@ -12,8 +12,8 @@ from onnx import TensorProto, helper
 
 from ..dtypes import to_numpy
 from ..errors import FeedError, SelectionError, UnsupportedOpError
+from ..modelfile.dim_expr import evaluate
 from ..modelfile.index import GraphIndex, node_inputs
-from .dim_expr import evaluate
 from .dims import Dims, dims_from_feeds, sized
 from .feed_syntax import SPEC_HELP
 from .head_sizes import consumers_through

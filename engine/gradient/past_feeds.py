@@ -20,8 +20,8 @@ from typing import Mapping
 import numpy as np
 
 from ..errors import FeedError
+from ..modelfile.dim_expr import evaluate, is_expression, names_in, solve
 from ..modelfile.index import GraphIndex
-from .dim_expr import evaluate, is_expression, names_in, solve
 from .dims import sized
 from .head_sizes import head_sizes
 

@@ -9,6 +9,7 @@ from typing import Callable, Sequence
 
 import torch
 
+from ..modelfile.dim_expr import evaluate
 from .memory import refusal, room, value_dtype
 
 # Ops whose output shares its input's storage (torch views): they keep their input alive, allocate nothing.
@@ -116,7 +117,7 @@ class MemoryGuard:
             return None, None
         shape = []
         for d in info.shape:
-            size = d if isinstance(d, int) else dims.get(d)
+            size = d if isinstance(d, int) else evaluate(d, dims)
             if size is None or size < 0:
                 return None, None
             shape.append(size)

@@ -10,10 +10,10 @@ from hypothesis import strategies as st
 
 import engine
 from engine.errors import FeedError
-from engine.gradient.dim_expr import evaluate, names_in, solve
 from engine.gradient.dims import check_dims, describe_dims, dims_from_feeds, sized, symbolic_dims
 from engine.gradient.feeds import check_feed, complete_feeds
 from engine.gradient.past_feeds import past_layout, with_past
+from engine.modelfile.dim_expr import evaluate, names_in, solve
 from tests.past_models import HEAD, KV_HEADS, PAST_OPTIMUM, VOCAB, genai_llm, merged_decoder, optimum_llm
 
 NAMES = ("a", "b", "seq_len", "s0")

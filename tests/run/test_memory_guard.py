@@ -194,6 +194,7 @@ def test_what_is_left_is_the_lowest_of_the_kernel_and_the_cgroup(monkeypatch, tm
 def test_the_machine_is_read_once_while_runs_need_little(monkeypatch):
     reads = []
     monkeypatch.setattr(memory, "available_bytes", lambda: reads.append(1) or 20 * MiB)
+    monkeypatch.setattr(memory, "FRESH_S", 3600.0)  # a loaded machine's first runs may take seconds
     memory.forget_reading()
     model, y = chain(3)
     for _ in range(20):
@@ -201,6 +202,9 @@ def test_the_machine_is_read_once_while_runs_need_little(monkeypatch):
     assert len(reads) == 1
     model.run(feed(1600))  # 12.5 MiB alive at once: more than half the last reading, so it reads again
     assert len(reads) == 2
+    monkeypatch.setattr(memory, "FRESH_S", 0.0)  # an old reading is read again, however little a run needs
+    model.run(feed(4))
+    assert len(reads) == 3
     memory.forget_reading()
 
 
