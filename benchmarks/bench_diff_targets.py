@@ -78,7 +78,7 @@ def _optimized_tool(work, tool):
 
 def quantized_pairs(work: str):
     def small(name):
-        a = P.real_export(name, "torchscript", work)
+        a = P.real_export(name, "dynamo" if name == "gpt2" else "torchscript", work)  # torchscript's GPT-2 has Gemms
         x = P.first_embedding(a)
         feeds = P.made_up_feeds(a, "y", (x,), ())
         return [P.Pair(f"{name}/4-bit", "4-bit", a, P.nbits(a, os.path.join(work, f"{name}_q4.onnx")), y="y", xs=(x,)),
@@ -146,16 +146,21 @@ def measure(pair: P.Pair) -> dict:
         "culprit_ops": sorted({c.op_type for c in r.culprits}),
         "worst": [f"{n.node} ({n.op_type}, {n.where}, {n.local_error:.2g} / {n.tolerance:.2g})" for n in worst],
         "notes": [n for n in r.notes if "onnxruntime" in n][:3],
+        "b_ops": P.op_counts(pair.b) if pair.b else {},
     }
 
 
 def verdict(row: dict) -> str:
     """Whether the case meets its target, in a word."""
+    if "onnxruntime cannot run A" in row.get("error", ""):
+        return "n/a: onnxruntime cannot run the file"
     if "error" in row:
         return "ERROR"
     if row["target"] in ("optimized", "onnxruntime"):
         return "holds" if row["ok"] and not row["unmatched_b"] else "FAILS"
     if row["target"] == "4-bit":
+        if not row["b_ops"].get("MatMulNBits"):
+            return "n/a: nothing quantized"
         quantized = all("MatMulNBits" in c for c in row["culprit_ops"]) and row["culprit_ops"]
         worst = all("MatMulNBits" in w for w in row["worst"][:5])
         return "holds" if quantized and worst else "FAILS"

@@ -58,6 +58,18 @@ def _unbind_partial(s: WalkState) -> None:
                 s.b_used.discard(ib)
 
 
+def _a_producers(s: WalkState, owners, b_nodes) -> set[int]:
+    """A's producers of every matched value B's span computes, on its way too (a SkipLayerNormalization's
+    sum, read again downstream): the spans on both sides must hand over at the same tensors."""
+    out = set()
+    for j in b_nodes:
+        for tb in s.b.nodes[j].output:
+            ta = _a_of(s, owners, tb) if tb else None
+            if ta is not None and s.a.producer.get(ta) is not None:
+                out.add(s.a.producer[ta])
+    return out
+
+
 def find_spans(s: WalkState) -> tuple[list[FoundSpan], dict[int, str]]:
     """The spans, and why an unmatched B node that looked like one was not made one."""
     _unbind_partial(s)
@@ -79,9 +91,14 @@ def find_spans(s: WalkState) -> tuple[list[FoundSpan], dict[int, str]]:
         if any(i in a_done for i in a_start):
             refused[ib] = "its outputs' producers in A are already matched to other nodes"
             continue
-        a_nodes, a_in = _closure(s.a, a_start, lambda t: t in s.tensors or t in s.a_static, a_done)
         b_nodes, _ = _closure(s.b, [ib], lambda t: _a_of(s, owners, t) is not None or t in s.b_static, b_done)
+        a_start = sorted(set(a_start) | _a_producers(s, owners, b_nodes))
+        if any(i in a_done for i in a_start):
+            refused[ib] = "a value it computes on the way is computed in A by a node already matched to another"
+            continue
+        a_nodes, a_in = _closure(s.a, a_start, lambda t: t in s.tensors or t in s.a_static, a_done)
         a_set = set(a_nodes)
+        a_in = [t for t in a_in if s.a.producer.get(t) not in a_set]  # a matched value the span computes itself
         outputs = [t for i in a_nodes for t in s.a.nodes[i].output if t in s.tensors]
         unmatched_in = [t for t in a_in if t not in s.tensors and t in s.a.inputs]
         if unmatched_in:

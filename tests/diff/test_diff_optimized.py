@@ -90,3 +90,39 @@ def test_a_chain_of_casts_b_dropped_sends_its_gradient_through_unchanged():
     (torch.softmax(xt @ torch.tensor(W), -1) @ torch.tensor(V)).sum().backward()
     got = engine.load(a).gradient("y", ["x"], [], {"x": x}).grads["x"]
     np.testing.assert_allclose(np.asarray(got), xt.grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
+GAMMA = (1 + 0.3 * RNG.standard_normal(6)).astype(np.float32)
+BETA = (0.1 * RNG.standard_normal(6)).astype(np.float32)
+
+
+def skip_norm(fused: bool):
+    """s = x + r; n = LayerNorm(s); y = 2n + s. Fused: onnxruntime's SkipLayerNormalization computes n
+    and the sum s at once, and B doubles n as n + n, so n has no counterpart: the span reaching back from
+    B's Add takes in the SkipLayerNormalization, which computes s on the way."""
+    n = helper.make_node
+    inits = [_init("gamma", GAMMA), _init("beta", BETA)]
+    if fused:
+        nodes = [n("SkipLayerNormalization", ["x", "r", "gamma", "beta"], ["n_b", "", "", "s"], epsilon=1e-5,
+                   domain="com.microsoft", name="skip_ln"),
+                 n("Add", ["n_b", "n_b"], ["twice_b"], name="double_b")]
+    else:
+        inits.append(_init("two", np.float32(2.0)))
+        nodes = [n("Add", ["x", "r"], ["s"], name="residual"),
+                 n("LayerNormalization", ["s", "gamma", "beta"], ["n"], axis=-1, epsilon=1e-5, name="ln"),
+                 n("Mul", ["n", "two"], ["twice_b"], name="double")]
+    nodes.append(n("Add", ["twice_b", "s"], ["y"], name="out"))
+    return _model(nodes, inits, [_vi("x", 2, 3, 6), _vi("r", 2, 3, 6)], [_vi("y", 2, 3, 6)], ms=fused)
+
+
+def test_a_span_that_computes_a_matched_value_on_the_way_takes_its_producer_in_a_too():
+    feeds = {"x": RNG.standard_normal((2, 3, 6)).astype(np.float32),
+             "r": RNG.standard_normal((2, 3, 6)).astype(np.float32)}
+    a, b = skip_norm(False), skip_norm(True)
+    np.testing.assert_allclose(_ort(a, feeds), _ort(b, feeds), rtol=1e-5, atol=1e-5)
+    m = match(index(a), index(b))
+    assert [(s.a_nodes, s.b_nodes, set(s.inputs)) for s in m.spans] == [
+        (("residual", "ln", "double"), ("skip_ln", "double_b"), {"x", "r", "gamma", "beta", "two"})]
+    r = engine.diff(a, b, y="y", xs=["x"], zs=["r"], feeds=feeds)
+    assert not r.diverges, r.worst()[:2]
+    assert {n.node for n in r.nodes if n.where == "gradient"} == {"out", "residual"}  # the span is named by its first node
