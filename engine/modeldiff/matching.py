@@ -135,7 +135,7 @@ def _unmatched_a(s: WalkState, names: list[str], found) -> list[Unmatched]:
 def _unmatched_b(s: WalkState, names: list[str], found, refused: dict[int, str]) -> list[Unmatched]:
     b = s.b
     carried = {source(b, tb) for tb in s.taken}
-    in_span = {j for f in found for j in f.b_nodes}
+    in_span = _with_static_feeders(s, {j for f in found for j in f.b_nodes})
     out = []
     for t in names:
         j = b.producer.get(t)
@@ -160,6 +160,19 @@ def _unmatched_b(s: WalkState, names: list[str], found, refused: dict[int, str])
         else:
             why = f"{b.nodes[j].op_type} node {b.node_names[j]!r} stands for no node of A"
         out.append(Unmatched("b", t, b.node_names[j] if j is not None else "", why))
+    return out
+
+
+def _with_static_feeders(s: WalkState, in_span: set[int]) -> set[int]:
+    """The spans' B nodes, plus B's nodes that compute constants only the spans read (a fused Attention's
+    mask index, reduced from a folded constant): part of the fused computation, not values of their own."""
+    b, out = s.b, set(in_span)
+    for j in reversed(range(len(b.nodes))):
+        outs = [t for t in b.nodes[j].output if t]
+        users = [k for t in outs for k in b.consumers.get(t, [])]
+        if j not in out and outs and users and all(t in s.b_static and t not in s.taken for t in outs) \
+                and all(k in out for k in users):
+            out.add(j)
     return out
 
 

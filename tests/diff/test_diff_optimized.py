@@ -126,3 +126,20 @@ def test_a_span_that_computes_a_matched_value_on_the_way_takes_its_producer_in_a
     r = engine.diff(a, b, y="y", xs=["x"], zs=["r"], feeds=feeds)
     assert not r.diverges, r.worst()[:2]
     assert {n.node for n in r.nodes if n.where == "gradient"} == {"out", "residual"}  # the span is named by its first node
+
+
+def test_constants_b_computes_for_a_fused_node_alone_are_part_of_its_span():
+    """B divides by a half it computes from two constants (as the transformers optimizer reduces a mask
+    index for its Attention): that arithmetic belongs to the span, it is not a B value A lacks."""
+    n = helper.make_node
+    a = _model([n("Mul", ["x", "two"], ["h"], name="double"), n("Relu", ["h"], ["y"], name="relu")],
+               [_init("two", np.float32(2.0))], [_vi("x", 3, 4)], [_vi("y", 3, 4)])
+    b = _model([n("Div", ["one", "two_b"], ["half"], name="half"), n("Div", ["x", "half"], ["t"], name="by_half"),
+                n("Relu", ["t"], ["y"], name="relu")],
+               [_init("one", np.float32(1.0)), _init("two_b", np.float32(2.0))], [_vi("x", 3, 4)], [_vi("y", 3, 4)])
+    x = RNG.standard_normal((3, 4)).astype(np.float32)
+    np.testing.assert_array_equal(_ort(a, {"x": x}), _ort(b, {"x": x}))
+    m = match(index(a), index(b))
+    assert [(s.a_nodes, s.b_nodes) for s in m.spans] == [(("double",), ("by_half",))]
+    assert not [u for u in m.unmatched if u.side == "b"]
+    assert not engine.diff(a, b, y="y", xs=["x"], feeds={"x": x}).diverges
