@@ -43,15 +43,16 @@ class MemoryGuard:
     def check(self, steps: Sequence, inputs: Sequence, free: bool) -> None:
         """MemoryLimitError, naming the step that crosses it, when a run on `inputs` would hold more than
         the machine can still give."""
-        key = (id(steps), free, tuple(getattr(v, "shape", None) for v in inputs))
+        key = (id(steps), free, *[v.shape if isinstance(v, torch.Tensor) else None for v in inputs])
         profile = self._profiles.get(key)
         if profile is None:
             if len(self._profiles) >= 64:
                 self._profiles.clear()
             profile = self._profiles[key] = self._profile(steps, inputs, free)
-        if profile.peak:
-            can_give = room(profile.peak)
-            if can_give is not None and profile.peak > can_give:
+        peak = profile.peak
+        if peak:
+            can_give = room(peak)
+            if can_give is not None and peak > can_give:
                 raise profile.refusal(steps, can_give)
 
     def _profile(self, steps: Sequence, inputs: Sequence, free: bool) -> Profile:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import os
 import re
-import time
+from time import monotonic
 from typing import Sequence
 
 import torch
@@ -133,10 +133,12 @@ class _Reading:
 
 def room(need: int) -> int | None:
     """What the machine can still give, re-read unless a reading under FRESH_S old holds twice `need`."""
-    now = time.monotonic()
-    if _Reading.value is None or now - _Reading.at > FRESH_S or need * 2 > _Reading.value:
-        _Reading.value, _Reading.at = available_bytes(), now
-    return _Reading.value
+    now = monotonic()
+    value = _Reading.value
+    if value is None or need * 2 > value or now - _Reading.at > FRESH_S:
+        value = _Reading.value = available_bytes()
+        _Reading.at = now
+    return value
 
 
 def forget_reading() -> None:
