@@ -153,6 +153,19 @@ def first_embedding(path: str) -> str:
     raise Absent(f"{path}: no float input and no embedding Gather to take the gradient with respect to")
 
 
+def embedding_table(path: str) -> str:
+    """The first embedding Gather's table (an initializer): the xs of GPT-2 124M's pairs, whose optimized
+    file reads its ids through more nodes than the export."""
+    import onnx
+
+    model = onnx.load(path, load_external_data=False)
+    inits = {i.name for i in model.graph.initializer}
+    for n in model.graph.node:
+        if n.op_type == "Gather" and n.input[0] in inits:
+            return n.input[0]
+    raise Absent(f"{path}: no embedding Gather")
+
+
 def tool_case(name: str) -> dict:
     folder = os.path.join(TOOLS, name)
     if not os.path.exists(os.path.join(folder, "case.json")):

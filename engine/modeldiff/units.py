@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..modelfile.index import node_inputs
+from .match_graph import constant_kind, static_tensors
 
 
 @dataclass(frozen=True)
@@ -29,13 +30,14 @@ def units(graph_a, graph_b, matching, order: list[int]) -> list[Unit]:
             span_of[index_a[name]] = span
     position, out = {i: k for k, i in enumerate(order)}, []
     a_produced = {t for n in graph_a.nodes for t in n.output if t}
+    static_a = static_tensors(graph_a) if graph_b is not None else frozenset()
     stops = {matching.tensors[t] for t in a_produced if t in matching.tensors}
     for i in order:
         span = span_of.get(i)
         if span is None:
             node = graph_a.nodes[i]
             outputs = tuple(t for t in node.output if t and t in matching.tensors)
-            if not outputs:
+            if not outputs or (graph_b is not None and _folded(outputs, static_a, graph_b, matching.tensors)):
                 continue
             b_nodes = _b_closure(graph_b, [matching.tensors[t] for t in outputs], stops) if graph_b else ()
             extra = len(b_nodes) - 1
@@ -67,6 +69,13 @@ def _b_closure(graph_b, outputs: list[str], stops: set[str]) -> tuple[int, ...]:
         seen.add(j)
         todo.extend(x for x in node_inputs(graph_b.nodes[j]) if x)
     return tuple(sorted(seen))
+
+
+def _folded(outputs, static_a, graph_b, tensors) -> bool:
+    """Shape arithmetic of A that B holds as a constant (an optimizer folded it, and may have written
+    another spelling of the same shape, such as Reshape's 0 for "keep this dim"): compared where it
+    is read, not as a value of its own."""
+    return all(t in static_a and constant_kind(graph_b, tensors[t]) is not None for t in outputs)
 
 
 def _handed_on(node, outputs, tensors) -> bool:

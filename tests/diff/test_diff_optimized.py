@@ -143,3 +143,23 @@ def test_constants_b_computes_for_a_fused_node_alone_are_part_of_its_span():
     assert [(s.a_nodes, s.b_nodes) for s in m.spans] == [(("double",), ("by_half",))]
     assert not [u for u in m.unmatched if u.side == "b"]
     assert not engine.diff(a, b, y="y", xs=["x"], feeds={"x": x}).diverges
+
+
+def test_a_shape_b_folded_into_another_spelling_is_compared_where_it_is_read():
+    """A computes Reshape's target [batch, -1] from Shape; the transformers optimizer writes the constant
+    [0, -1] (0: keep that dim). Both reshape alike: the Concat is not a divergence, the Reshape is compared."""
+    n = helper.make_node
+    i64 = lambda name, v: _init(name, np.array(v, np.int64))  # noqa: E731
+    a = _model([n("Shape", ["x"], ["sh"], name="shape"), n("Gather", ["sh", "zero"], ["d0"], axis=0, name="batch"),
+                n("Unsqueeze", ["d0", "ax"], ["d0u"], name="unsq"),
+                n("Concat", ["d0u", "minus1"], ["target"], axis=0, name="concat"),
+                n("Reshape", ["x", "target"], ["r"], name="reshape"), n("Tanh", ["r"], ["y"], name="tanh")],
+               [i64("zero", 0), i64("ax", [0]), i64("minus1", [-1])], [_vi("x", 2, 3, 4)], [_vi("y", 2, 12)])
+    b = _model([n("Reshape", ["x", "target_folded"], ["r"], name="reshape"), n("Tanh", ["r"], ["y"], name="tanh")],
+               [i64("target_folded", [0, -1])], [_vi("x", 2, 3, 4)], [_vi("y", 2, 12)])
+    x = RNG.standard_normal((2, 3, 4)).astype(np.float32)
+    np.testing.assert_array_equal(_ort(a, {"x": x}), _ort(b, {"x": x}))
+    assert match(index(a), index(b)).tensors["target"] == "target_folded"
+    r = engine.diff(a, b, y="y", xs=["x"], feeds={"x": x})
+    assert not r.diverges, r.worst()[:2]
+    assert {n.node for n in r.nodes if n.where == "forward"} == {"reshape", "tanh"}
