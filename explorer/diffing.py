@@ -29,6 +29,8 @@ class DiffingApp(Ui, Protocol):
 
     def go_to_culprit(self, quiet: bool = False) -> None: ...
 
+    def call_after_refresh(self, callback: Callable, *args) -> bool: ...
+
 
 class Diffing:
     """Starts diffs, takes their reports in and switches what diff mode shows."""
@@ -98,8 +100,8 @@ class Diffing:
         first = message.report.first_divergence
         self.app.notify(headline + ("; n goes there" if first is not None else ""), title=f"diff {s.label} {message.label}",
                         severity="warning" if first is not None else "information", timeout=10)
-        if first is not None:
-            self.app.go_to_culprit(quiet=True)
+        if first is not None:  # once the bar's diff line has taken its row: the graph's height is known then
+            self.app.call_after_refresh(self.app.go_to_culprit, True)
 
     def toggle_where(self) -> None:
         diff = self.diff

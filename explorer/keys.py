@@ -52,7 +52,7 @@ class Keys:
         if action == "go_to_culprit":
             return self.culprit() is not None
         if action == "diff" and parameters[:1] in (("where",), ("leave",)):  # in diff mode only (b: always)
-            return s.diff is not None and (parameters[0] == "leave" or s.diff.has_gradient)
+            return s.diff is not None
         if action == "cycle_device":
             return len(available_devices()) > 1
         if action == "heat_source":

@@ -21,10 +21,12 @@ class DiffScreen(ModalScreen):
     BINDINGS = [Binding("escape", "cancel", "Cancel", id="diff.cancel")]
     DEFAULT_CSS = """
     DiffScreen { align: center middle; }
-    DiffScreen > Vertical { width: 76; max-width: 100%; height: auto; max-height: 100%;
+    DiffScreen > Vertical { width: 76; max-width: 100%; height: auto; max-height: 100%; overflow-y: auto;
                             border: thick $accent; background: $surface; padding: 0 1; }
     DiffScreen Horizontal { height: auto; }
-    DiffScreen Label { margin-top: 1; }
+    DiffScreen Label { margin-top: 1; width: 1fr; }
+    DiffScreen #diff-title { margin-top: 0; }
+    DiffScreen .diff-beside { width: 1fr; padding: 2 0 0 1; }
     DiffScreen #diff-error { color: $error; text-style: bold; margin-top: 0; }
     DiffScreen .diff-caption { color: $text-muted; }
     DiffScreen Button { margin-right: 1; margin-top: 1; min-width: 10; }
@@ -38,28 +40,29 @@ class DiffScreen(ModalScreen):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Label("[b]Diff[/b]: run this model (A) and B on the same feeds, node by node")
+            yield Label("[b]Diff[/b]: run this model (A) and B on the same feeds, node by node", id="diff-title")
             yield Static(self.compares, classes="diff-caption")
+            if self.shown:  # b in diff mode, then enter: back to the normal view
+                with Horizontal():
+                    yield Button("Leave diff mode", variant="warning", id="diff-leave")
+                    yield Static(f"now showing the diff {self.shown}", classes="diff-caption diff-beside")
             yield Label("B, another model file (a changed, optimized or quantized copy):")
             yield Input(self.last_b, placeholder="path/to/B.onnx", id="diff-path")
             yield Label("", id="diff-error")
             with Horizontal():
                 yield Button("Compare with file", variant="primary", id="diff-file")
-            yield Label("or A against itself run in a half type, or against onnxruntime on its file:")
+                yield Button("Cancel", id="diff-cancel")
+            yield Label("Or A against itself in a half type, or the engine against onnxruntime on A's file:")
             with Horizontal():
                 for dtype in HALF_TYPES:
                     yield Button(dtype, id=f"diff-{dtype}")
                 yield Button(AGAINST, id=f"diff-{AGAINST}")
-            with Horizontal():
-                if self.shown:
-                    yield Button("Leave diff mode", variant="warning", id="diff-leave")
-                yield Button("Cancel", id="diff-cancel")
             yield Static("enter compares with the file; tab moves between buttons; esc cancels. "
                          "CLI: onnxgrad diff A.onnx B.onnx, --dtype float16, --against onnxruntime.",
                          classes="diff-caption")
 
     def on_mount(self) -> None:
-        self.query_one("#diff-path", Input).focus()
+        self.query_one("#diff-leave" if self.shown else "#diff-path").focus()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         event.stop()

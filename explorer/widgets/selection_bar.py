@@ -47,5 +47,6 @@ class SelectionBar(Static):
         if s.diff is not None:
             t.append(f"\ndiff {s.diff.label}", style="bold reverse")
             t.append(f"  {s.diff.where} · {s.diff.headline()}", style="bold red" if s.diff.report.diverges else "green")
-            t.append(f"   n culprit{' · B forward/gradient' if s.diff.has_gradient else ''} · b leave", style="dim")
+            hints = (["n culprit"] if s.diff.report.diverges else []) + ["B forward/gradient", "b leave"]
+            t.append("   " + " · ".join(hints), style="dim")
         set_text(self, t)

@@ -176,6 +176,53 @@ def test_diff_view_snapshot(snap_compare, tmp_path):
         await started(app, pilot)
         await _diff_with(app, pilot, b_path)
         app.clear_notifications()
+        # Where the graph scrolled to reveal the culprit depends on when the layout settled (under a
+        # loaded CPU it may centre it): from the top, the whole slice down to fc2 shows at 120x40.
+        app.query_one("#graph").scroll_to(0, 0, animate=False, immediate=True)
         await settle(app, pilot)
 
     assert snap_compare(_mlp_app(placement="layered"), terminal_size=SIZE, run_before=diffed)
+
+
+async def test_escape_cancels_a_running_diff_and_its_late_report_is_dropped(monkeypatch):
+    import threading
+
+    from explorer import diff_state
+
+    release, running = threading.Event(), threading.Event()
+    real_run = diff_state.DiffJob.run
+
+    def slow_run(job):
+        running.set()
+        release.wait(10)
+        return real_run(job)
+
+    monkeypatch.setattr(diff_state.DiffJob, "run", slow_run)
+    app = _mlp_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await started(app, pilot)
+        await pilot.press("b")
+        await pilot.click("#diff-float16")
+        for _ in range(200):
+            if running.is_set():
+                break
+            await pilot.pause(0.01)
+        assert app.check_action("cancel", ())  # esc is offered while the diff runs
+        await pilot.press("escape")
+        release.set()
+        await settle(app, pilot)
+        assert app.session.diff is None and not app.query_one("#node-list").query_one("EntryList").marks
+        assert "cancelled: comparing models" in str(app.query_one("#status-text").content)
+
+
+async def test_b_on_a_forward_only_diff_says_how_to_compare_gradients(tmp_path):
+    app = make_app(MLP)
+    app.raise_errors = True
+    async with app.run_test(size=SIZE) as pilot:
+        await started(app, pilot)
+        await _diff_with(app, pilot, _scaled_copy(tmp_path))
+        diff = app.session.diff
+        assert diff is not None and not diff.has_gradient and diff.where == "forward"
+        await pilot.press("B")
+        assert diff.where == "forward"
+        assert any("forward only: select y and xs" in n.message for n in app._notifications)
