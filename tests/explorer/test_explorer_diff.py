@@ -226,3 +226,15 @@ async def test_b_on_a_forward_only_diff_says_how_to_compare_gradients(tmp_path):
         await pilot.press("B")
         assert diff.where == "forward"
         assert any("forward only: select y and xs" in n.message for n in app._notifications)
+
+
+def test_the_histogram_counts_each_difference_in_its_decade():
+    from explorer.widgets.diff_view import histogram_of_differences
+
+    b = np.array([0, 0, 2e-6, 3e-6, 5e-5, 0.5, 0.7, 7, np.inf, np.nan])
+    text = histogram_of_differences(np.zeros(10), b).plain
+    rows = {line.split()[0] + " " + line.split()[1] if line.split()[0] in "≥<=" else line.split()[0]: line.split()[-1]
+            for line in text.splitlines()[1:] if line.strip()}
+    assert rows == {"= 0": "2", "≥ 1e-06": "2", "≥ 1e-05": "1", "≥ 1e-04": "0", "≥ 1e-03": "0", "≥ 1e-02": "0",
+                    "≥ 1e-01": "2", "≥ 1e+00": "1", "NaN/Inf": "2"}
+    assert "10 elements" in text.splitlines()[0]
