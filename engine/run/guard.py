@@ -11,6 +11,7 @@ import torch
 
 from ..modelfile.dim_expr import evaluate
 from .memory import refusal, room, value_dtype
+from .validation import precheck
 
 # Ops whose output shares its input's storage (torch views): they keep their input alive, allocate nothing.
 VIEWS = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Expand", "Transpose"})
@@ -40,6 +41,13 @@ class MemoryGuard:
         self.plan = plan
         self._profiles: dict[tuple, Profile] = {}
 
+    @property
+    def symbols(self) -> frozenset:
+        """The named dims of the plan's sources: what a run's feeds size."""
+        types = self.plan.graph.types
+        return frozenset(d for s in self.plan.sources if s in types and types[s].shape
+                         for d in types[s].shape if isinstance(d, str))
+
     def check(self, steps: Sequence, inputs: Sequence, free: bool) -> None:
         """MemoryLimitError, naming the step that crosses it, when a run on `inputs` would hold more than
         the machine can still give."""
@@ -53,7 +61,14 @@ class MemoryGuard:
         if peak:
             can_give = room(peak)
             if can_give is not None and peak > can_give:
+                self._attributes_first(steps, inputs)
                 raise profile.refusal(steps, can_give)
+
+    def _attributes_first(self, steps: Sequence, inputs: Sequence) -> None:
+        """An attribute out of range asked for the size: BadAttributeError names it (engine/run/validation.py)."""
+        dims, names = self._dims(inputs) or {}, self.plan.names
+        for step in steps:
+            precheck(step, [(None, None) if k is None else self._shape(names[k], dims) for k in step.in_slots])
 
     def _profile(self, steps: Sequence, inputs: Sequence, free: bool) -> Profile:
         plan = self.plan
@@ -143,14 +158,51 @@ def _range(start, limit, delta, *_):
     return (max(0, math.ceil(count)),) if math.isfinite(count) else None
 
 
-VALUE_SIZED: dict[str, Callable] = {"ConstantOfShape": _constant_of_shape, "Tile": _tile, "Range": _range}
+def _resize(x, roi=None, scales=None, sizes=None, *_):
+    if isinstance(sizes, torch.Tensor) and sizes.numel() == x.dim():
+        return tuple(int(v) for v in sizes.tolist())
+    if isinstance(scales, torch.Tensor) and scales.numel() == x.dim():
+        return tuple(math.floor(d * float(s)) for d, s in zip(x.shape, scales.tolist()))
+    return None
 
 
-def value_sized(graph, float_dtype, raw: list) -> list:
+def _broadcast(*args):
+    """The broadcast of the tensors' shapes (torch.broadcast_shapes costs tens of µs; a clash is the op's to say)."""
+    shapes = [a.shape for a in args if isinstance(a, torch.Tensor)]
+    if len(shapes) < 2:
+        return tuple(shapes[0]) if shapes else None
+    rank = max(map(len, shapes))
+    out = [1] * rank
+    for shape in shapes:
+        for i, d in enumerate(shape, rank - len(shape)):
+            if d != 1:
+                out[i] = d
+    return tuple(out)
+
+
+VALUE_SIZED: dict[str, Callable] = {"ConstantOfShape": _constant_of_shape, "Tile": _tile, "Range": _range,
+                                    "Resize": _resize}
+# Their output is their inputs broadcast: sized from the inputs' shapes when the graph cannot say it
+# and an input is an Expand (a view, however large its shape; the Add that reads it allocates the
+# whole). Other steps of unknown size are left to the allocator: sizing each costs a few µs a run.
+ELEMENTWISE = frozenset({
+    "Add", "Sub", "Mul", "Div", "Pow", "Mod", "Max", "Min", "Sum", "Mean", "Where", "And", "Or", "Xor", "Not",
+    "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "BitShift", "PRelu", "Relu", "Tanh", "Sigmoid",
+    "Exp", "Log", "Sqrt", "Neg", "Abs", "Erf", "Cast", "Clip", "Sin", "Cos", "Floor", "Ceil", "Round", "Sign",
+    "Reciprocal", "LeakyRelu", "Elu", "Selu", "Softplus", "HardSigmoid", "IsNaN", "IsInf", "Gelu"})
+
+
+def value_sized(graph, float_dtype, raw: list, symbols: frozenset = frozenset()) -> list:
     """A raw step ([node index, name, op type, fn, in slots, out slots, kwargs]) whose fn, for an op
-    in VALUE_SIZED, first sizes its output from its inputs and refuses one the machine cannot give."""
+    in VALUE_SIZED (or an elementwise op reading an Expand, whose output shape the graph cannot give
+    from `symbols`, the dims fed), first sizes its output from its inputs and refuses one the machine
+    cannot give."""
+    node = graph.nodes[raw[0]]
     shape_of = VALUE_SIZED.get(raw[2])
-    if shape_of is None or raw[2] != graph.nodes[raw[0]].op_type:
+    if shape_of is None and raw[2] in ELEMENTWISE and node.output and _reads_an_expand(graph, node) \
+            and not _resolvable(graph, node.output[0], symbols):
+        shape_of = _broadcast
+    if shape_of is None or raw[2] != node.op_type:
         return raw
     fn, name, op_type, output = raw[3], raw[1], raw[2], graph.nodes[raw[0]].output[0]
     info = graph.types.get(output)
@@ -172,3 +224,25 @@ def value_sized(graph, float_dtype, raw: list) -> list:
     step.__wrapped__ = fn
     step.__qualname__ = step.__name__ = f"sized_{getattr(fn, '__name__', 'op')}"
     return [*raw[:3], step, *raw[4:]]
+
+
+def _resolvable(graph, name: str, symbols: frozenset) -> bool:
+    """Whether `name`'s declared shape is sized once the dims in `symbols` are known."""
+    info = graph.types.get(name)
+    if info is None or info.shape is None:
+        return False
+    ones = dict.fromkeys(symbols, 1)
+    return all(isinstance(d, int) or evaluate(d, ones) is not None for d in info.shape)
+
+
+def _reads_an_expand(graph, node) -> bool:
+    """Whether an input of `node` is an Expand's output, through views."""
+    for name in node.input:
+        for _ in range(8):
+            producer = graph.nodes[graph.producer[name]] if name in graph.producer else None
+            if producer is None or producer.op_type not in VIEWS or not producer.input:
+                break
+            if producer.op_type == "Expand":
+                return True
+            name = producer.input[0]
+    return False

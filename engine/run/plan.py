@@ -182,7 +182,8 @@ class Plan:
             for s, k in last.items():
                 if s not in keep:
                     frees[k].append(s)
-        return tuple(Step(*value_sized(self.graph, self.float_dtype, checked(self.graph, raw)), free=tuple(f))
+        symbols = self._guard.symbols
+        return tuple(Step(*value_sized(self.graph, self.float_dtype, checked(self.graph, raw), symbols), free=tuple(f))
                      for raw, f in zip(raw_steps, frees))
 
     def run(self, inputs: Sequence[torch.Tensor], fused: bool = True) -> list[torch.Tensor]:

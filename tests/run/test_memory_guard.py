@@ -150,6 +150,20 @@ def test_an_output_sized_by_a_value_is_refused_before_it_is_made(machine):
             model.run({"S": np.array([2048, 2048])})
 
 
+def test_an_add_of_an_expand_to_a_fed_size_is_refused_before_it_is_made(machine):
+    # Expand is a view whatever its shape; the Add reading it allocates the whole, of a size no graph says.
+    model = engine.load(_model([helper.make_node("Expand", ["X", "S"], ["E"], name="expand"),
+                                helper.make_node("Add", ["E", "X"], ["Y"], name="add")],
+                               [_value("X", [1, 1]), _value("S", [2], TensorProto.INT64)], [_value("Y", [None, None])]))
+    x = np.full((1, 1), 0.5, np.float32)
+    machine(8 * MiB)
+    np.testing.assert_array_equal(model.run({"X": x, "S": np.array([3, 5])})["Y"], np.ones((3, 5), np.float32))
+    for _ in range(2):
+        with pytest.raises(MemoryLimitError, match=r"^node 'add' \(Add\): output 'Y' of shape \[2048, 2048\] float32 "
+                                                   r"needs 16\.0 MiB \(16777216 bytes\), more than the 8\.0 MiB"):
+            model.run({"X": x, "S": np.array([2048, 2048])})
+
+
 def test_a_failed_allocation_names_node_and_output():
     from types import SimpleNamespace
 
