@@ -27,6 +27,7 @@ import torch
 
 from ..dtypes import onnx_to_torch
 from ..errors import MemoryLimitError, OnnxGradError
+from .step_errors import size_text
 
 ENV = "ONNXGRAD_MEMORY_AVAILABLE"
 FRESH_S = 1.0  # how long a reading serves runs that need under half of it
@@ -144,14 +145,6 @@ def room(need: int) -> int | None:
 def forget_reading() -> None:
     """The next run reads the machine again (tests that change ONNXGRAD_MEMORY_AVAILABLE)."""
     _Reading.value, _Reading.at = None, -math.inf
-
-
-def size_text(n: int) -> str:
-    for unit in ("bytes", "KiB", "MiB", "GiB"):
-        if n < 1024:
-            return f"{n} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"
 
 
 def refusal(node: str, op_type: str, output: str, shape: Sequence[int], dtype: torch.dtype, nbytes: int,

@@ -36,13 +36,13 @@ def out_of_memory(exc: Exception, msg: str) -> str | None:
     found = _ASKED.search(msg)
     if found:
         asked = found.group(1)
-        return f" (it asked for {_size(int(asked.split()[0]))})" if asked.endswith(" bytes") else f" (it asked for {asked})"
+        return f" (it asked for {size_text(int(asked.split()[0]))})" if asked.endswith(" bytes") else f" (it asked for {asked})"
     if isinstance(exc, MemoryError):  # numpy says "Unable to allocate 256. TiB for an array ..."; C++'s bad_alloc nothing
         return f": {msg}" if msg else " (the size asked for is not known)"
     return None
 
 
-def _size(n: int) -> str:
+def size_text(n: int) -> str:
     for unit in ("bytes", "KiB", "MiB", "GiB"):
         if n < 1024:
             return f"{n} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
