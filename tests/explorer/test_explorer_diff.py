@@ -238,3 +238,46 @@ def test_the_histogram_counts_each_difference_in_its_decade():
     assert rows == {"= 0": "2", "≥ 1e-06": "2", "≥ 1e-05": "1", "≥ 1e-04": "0", "≥ 1e-03": "0", "≥ 1e-02": "0",
                     "≥ 1e-01": "2", "≥ 1e+00": "1", "NaN/Inf": "2"}
     assert "10 elements" in text.splitlines()[0]
+
+
+def test_n_in_diff_mode_without_an_app_goes_to_the_culprit_and_turns_the_colours_to_its_direction():
+    import engine
+    from engine.modeldiff.report import Divergence, NodeDiff
+    from explorer.app import ExplorerApp
+    from explorer.debugging import Debugging
+    from explorer.diff_state import DiffShown
+    from explorer.diffing import DiffingApp
+    from explorer.host import Shown
+    from explorer.keys import Keys
+    from explorer.state import Session
+    from tests.explorer.test_collaborators import FakeApp
+
+    provided = set(dir(make_app()))
+    asked = {n for c in DiffingApp.__mro__ if c.__module__.startswith("explorer.")
+             for n in (*vars(c).get("__annotations__", {}), *(k for k, v in vars(c).items() if callable(v)))
+             if not n.startswith("__")}
+    assert asked and asked <= provided, sorted(asked - provided)
+
+    model = engine.load(MLP)
+    rows = (NodeDiff("fc2", "Gemm", "forward", 2, ("fc2",), ("logits",), 0.01, 0.01, 1e-6, True),
+            NodeDiff("fc2", "Gemm", "gradient", 4, ("fc2",), ("logits",), 1e-7, 1e-7, 1e-6))
+    report = engine.DiffReport("a", "b", "models", nodes=rows,
+                               culprits=(Divergence("fc2", "forward", 0.01, 1e-6, "Gemm"),))
+    s = Session(model, "mlp.onnx")
+    shown, app, turned = Shown(s, (0, "H1")), FakeApp(), []
+
+    class Colours:
+        def show_where(self, where):
+            s.diff.where = where
+            turned.append(where)
+
+    debugging = Debugging(shown, app, Colours())
+    keys = Keys(shown, app, ExplorerApp.BINDINGS, lambda: False, debugging.culprit)
+    assert not keys.applies("diff", ("where",)) and not keys.applies("go_to_culprit")
+    s.diff = DiffShown.of(report, "vs b")
+    s.diff.where = "gradient"  # nothing diverges there: n goes to the forward culprit and shows the forward
+    assert keys.applies("diff", ("where",)) and keys.applies("go_to_culprit") and keys.applies("diff", ("float16",))
+    assert s.diff.node_marks(model.graph) == {model.graph.node_names.index("fc2"): "pass"}
+    debugging.go_to_culprit()
+    assert app.moves == [(model.graph.node_names.index("fc2"), "logits")] and turned == ["forward"]
+    assert s.diff.node_marks(model.graph) == {model.graph.node_names.index("fc2"): "fail"}
