@@ -35,11 +35,12 @@ NO_PROFILE = Profile((), (), 0)
 
 
 class MemoryGuard:
-    """What `plan`'s runs may hold, per step list, free policy and input shapes (computed once each)."""
+    """What `plan`'s runs may hold at most, per step list, free policy and input shapes (computed once
+    each; only the peak is kept, the step-by-step profile is computed again for a refusal)."""
 
     def __init__(self, plan):
         self.plan = plan
-        self._profiles: dict[tuple, Profile] = {}
+        self._peaks: dict[tuple, int] = {}
 
     @property
     def symbols(self) -> frozenset:
@@ -52,17 +53,16 @@ class MemoryGuard:
         """MemoryLimitError, naming the step that crosses it, when a run on `inputs` would hold more than
         the machine can still give."""
         key = (id(steps), free, *[v.shape if isinstance(v, torch.Tensor) else None for v in inputs])
-        profile = self._profiles.get(key)
-        if profile is None:
-            if len(self._profiles) >= 64:
-                self._profiles.clear()
-            profile = self._profiles[key] = self._profile(steps, inputs, free)
-        peak = profile.peak
+        peak = self._peaks.get(key)
+        if peak is None:
+            if len(self._peaks) >= 64:
+                self._peaks.clear()
+            peak = self._peaks[key] = self._profile(steps, inputs, free).peak
         if peak:
             can_give = room(peak)
             if can_give is not None and peak > can_give:
                 self._attributes_first(steps, inputs)
-                raise profile.refusal(steps, can_give)
+                raise self._profile(steps, inputs, free).refusal(steps, can_give)
 
     def _attributes_first(self, steps: Sequence, inputs: Sequence) -> None:
         """An attribute out of range asked for the size: BadAttributeError names it (engine/run/validation.py)."""
