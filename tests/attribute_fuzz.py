@@ -26,7 +26,7 @@ import warnings
 from dataclasses import dataclass
 
 import onnx
-from onnx import AttributeProto
+from onnx import AttributeProto, numpy_helper
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SECONDS_PER_MUTANT = 20  # a mutant that takes longer is a hang (a loop the attribute made long)
@@ -44,6 +44,12 @@ class Case:
     name: str
     model: onnx.ModelProto
     feeds: dict
+    node: int = 0  # the node whose attributes mutate
+    rank: int | None = None  # its first input's rank, when the feeds do not say it
+
+    @property
+    def op_type(self) -> str:
+        return self.model.graph.node[self.node].op_type
 
 
 @dataclass(frozen=True)
@@ -61,7 +67,7 @@ class Mutant:
     def model_bytes(self) -> bytes:
         m = onnx.ModelProto()
         m.CopyFrom(self.case.model)
-        node = m.graph.node[0]
+        node = m.graph.node[self.case.node]
         for a in node.attribute:
             if a.name == self.attribute:
                 if a.type == AttributeProto.INT:
@@ -93,6 +99,26 @@ def node_test_cases() -> list[Case]:
     return out
 
 
+def sample_cases() -> list[Case]:
+    """Every node of every sample model (sample_models/*.onnx), in its model, fed its inputs' own values."""
+    import glob
+
+    out = []
+    for path in sorted(glob.glob(os.path.join(ROOT, "sample_models", "*.onnx"))):
+        model = onnx.load(path)
+        inferred = onnx.shape_inference.infer_shapes(model)
+        ranks = {v.name: len(v.type.tensor_type.shape.dim) for v in
+                 list(inferred.graph.value_info) + list(inferred.graph.input) if v.type.tensor_type.HasField("shape")}
+        given = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+        feeds = {i.name: given[i.name] for i in model.graph.input if i.name in given}
+        for k, node in enumerate(model.graph.node):
+            if node.op_type != "Gradient" and any(a.type in (AttributeProto.INT, AttributeProto.INTS)
+                                                  for a in node.attribute):
+                name = f"{os.path.basename(path)}:{node.name or k}"
+                out.append(Case(name, model, feeds, k, ranks.get(node.input[0]) if node.input else None))
+    return out
+
+
 def contrib_cases() -> list[Case]:
     """The contrib conformance cases, their outputs typed by what onnxruntime computes (the checker wants types)."""
     from engine.conformance.contrib import case_model, expected
@@ -115,8 +141,8 @@ def runs(case: Case) -> bool:
 
 def mutants_of(case: Case) -> list[Mutant]:
     """Every integer attribute of the case's op schema (set or not), each element of a list, at every value."""
-    node = case.model.graph.node[0]
-    rank = _rank(case)
+    node = case.model.graph.node[case.node]
+    rank = case.rank if case.rank is not None else _rank(case)
     ints = {a.name: (a.type, len(a.ints)) for a in node.attribute if a.type in (AttributeProto.INT, AttributeProto.INTS)}
     for name, kind in _schema_ints(node, case.model).items():
         ints.setdefault(name, (kind, 0))
@@ -145,7 +171,8 @@ def _schema_ints(node, model) -> dict[str, int]:
 
 
 def exercise(mutant: Mutant, mutate: bool = True) -> tuple[str, str]:
-    """(outcome, message): 'ran', 'named' (refused naming the attribute), 'unnamed' or 'escape'."""
+    """(outcome, message): 'ran', 'named' (refused naming the attribute), 'downstream' (a later node of a whole
+    model refused what the mutated node now makes), 'unnamed' or 'escape'."""
     import engine
     from engine.errors import OnnxGradError
 
@@ -159,7 +186,9 @@ def exercise(mutant: Mutant, mutate: bool = True) -> tuple[str, str]:
         if "\n" in msg or not msg.strip():
             return "escape", f"{type(exc).__name__} not on one line: {msg[:300]!r}"
         named = re.search(rf"(?<![\w.]){re.escape(mutant.attribute)}(?![\w])", msg)
-        return ("named" if named else "unnamed"), msg
+        node = mutant.case.model.graph.node[mutant.case.node]
+        elsewhere = msg.startswith("node '") and node.name and not msg.startswith(f"node {node.name!r}")
+        return ("named" if named else "downstream" if elsewhere else "unnamed"), msg
     except (Exception, MemoryError) as exc:  # noqa: BLE001 - an escape: say what it was
         first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
         return "escape", f"{type(exc).__name__}: {first}"
@@ -169,7 +198,7 @@ def exercise(mutant: Mutant, mutate: bool = True) -> tuple[str, str]:
 def _gradient(model, case: Case) -> None:
     from engine.registry import record
 
-    node = case.model.graph.node[0]
+    node = case.model.graph.node[case.node]
     rec = record(node.op_type, node.domain)
     if rec is None or rec.no_gradient or rec.rule is None:
         return
@@ -219,7 +248,7 @@ def address_space_cap(gb: float):
 def sweep(mutants: list[Mutant], memory_gb: float = 4.0) -> dict:
     import torch  # noqa: F401 - its start-up reservations come before the cap
 
-    counts = {"ran": 0, "named": 0, "unnamed": 0, "escape": 0}
+    counts = {"ran": 0, "named": 0, "downstream": 0, "unnamed": 0, "escape": 0}
     found: dict[str, list[str]] = {"unnamed": [], "escape": []}
     verdicts: dict[int, bool] = {}  # id(case) -> whether the unmutated case runs
     skipped = 0
@@ -238,10 +267,12 @@ def sweep(mutants: list[Mutant], memory_gb: float = 4.0) -> dict:
     return {"mutants": len(mutants) - skipped, "of_cases_that_fail_unmutated": skipped, **counts, **found}
 
 
-def all_mutants(contrib: bool = True) -> list[Mutant]:
+def all_mutants(node_cases: bool = True) -> list[Mutant]:
+    """Mutants of the sample models' nodes and the contrib cases, and of onnx's node test cases (collecting
+    those takes onnx 10-20 s: the suite's seeded run leaves them to benchmarks/fuzz_attributes.py)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        cases = node_test_cases() + (contrib_cases() if contrib else [])
+        cases = sample_cases() + contrib_cases() + (node_test_cases() if node_cases else [])
     return [m for c in cases for m in mutants_of(c)]
 
 
@@ -250,7 +281,7 @@ def seeded_subset(mutants: list[Mutant], n: int, seed: int) -> list[Mutant]:
     rng = random.Random(seed)
     by_pair: dict[tuple, list[Mutant]] = {}
     for m in mutants:
-        by_pair.setdefault((m.case.model.graph.node[0].op_type, m.attribute), []).append(m)
+        by_pair.setdefault((m.case.op_type, m.attribute), []).append(m)
     first = [rng.choice(group) for group in by_pair.values()]
     rng.shuffle(first)
     if len(first) >= n:

@@ -25,14 +25,16 @@ def _dim(args: Sequence, i: int, axis: int) -> int | None:
     return int(t.shape[axis]) if isinstance(t, torch.Tensor) and -t.dim() <= axis < t.dim() else None
 
 
-def axis(of: int = 0, extra: int = 0, what: str = "") -> Rule:
-    """An axis of input `of` (negative from the end); `extra` more for an axis the output inserts."""
+def axis(of: int = 0, extra: int = 0, what: str = "", negative: int | None = None) -> Rule:
+    """An axis of input `of` (negative from the end); `extra` more for an axis the output inserts (`negative`
+    more below 0, when not as many)."""
+    below = extra if negative is None else negative
 
     def rule(value, args, _):
         r = _rank(args, of)
-        if r is None or -(r + extra) <= value < r + extra:
+        if r is None or -(r + below) <= value < r + extra:
             return None
-        return f"in [{-(r + extra)}, {r + extra - 1}] ({what or f'input {of} has rank {r}'})"
+        return f"in [{-(r + below)}, {r + extra - 1}] ({what or f'input {of} has rank {r}'})"
 
     return rule
 
@@ -190,8 +192,8 @@ def conv_pads(value, args, attributes):
         return shaped
     kernel = _kernel(args, attributes)
     dilations = list(attributes.get("dilations") or [1] * (t.dim() - 2))
-    if len(kernel) != t.dim() - 2 or len(dilations) != len(kernel):
-        return None
+    if len(kernel) != t.dim() - 2 or len(dilations) != len(kernel) or min(dilations, default=1) < 1:
+        return None  # the dilations' own rule says what is wrong with them
     n = t.dim() - 2
     limit = [int(t.shape[2 + i]) + (kernel[i] - 1) * dilations[i] + 1 for i in range(n)]
     if all(value[i] <= limit[i % n] for i in range(2 * n)):
@@ -217,8 +219,9 @@ def window_fits(value, args, attributes):
     n = t.dim() - 2
     dilations = dilations or [1] * n
     pads = attributes.get("pads") or [0] * (2 * n)
-    if len(kernel) != n or len(dilations) != n or len(pads) != 2 * n or attributes.get("auto_pad", "NOTSET") != "NOTSET":
-        return None
+    if len(kernel) != n or len(dilations) != n or len(pads) != 2 * n or attributes.get("auto_pad", "NOTSET") != "NOTSET" \
+            or min(pads, default=0) < 0:
+        return None  # the pads' own rule says what is wrong with them
     room = [int(t.shape[2 + i]) + pads[i] + pads[i + n] for i in range(n)]
     if all((kernel[i] - 1) * dilations[i] + 1 <= room[i] for i in range(n)):
         return None
@@ -258,11 +261,39 @@ def pad_pads(value, args, attributes):
     return f"each at least minus its dim {list(t.shape)} (a negative pad crops)"
 
 
-def power_of_two(low: int) -> Rule:
+def power_of_two(low: int, span: Callable[[Sequence, dict], int | None] = lambda args, attributes: None) -> Rule:
+    """A block size: a power of 2 of at least `low` (onnxruntime's check), and no longer than the `span` it
+    splits into blocks rounded up (a longer block is the same single block, asking for more)."""
+
     def rule(value, args, attributes):
-        return None if value >= low and value & (value - 1) == 0 else f"a power of 2 of at least {low}"
+        n = span(args, attributes)
+        high = None if n is None else max(low, 1 << max(0, n - 1).bit_length())
+        if value >= low and value & (value - 1) == 0 and (high is None or value <= high):
+            return None
+        return f"a power of 2 in [{low}, {high}] (the span it splits is {n})" if high else f"a power of 2 of at least {low}"
 
     return rule
+
+
+def data_values(args, attributes) -> int | None:
+    """How many values GatherBlockQuantized's packed data holds at most (4 per byte at 2 bits)."""
+    t = args[0] if args else None
+    return int(t.numel()) * 4 if isinstance(t, torch.Tensor) else None
+
+
+def k_attribute(args, attributes) -> int | None:
+    k = attributes.get("K")
+    return k if isinstance(k, int) and k > 0 else None
+
+
+def rotary_heads(value, args, attributes):
+    """RotaryEmbedding's num_heads (3-D input only): 0 (the input is 4-D) or a divisor of the hidden size."""
+    if value < 0:
+        return "at least 0"
+    r, n = _rank(args), _dim(args, 0, -1)
+    if r != 3 or n is None or value == 0 or n % value == 0:
+        return None
+    return f"0 or a divisor of the hidden size {n}"
 
 
 def one_of(*allowed: int) -> Rule:
@@ -322,3 +353,30 @@ def heads(of: int = 0, axis_of: int = -1) -> Rule:
 
 def rotary_dim(value, args, attributes):
     return None if value >= 0 and value % 2 == 0 else "an even size of at least 0 (0: the whole head)"
+
+
+def topk_k(value, args, attributes):
+    """TopK's k before opset 10 (an attribute then): at most the dim it picks from."""
+    n = None
+    r = _rank(args)
+    a = attributes.get("axis", -1)
+    if r is not None and -r <= a < r:
+        n = _dim(args, 0, a)
+    if value >= 0 and (n is None or value <= n):
+        return None
+    return f"in [0, {n}] (the size of the axis it picks from)" if n is not None else "at least 0"
+
+
+def each_of(*allowed: int) -> Rule:
+    def rule(value, args, attributes):
+        return None if all(v in allowed for v in value) else f"each one of {', '.join(map(str, allowed))}"
+
+    return rule
+
+
+def unpool_strides(value, args, attributes):
+    """MaxUnpool's strides: at least 1 and at most the kernel (a pool whose windows skip inputs has no inverse)."""
+    kernel = attributes.get("kernel_shape") or []
+    if len(kernel) == len(value) and all(1 <= s <= k for s, k in zip(value, kernel)):
+        return None
+    return f"each in [1, its kernel_shape entry {list(kernel)}]" if kernel else "each at least 1"

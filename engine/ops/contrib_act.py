@@ -211,7 +211,8 @@ def fused_conv(x, w, b=None, z=None, *, activation=None, activation_params=None,
              strides=strides)
     if z is not None:  # the Add the optimizer fused: summed before the activation
         if z.shape != y.shape:
-            raise OnnxGradError(f"FusedConv: Z of shape {list(z.shape)} does not match the output {list(y.shape)}")
+            raise OnnxGradError(f"FusedConv: Z of shape {list(z.shape)} does not match the output {list(y.shape)} "
+                                f"(strides {strides}, pads {pads}, dilations {dilations})")
         y = y + z
     return act(y)
 

@@ -139,7 +139,7 @@ def _gather_block_quantized_inputs(ins, *, bits=4, block_size=128, gather_axis=0
         return  # the forward refuses these bit widths and data types
     blocks = -(-data[-1] * (8 // bits) // block_size)
     ins.rank("scales", rank, layout=f"data's {rank} dims, blocks last")
-    ins.dim("scales", -1, blocks, f"data's {data[-1] * 8 // bits} {bits}-bit columns in blocks of {block_size}")
+    ins.dim("scales", -1, blocks, f"data's {data[-1] * 8 // bits} {bits}-bit columns in blocks of block_size {block_size}")
     ins.broadcasts("scales", data[:-1] + (blocks,), "data's leading dims")
     zp = ins.shape("zero_points")
     if zp is not None and (zp[:-1] != ins.shape("scales")[:-1] or zp[-1] * (8 // bits) < blocks):

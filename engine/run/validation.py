@@ -13,6 +13,7 @@ from functools import lru_cache
 
 import torch
 
+from ..errors import BadAttributeError
 from ..modelfile.contrib_schema import signature
 from ..ops import attribute_ranges
 from ..ops.inputs import Inputs
@@ -45,9 +46,26 @@ def checked(graph, raw: list) -> list:
         return fn(*args, **kwargs)
 
     step.__dict__.update(getattr(fn, "__dict__", {}))  # no_fold, fused: what readers of steps look for
+    if ranges:
+        kwargs = raw[6]
+        step.attribute_check = lambda args: attribute_ranges.check(ranges, args, kwargs)
     step.__wrapped__ = fn
     step.__qualname__ = step.__name__ = f"checked_{getattr(fn, '__name__', 'op')}"
     return [*raw[:3], step, *raw[4:]]
+
+
+def precheck(step, shapes: list) -> None:
+    """Check `step`'s attributes against its inputs' inferred (shape, dtype) pairs, before the run: the memory
+    guard asks first, so a size an attribute asked for is refused as that attribute, not as bytes."""
+    check = getattr(step.fn, "attribute_check", None)
+    if check is None:
+        return
+    args = [None if shape is None or dtype is None else torch.empty(shape, dtype=dtype, device="meta")
+            for shape, dtype in shapes]
+    try:
+        check(args)
+    except BadAttributeError as exc:
+        raise BadAttributeError(f"node {step.name!r} ({step.op_type}): {exc}") from None
 
 
 def signature_of(args) -> tuple | None:
