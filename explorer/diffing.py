@@ -94,6 +94,7 @@ class Diffing:
             return
         s.diff = DiffShown.of(message.report, message.label)
         self._redraw()
+        self.app.query_one("#results").show_tab("diff")
         headline = s.diff.headline()
         status_line(self.app).idle(f"diff: {headline}")
         self.app.post_message(m.WorkFinished(GROUP, "done"))
@@ -132,4 +133,5 @@ class Diffing:
     def _redraw(self) -> None:
         s = self.shown.session
         self.app.query_one("#node-list").set_marks(s.diff.node_marks(s.graph) if s.diff is not None else {})
+        self.app.query_one("#results").show_diff(s.diff)
         self.app.results_changed()

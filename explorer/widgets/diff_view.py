@@ -54,7 +54,7 @@ def _verdict(diff, node: str) -> Text:
     t.append(f"{node} ", style="bold")
     t.append(label + "\n", style=style)
     t.append(f"  local error {row.local_error:.3g}\n  tolerance   {row.tolerance:.2g}{' exceeded' if row.diverges else ''}\n")
-    t.append(f"  error       {row.error:.3g} with upstream's\n", style="dim")
+    t.append(f"  error       {row.error:.3g} accumulated\n", style="dim")
     if row.note:
         t.append(f"  {row.note}\n", style="italic")
     if row.input_errors:

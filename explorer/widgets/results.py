@@ -14,6 +14,7 @@ from textual.widgets import DataTable, Static, TabbedContent, TabPane
 from ..guard import guarded
 from ..summaries import summarize
 from ..verdicts import VerifyRow, mode_text, verify_rows
+from .diff_table import DiffTab
 from .sizing import FixedBoxTable
 from .text import set_text
 
@@ -65,6 +66,8 @@ class Results(Vertical):
                 yield Static("No check yet: press v.", id="verify-summary")
                 yield FixedBoxTable(id="verify-table", cursor_type="row", zebra_stripes=True)
                 yield Static("", id="verify-detail")
+            with TabPane("Diff", id="tab-diff"):  # diff mode only (Diffing shows it)
+                yield DiffTab(id="diff-tab")
 
     def on_mount(self) -> None:
         self.query_one("#gradient-table", DataTable).add_columns(
@@ -73,6 +76,7 @@ class Results(Vertical):
             "x / finding / node", "status", "resolved by", "max abs err", "max rel err", "worst", "analytic", "numeric")
         self._rows: dict[str, VerifyRow] = {}
         self.show_gradient(None)
+        self.query_one(TabbedContent).hide_tab("tab-diff")
 
     def show_gradient(self, result, origin=None, summary_of=None) -> None:
         """The gradients per x; a NaN/Inf count in red and, above the table, the node it comes from.
@@ -134,8 +138,17 @@ class Results(Vertical):
         set_text(self.query_one("#verify-detail", Static), "")
         self._rows = {}
 
+    def show_diff(self, diff) -> None:
+        """Diff mode's table (the session's DiffShown), its tab shown while there is one."""
+        self.query_one(DiffTab).show(diff)
+        tabs = self.query_one(TabbedContent)
+        if diff is None:
+            tabs.hide_tab("tab-diff")
+        else:
+            tabs.show_tab("tab-diff")
+
     def show_tab(self, which: str) -> None:
-        """Bring "gradients" or "verify" to the front (when its results arrive)."""
+        """Bring "gradients", "verify" or "diff" to the front (when its results arrive)."""
         self.query_one(TabbedContent).active = f"tab-{which}"
 
     def focus_check(self) -> None:
@@ -163,6 +176,9 @@ class Results(Vertical):
         if getattr(event.row_key, "value", None) is None:
             return
         key = str(event.row_key.value)
+        if event.data_table.id == "diff-table":  # "where:order:node"
+            self.post_message(self.Jump(None, None, key.split(":", 2)[2]))
+            return
         if event.data_table.id != "verify-table":
             self.post_message(self.Jump(key, None))
             return

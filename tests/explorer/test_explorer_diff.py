@@ -71,6 +71,17 @@ async def test_a_scaled_weight_colours_its_reader_and_n_goes_there(tmp_path, rec
         graph = app.query_one("#graph")
         assert graph.marks[_node_box(app, "fc2")] == "fail" and graph.marks[_node_box(app, "fc1")] == "pass"
         assert "diff vs mlp_w2.onnx" in plain(app.query_one("#selection-bar"))
+        # the Diff tab lists the nodes worst first: fc2 heads it, and enter on a row goes to its node
+        table = app.query_one("#diff-table")
+        assert app.query_one("#results-tabs").active == "tab-diff" and table.get_row_at(0)[0] == "fc2"
+        assert table.row_count == len([r for r in ready.report.nodes if r.where == "forward"])
+        app.move_cursor(fc1, None)
+        table.focus()
+        table.move_cursor(row=1)
+        await pilot.press("enter")
+        await settle(app, pilot)
+        assert app.cursor[0] == g.node_names.index(table.get_row_at(1)[0])
+        app.query_one("#graph").focus()
         app.move_cursor(fc1, None)
         await pilot.press("n")
         await settle(app, pilot)
@@ -152,6 +163,7 @@ async def test_an_empty_path_is_answered_in_the_dialog_and_leaving_restores_the_
         await settle(app, pilot)
         assert app.session.diff is None and graph.marks == before
         assert not app.query_one("#node-list").query_one("EntryList").marks
+        assert app.query_one("#results-tabs").active != "tab-diff"
         assert "diff" not in plain(app.query_one("#selection-bar"))
         assert not app.check_action("diff", ("where",))
 
