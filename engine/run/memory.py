@@ -3,7 +3,8 @@ before a step allocates more than the machine can still give, instead of the ker
 process for a size the model asked for.
 
 "Can still give" is the kernel's MemAvailable, or the cgroup's limit minus its usage (less its
-inactive page cache, which the kernel reclaims first) where that is lower; ONNXGRAD_MEMORY_AVAILABLE
+inactive page cache, which the kernel reclaims first) where that is lower, or under `ulimit -v` the
+address space left; ONNXGRAD_MEMORY_AVAILABLE
 (bytes, or "512MiB", "8GiB") replaces the reading. A plan's outputs are sized before the run from
 the shapes shape inference left in the graph, their symbolic dims resolved from the shapes fed; the
 live total follows the plan's own frees, so a long chain whose values die young passes, and many
@@ -49,8 +50,26 @@ def available_bytes() -> int | None:
     override = os.environ.get(ENV)
     if override:
         return parse_size(override)
-    readings = [r for r in (_meminfo_available(), _cgroup_room()) if r is not None]
+    readings = [r for r in (_meminfo_available(), _cgroup_room(), _address_space_room()) if r is not None]
     return min(readings) if readings else None
+
+
+def _address_space_room() -> int | None:
+    """Under `ulimit -v` (RLIMIT_AS), the limit less the address space already mapped: an allocation
+    past it fails however much memory the machine has."""
+    try:
+        import resource
+
+        limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+        if limit == resource.RLIM_INFINITY:
+            return None
+        with open("/proc/self/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"VmSize:"):
+                    return max(0, limit - int(line.split()[1]) * 1024)
+    except (ImportError, OSError, ValueError):
+        pass
+    return None
 
 
 def _meminfo_available() -> int | None:

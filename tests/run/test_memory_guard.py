@@ -205,6 +205,17 @@ def test_what_is_left_is_the_lowest_of_the_kernel_and_the_cgroup(monkeypatch, tm
     assert memory.available_bytes() == 10**9
 
 
+def test_under_ulimit_v_what_is_left_is_the_address_space_left(monkeypatch):
+    import resource
+
+    with open("/proc/self/status") as f:
+        mapped = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (mapped + 64 * MiB, resource.RLIM_INFINITY))
+    assert 32 * MiB < memory._address_space_room() <= 64 * MiB
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    assert memory._address_space_room() is None
+
+
 def test_the_machine_is_read_once_while_runs_need_little(monkeypatch):
     reads = []
     monkeypatch.setattr(memory, "available_bytes", lambda: reads.append(1) or 20 * MiB)
