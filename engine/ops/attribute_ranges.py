@@ -87,6 +87,8 @@ BY_OP: dict[tuple[str, str], Rule | None] = {
     ("Attention", "q_num_heads"): rules.heads(), ("LinearAttention", "q_num_heads"): rules.heads(),
     ("Gemm", "transA"): rules.gemm_trans, ("Gemm", "transB"): rules.gemm_trans,
     ("RotaryEmbedding", "num_heads"): rules.rotary_heads,
+    ("RNN", "hidden_size"): rules.hidden_size(1), ("GRU", "hidden_size"): rules.hidden_size(3),
+    ("LSTM", "hidden_size"): rules.hidden_size(4),
     ("DFT", "axis"): rules.axis(what="the signal's dims, the last one real or complex"),
     ("Dropout", "seed"): rules.at_least(0, 2**32 - 1, "a seed of the ONNX reference's RandomState stream"),
     ("Split", "split"): rules.at_least(0), ("TopK", "k"): rules.topk_k, ("Reshape", "shape"): rules.at_least(-1),

@@ -380,3 +380,16 @@ def unpool_strides(value, args, attributes):
     if len(kernel) == len(value) and all(1 <= s <= k for s, k in zip(value, kernel)):
         return None
     return f"each in [1, its kernel_shape entry {list(kernel)}]" if kernel else "each at least 1"
+
+
+def hidden_size(gates: int) -> Rule:
+    """RNN, GRU, LSTM: W holds `gates` blocks of hidden_size rows (onnxruntime checks W against the attribute)."""
+
+    def rule(value, args, attributes):
+        rows = _dim(args, 1, 1)
+        if value >= 1 and (rows is None or rows == gates * value):
+            return None
+        return f"{rows // gates} (W's {rows} rows are {gates} gates of it)" if rows is not None and rows % gates == 0 \
+            else "at least 1"
+
+    return rule
