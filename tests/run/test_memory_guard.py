@@ -189,6 +189,21 @@ def test_the_cli_prints_one_line_and_exits_2(machine, tmp_path, capsys):
     assert "node 't0' (Tanh): output 'h0' of shape [1024, 1024] float32 needs 4.0 MiB (4194304 bytes)" in err
 
 
+@pytest.mark.parametrize("command", [["run"], ["grad", "--y", "logits", "--xs", "X,conv1_W"],
+                                     ["check", "--y", "logits", "--xs", "X,conv1_W"]])
+def test_run_grad_and_check_refuse_in_one_line(machine, capsys, command):
+    from tests import paths
+
+    machine(1024)
+    model = str(paths.ROOT / "sample_models" / "small_cnn.onnx")
+    assert main([command[0], model, *command[1:]]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    dtype = "float64" if command[0] == "check" else "float32"  # check computes in float64
+    assert (f"node 'conv1' (Conv): output 'c1' of shape [2, 4, 8, 8] {dtype} needs "
+            f"{2 if dtype == 'float32' else 4}.0 KiB") in err
+
+
 def test_what_is_left_is_the_lowest_of_the_kernel_and_the_cgroup(monkeypatch, tmp_path):
     monkeypatch.delenv(memory.ENV, raising=False)
     (tmp_path / "memory.max").write_text("1000000\n")
