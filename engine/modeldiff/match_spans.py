@@ -70,42 +70,71 @@ def _a_producers(s: WalkState, owners, b_nodes) -> set[int]:
     return out
 
 
+def _grow(s: WalkState, owners, ib: int, a_start: set[int], fixed_a: set[int], fixed_b: set[int],
+          a_span: dict[int, int], b_span: dict[int, int], spans: list):
+    """The span B's node `ib` starts: (A's nodes, B's nodes, A's inputs, the earlier spans it takes in), or
+    why there is none. Where either side reaches an unmatched value that an earlier span computes (B's
+    Split feeding three Transposes, each found on its own), that span is taken in: both sides must hand
+    over at matched tensors only."""
+    def covered_b(t):
+        return _a_of(s, owners, t) is not None or t in s.b_static
+
+    def covered_a(t):
+        return t in s.tensors or t in s.a_static
+
+    absorbed = {a_span[i] for i in a_start if i in a_span}
+    while True:
+        extra_a = {i for k in absorbed for i in spans[k].a_nodes}
+        extra_b = {j for k in absorbed for j in spans[k].b_nodes}
+        b_nodes, b_in = _closure(s.b, [ib, *sorted(extra_b)], covered_b, fixed_b | (set(b_span) - extra_b))
+        starts = set(a_start) | _a_producers(s, owners, b_nodes) | extra_a
+        if starts & fixed_a:
+            return "a value it computes on the way is computed in A by a node already matched to another"
+        a_nodes, a_in = _closure(s.a, sorted(starts), covered_a, fixed_a | (set(a_span) - extra_a))
+        touched = {b_span[s.b.producer[t]] for t in b_in if s.b.producer.get(t) in b_span and not covered_b(t)}
+        touched |= {a_span[s.a.producer[t]] for t in a_in if s.a.producer.get(t) in a_span and not covered_a(t)}
+        touched |= {a_span[i] for i in starts if i in a_span}
+        if touched <= absorbed:
+            return a_nodes, b_nodes, a_in, absorbed
+        absorbed |= touched
+
+
 def find_spans(s: WalkState) -> tuple[list[FoundSpan], dict[int, str]]:
     """The spans, and why an unmatched B node that looked like one was not made one."""
     _unbind_partial(s)
     owners: dict[str, list[str]] = {}
     for ta, tb in s.tensors.items():
         owners.setdefault(source(s.b, tb), []).append(ta)
-    spans: list[FoundSpan] = []
+    spans: list[FoundSpan | None] = []
     refused: dict[int, str] = {}
-    a_done = set(s.nodes)
-    b_done = set(s.b_used)
+    fixed_a, fixed_b = set(s.nodes), set(s.b_used)  # matched one for one
+    a_span: dict[int, int] = {}  # node -> its span's index in `spans`
+    b_span: dict[int, int] = {}
     for ib in reversed(range(len(s.b.nodes))):
-        if ib in b_done or is_carrier(s.b, ib) or all(t in s.b_static for t in s.b.nodes[ib].output):
+        if ib in fixed_b or ib in b_span or is_carrier(s.b, ib) or all(t in s.b_static for t in s.b.nodes[ib].output):
             continue  # shape arithmetic is matched where it is read, not as a span
-        outs = [(tb, ta) for tb in s.b.nodes[ib].output if tb and (ta := _a_of(s, owners, tb))]
-        outs = [(tb, ta) for tb, ta in outs if s.a.producer.get(ta) is not None]
-        if not outs:
+        outs = [ta for tb in s.b.nodes[ib].output if tb and (ta := _a_of(s, owners, tb))]
+        a_start = {s.a.producer[ta] for ta in outs if s.a.producer.get(ta) is not None}
+        if not a_start:
             continue
-        a_start = sorted({s.a.producer[ta] for _, ta in outs})
-        if any(i in a_done for i in a_start):
+        if a_start & fixed_a:
             refused[ib] = "its outputs' producers in A are already matched to other nodes"
             continue
-        b_nodes, _ = _closure(s.b, [ib], lambda t: _a_of(s, owners, t) is not None or t in s.b_static, b_done)
-        a_start = sorted(set(a_start) | _a_producers(s, owners, b_nodes))
-        if any(i in a_done for i in a_start):
-            refused[ib] = "a value it computes on the way is computed in A by a node already matched to another"
+        grown = _grow(s, owners, ib, a_start, fixed_a, fixed_b, a_span, b_span, spans)
+        if isinstance(grown, str):
+            refused[ib] = grown
             continue
-        a_nodes, a_in = _closure(s.a, a_start, lambda t: t in s.tensors or t in s.a_static, a_done)
+        a_nodes, b_nodes, a_in, absorbed = grown
         a_set = set(a_nodes)
         a_in = [t for t in a_in if s.a.producer.get(t) not in a_set]  # a matched value the span computes itself
-        outputs = [t for i in a_nodes for t in s.a.nodes[i].output if t in s.tensors]
         unmatched_in = [t for t in a_in if t not in s.tensors and t in s.a.inputs]
         if unmatched_in:
             refused[ib] = f"A's span reads graph input {unmatched_in[0]!r}, which has no counterpart in B"
             continue
+        outputs = [t for i in a_nodes for t in s.a.nodes[i].output if t in s.tensors]
+        for k in absorbed:
+            spans[k] = None
+        a_span.update((i, len(spans)) for i in a_nodes)
+        b_span.update((j, len(spans)) for j in b_nodes)
         spans.append(FoundSpan(tuple(a_nodes), tuple(b_nodes), tuple(a_in), tuple(outputs)))
-        a_done |= a_set
-        b_done |= set(b_nodes)
-    spans.reverse()
-    return spans, refused
+    return [f for f in reversed(spans) if f is not None], refused

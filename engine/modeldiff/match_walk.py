@@ -177,6 +177,11 @@ def _by_name(s: WalkState, ia: int) -> int | None:
     return None
 
 
+# Ops whose output says nothing of their data input's shape: B's merged Reshape reads a 2-D Gemm output
+# where A's reads a 3-D Add, so the walk back does not pair what they read.
+_RESHAPING = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze"})
+
+
 def bind(s: WalkState, ia: int, ib: int, by_output: bool = False) -> None:
     """Match two nodes, their outputs slot by slot and the constants they read in the same slots (a
     Constant node producing one is matched with its twin). Matched by their outputs (`by_output`), their
@@ -190,8 +195,9 @@ def bind(s: WalkState, ia: int, ib: int, by_output: bool = False) -> None:
                 s.a_class.get(s.taken[tb], s.taken[tb]) == s.a_class.get(ta, ta) or source(s.a, s.taken[tb]) == ta):
             s.tensors[ta] = tb  # a duplicate, or an Identity's input, of A's that B merged: one B tensor holds both
     if by_output and len(_inputs(na)) == len(_inputs(nb)) and attributes_score(na, nb) is not None:
-        for ta, tb in zip(_inputs(na), _inputs(nb)):
-            if not constant_kind(s.a, ta) and not constant_kind(s.b, tb) and ta not in s.a_static:
+        for slot, (ta, tb) in enumerate(zip(_inputs(na), _inputs(nb))):
+            if not constant_kind(s.a, ta) and not constant_kind(s.b, tb) and ta not in s.a_static \
+                    and not (slot == 0 and na.op_type in _RESHAPING):
                 s.pair(ta, tb)
     for ta, tb in zip(_inputs(na), _inputs(nb)):
         if ta not in s.tensors and s.tensors.get(source(s.a, ta)) is not None \
