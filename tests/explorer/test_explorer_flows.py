@@ -301,7 +301,7 @@ async def test_help_lists_every_binding_and_the_palette_has_every_action():
     from explorer.commands import COMMANDS
 
     assert all(b.id and b.description for b in ExplorerApp.BINDINGS)
-    actions = {c[2].split("(")[0] for c in COMMANDS}
+    actions = {c[2].split("(")[0] for c in COMMANDS} | {c[2] for c in COMMANDS}  # a key with arguments: as written
     assert {b.action for b in ExplorerApp.BINDINGS} <= actions
     app = spec_app()
     async with app.run_test(size=SIZE) as pilot:
