@@ -44,15 +44,16 @@ def units(graph_a, graph_b, matching, order: list[int]) -> list[Unit]:
             note = f"B computes it with {len(b_nodes)} nodes" if extra > 0 else ""
             if graph_b is not None and _handed_on(node, outputs, matching.tensors):
                 b_nodes, note = (), "B does without it (its output is its input's value in B)"
-            out.append(Unit((i,), b_nodes, tuple(t for t in node_inputs(node) if t), outputs, node.name or
-                            node.output[0], node.op_type, note))
+            inputs = _live(graph_a, [t for t in node_inputs(node) if t], static_a, graph_b, matching.tensors)
+            out.append(Unit((i,), b_nodes, inputs, outputs, node.name or node.output[0], node.op_type, note))
             continue
         members = [index_a[n] for n in span.a_nodes]
         if position[i] != max(position.get(m, -1) for m in members):
             continue
         b_nodes = tuple(sorted(index_b[n] for n in span.b_nodes if n in index_b))
         ops = "+".join(graph_b.nodes[j].op_type for j in b_nodes) if graph_b else ""
-        out.append(Unit(tuple(sorted(members)), b_nodes, span.inputs, span.outputs, span.a_nodes[0],
+        inputs = _live(graph_a, span.inputs, static_a, graph_b, matching.tensors)
+        out.append(Unit(tuple(sorted(members)), b_nodes, inputs, span.outputs, span.a_nodes[0],
                         ops or graph_a.nodes[members[0]].op_type, _span_note(ops, len(members))))
     return out
 
@@ -76,6 +77,15 @@ def _folded(outputs, static_a, graph_b, tensors) -> bool:
     another spelling of the same shape, such as Reshape's 0 for "keep this dim"): compared where it
     is read, not as a value of its own."""
     return all(t in static_a and constant_kind(graph_b, tensors[t]) is not None for t in outputs)
+
+
+def _live(graph_a, inputs, static_a, graph_b, tensors) -> tuple[str, ...]:
+    """The inputs compared: not a value A computes from shapes and constants where B holds a constant or
+    nothing (ViT's 1/sqrt(head size), folded into a FusedMatMul's alpha): no gradient flows to it in B."""
+    if graph_b is None:
+        return tuple(inputs)
+    return tuple(t for t in inputs if not (t in static_a and graph_a.producer.get(t) is not None and (
+        t not in tensors or constant_kind(graph_b, tensors[t]) is not None)))
 
 
 def _handed_on(node, outputs, tensors) -> bool:
