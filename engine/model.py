@@ -164,7 +164,7 @@ class Model:
         plan = self._plans.get(key)
         if plan is None:
             plan = Plan(self.graph, sources, targets, device=dev, float_dtype=fdt,
-                        constants=self.constants(dev, fdt), gradient_step=self._gradient_step(dev, fdt),
+                        constants=self.constants(dev, None), gradient_step=self._gradient_step(dev, fdt),
                         keep_all=keep_all, mode=mode)
             self._plans[key] = plan
         return plan

@@ -27,6 +27,8 @@ import torch
 import torch.fx
 from torch.fx.graph import _is_from_torch
 
+from .cast_at_use import cast_args, cast_one
+
 ALL = "all"  # `outputs=ALL`: return every slot's value (Plan.run_all), not only the targets
 
 
@@ -46,7 +48,7 @@ class FxPlan:
         for k in plan.source_slots:
             env[k] = placeholder(f"s{k}")
             known.pop(k, None)
-        folded = _fold(steps, known, seen_shapes or {})
+        folded = _fold(steps, known, seen_shapes or {}, plan.float_dtype)
         for k, value in known.items():
             env[k] = placeholder(f"c{k}")
             constants.append(value)
@@ -63,6 +65,9 @@ class FxPlan:
                     graph.call_function(_same_shape, (env[step.in_slots[0]], seen_shapes[i][0]))
                 continue
             args = tuple(None if k is None else env.get(k) for k in step.in_slots)
+            if step.cast:  # a constant held in its own dtype (plan.CAST_AT_USE)
+                args = tuple(graph.call_function(cast_one, (a, plan.float_dtype)) if j in step.cast else a
+                             for j, a in enumerate(args))
             out = graph.call_function(_nameable(step.fn), args, kw)
             # shape -1: the function returned the value itself; 1 (one output): a tuple, unwrapped as
             # the interpreter does, checking each time; n: n values. None (not seen run): generic.
@@ -131,7 +136,7 @@ def _same_shape(x, shape: tuple) -> None:
         raise ShapeChanged
 
 
-def _fold(steps, known: dict, seen_shapes: dict) -> set[int]:
+def _fold(steps, known: dict, seen_shapes: dict, float_dtype=None) -> set[int]:
     """Evaluate now the steps whose inputs are all constants (Constant nodes, shape arithmetic on
     initializers...) with the same function and arguments the run would use, so their values are
     the run's; add them to `known`. A Shape/Size seen on the first run counts as constant under a
@@ -145,8 +150,9 @@ def _fold(steps, known: dict, seen_shapes: dict) -> set[int]:
             continue
         else:
             try:
+                args = [None if k is None else known[k] for k in step.in_slots]
                 with torch.no_grad():
-                    value = step.fn(*[None if k is None else known[k] for k in step.in_slots], **step.kwargs)
+                    value = step.fn(*cast_args(args, step.cast, float_dtype), **step.kwargs)
             except Exception:  # noqa: BLE001 - left to fail at run time, where the error names the node
                 continue
         if len(step.out_slots) == 1:

@@ -18,6 +18,7 @@ from ..errors import ExecutionError, FeedError, OnnxGradError, UnsupportedOpErro
 from ..modelfile.index import TRAINING_DOMAIN, GraphIndex, implicit_inputs, node_inputs
 from ..registry import parameters, require
 from . import attributes, fusion, lean
+from .cast_at_use import cast_args, keeping_sources
 from .guard import MemoryGuard, value_sized
 from .pacing import pause_point
 from .step_errors import STEP_ERRORS, step_error
@@ -38,12 +39,18 @@ class Step:
     out_slots: tuple[int | None, ...]
     kwargs: dict
     free: tuple[int, ...]  # slots whose last reader is this step
+    cast: tuple[int, ...] = ()  # argument positions holding a constant cast where read (`CAST_AT_USE`)
 
 
 # "fx" (default): straight-line GraphModule after the first run; "interpret": the step list
 # every time (the reference, and the "before" of benchmarks); "compile": fx under torch.compile.
 MODES = ("fx", "interpret", "compile")
 DEFAULT_MODE = os.environ.get("ONNXGRAD_PLAN", "fx")
+# A float constant of at least this many elements stays in its own dtype (on the CPU, the model's
+# memory-mapped bytes) in a plan of another float dtype, and is cast where a step reads it: a float64
+# check of a float32 model would otherwise hold a float64 copy of every weight, a float16 run a float16
+# one. Autograd keeps no cast copy either (engine/run/cast_at_use.py). Smaller ones are cast once.
+CAST_AT_USE = 1 << 16
 # Fusion of exported GELU/attention chains (engine/run/fusion.py) in `run`/`interpret`; "0" turns it off.
 FUSE = os.environ.get("ONNXGRAD_FUSE", "1") != "0"
 
@@ -105,6 +112,7 @@ class Plan:
             raise FeedError(f"no value for graph input(s) {', '.join(map(repr, sorted(missing)))}: feed them")
         self.node_indices = tuple(order)
         self._fed = frozenset(self.sources)
+        self.cast_slots: set[int] = set()
         self.slot: dict[str, int] = {}
         for s in self.sources:
             self._slot_of(s)
@@ -115,7 +123,7 @@ class Plan:
             steps.append(self._raw_step(i, template, constants, gradient_step))
         for t in self.targets:
             if t not in self.slot:  # a target that is a constant, e.g. an initializer listed as output
-                template[self._slot_of(t)] = constants[t]
+                template[self._slot_of(t)] = self._converted(constants[t])
         self.names = [None] * len(self.slot)
         for name, k in self.slot.items():
             self.names[k] = name
@@ -134,8 +142,22 @@ class Plan:
     def _input_slot(self, name: str, template: dict, constants) -> int:
         """The slot a node reads `name` from; a constant's is filled in `template`."""
         if name not in self._fed and name not in self.graph.producer:
-            template[self._slot_of(name)] = constants[name]
+            value, slot = constants[name], self._slot_of(name)
+            if self._foreign(value) and value.numel() >= CAST_AT_USE:
+                self.cast_slots.add(slot)
+                template[slot] = value
+            else:
+                template[slot] = self._converted(value)
         return self._slot_of(name)
+
+    def _foreign(self, value) -> bool:
+        """A float constant of another float dtype than the plan's."""
+        fdt = self.float_dtype
+        return (fdt is not None and isinstance(value, torch.Tensor) and value.is_floating_point()
+                and value.dtype != fdt)
+
+    def _converted(self, value):
+        return value.to(self.float_dtype) if self._foreign(value) else value
 
     def _raw_step(self, i: int, template: dict, constants, gradient_step) -> list:
         """Node i as [node_index, name, op_type, fn, in_slots, out_slots, kwargs] (a Step without `free`)."""
@@ -165,7 +187,10 @@ class Plan:
         graph_outputs = {self.slot[n] for n in self.graph.outputs if n in self.slot}
         protected = set(self.source_slots) | set(self.target_slots) | graph_outputs
         if FUSE if fuse is None else fuse:
-            run = fusion.fuse(run, protected, template)
+            # fusion matches constants by value (GELU's sqrt 2): as the steps will read them, cast
+            as_read = {k: self._converted(v) if k in self.cast_slots and v.numel() == 1 else v
+                       for k, v in template.items()}
+            run = fusion.fuse(run, protected, as_read)
         if lean.LEAN if lean_autograd is None else lean_autograd:
             run = lean.lean_steps(run, protected)
         return self.steps if run is steps else self._with_frees(run, False)
@@ -182,8 +207,10 @@ class Plan:
             for s, k in last.items():
                 if s not in keep:
                     frees[k].append(s)
+        cast = self.cast_slots
         symbols = self._guard.symbols
-        return tuple(Step(*value_sized(self.graph, self.float_dtype, checked(self.graph, raw), symbols), free=tuple(f))
+        return tuple(Step(*value_sized(self.graph, self.float_dtype, checked(self.graph, raw), symbols), free=tuple(f),
+                          cast=tuple(j for j, s in enumerate(raw[4]) if s in cast))
                      for raw, f in zip(raw_steps, frees))
 
     def run(self, inputs: Sequence[torch.Tensor], fused: bool = True) -> list[torch.Tensor]:
@@ -228,11 +255,12 @@ class Plan:
         return {self.names[k]: v for k, v in enumerate(env) if v is not None}
 
     def _call(self, compiled, which: str, inputs):
-        try:
-            return compiled(inputs)
-        except compiled.ShapeChanged:  # inputs of new shapes: a module without shape-specialised folding
-            compiled = self._fx[which] = self._build(which, seen_shapes=False)
-            return compiled(inputs)
+        with keeping_sources(bool(self.cast_slots)):
+            try:
+                return compiled(inputs)
+            except compiled.ShapeChanged:  # inputs of new shapes: a module without shape-specialised folding
+                compiled = self._fx[which] = self._build(which, seen_shapes=False)
+                return compiled(inputs)
 
     def _build(self, which: str, seen_shapes: bool = True):
         from .fxplan import ALL, FxPlan
@@ -273,37 +301,12 @@ class Plan:
         seen: dict[int, tuple] = {}  # Shape/Size steps: (input shape, value), folded under a guard
         for s, v in zip(self.source_slots, inputs):
             env[s] = v if observer is None else observer.source(self.names[s], v)
-        step, args = None, []
+        last = [None, []]  # the step last started and its arguments, for the error
         try:
-            for step in self._steps(which):
-                pause_point()
-                args = [None if k is None else env[k] for k in step.in_slots]
-                if observer is not None:
-                    args = observer.arguments(step, [None if k is None else self.names[k] for k in step.in_slots], args)
-                out = step.fn(*args, **step.kwargs)
-                if shapes is not None:
-                    single = len(step.out_slots) == 1
-                    shapes.append((-1 if not isinstance(out, tuple) else 1) if single else len(out))
-                    if step.op_type in ("Shape", "Size") and isinstance(args[0], torch.Tensor):
-                        seen[len(shapes) - 1] = (tuple(args[0].shape), out)
-                if observer is not None:
-                    outs = [out[0] if isinstance(out, tuple) else out] if len(step.out_slots) == 1 else list(out)
-                    out = observer.outputs(step, args, [None if k is None else self.names[k] for k in step.out_slots],
-                                           outs)
-                    for k, v in zip(step.out_slots, out):
-                        if k is not None:
-                            env[k] = v
-                elif len(step.out_slots) == 1:
-                    if step.out_slots[0] is not None:
-                        env[step.out_slots[0]] = out[0] if isinstance(out, tuple) else out
-                else:
-                    for k, v in zip(step.out_slots, out):
-                        if k is not None:
-                            env[k] = v
-                if free:
-                    for k in step.free:
-                        env[k] = None
+            with keeping_sources(bool(self.cast_slots)):
+                self._walk(env, which, shapes, seen, observer, free, last)
         except STEP_ERRORS as exc:
+            step, args = last
             if step is not None and not isinstance(exc, OnnxGradError):
                 node = self.graph.nodes[step.node_index]
                 clash = type_clash(node, self.graph.opset(node.domain), args)
@@ -315,6 +318,40 @@ class Plan:
 
     def _written(self, step: Step | None) -> list[str]:
         return [] if step is None else [self.names[k] for k in step.out_slots if k is not None]
+
+    def _walk(self, env: list, which: str, shapes, seen, observer, free: bool, last: list) -> None:
+        """The steps in order over `env`."""
+        for step in self._steps(which):
+            pause_point()
+            last[0] = step
+            last[1] = args = [None if k is None else env[k] for k in step.in_slots]
+            if observer is not None:
+                args = observer.arguments(step, [None if k is None else self.names[k] for k in step.in_slots], args)
+            if step.cast:
+                last[1] = args = cast_args(args, step.cast, self.float_dtype)
+            out = step.fn(*args, **step.kwargs)
+            if shapes is not None:
+                single = len(step.out_slots) == 1
+                shapes.append((-1 if not isinstance(out, tuple) else 1) if single else len(out))
+                if step.op_type in ("Shape", "Size") and isinstance(args[0], torch.Tensor):
+                    seen[len(shapes) - 1] = (tuple(args[0].shape), out)
+            if observer is not None:
+                outs = [out[0] if isinstance(out, tuple) else out] if len(step.out_slots) == 1 else list(out)
+                out = observer.outputs(step, args, [None if k is None else self.names[k] for k in step.out_slots],
+                                       outs)
+                for k, v in zip(step.out_slots, out):
+                    if k is not None:
+                        env[k] = v
+            elif len(step.out_slots) == 1:
+                if step.out_slots[0] is not None:
+                    env[step.out_slots[0]] = out[0] if isinstance(out, tuple) else out
+            else:
+                for k, v in zip(step.out_slots, out):
+                    if k is not None:
+                        env[k] = v
+            if free:
+                for k in step.free:
+                    env[k] = None
 
 
 class StepObserver:

@@ -1,0 +1,53 @@
+"""Constants cast where a step reads them, never held cast (`plan.CAST_AT_USE`).
+
+A cast copy would still live on through autograd: an op saves its inputs for its backward, and a
+MatMul's saved weight is the copy. While a plan with such constants runs under grad mode,
+`keeping_sources` packs any saved tensor that is (a view of) a cast copy as its source and the dtype,
+and casts it again when the backward unpacks it: the backward holds one weight cast at a time."""
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+_SOURCE = "_onnxgrad_cast_of"  # set on each cast copy: the constant it was cast from
+
+
+def cast_one(source, dtype: torch.dtype):
+    if not isinstance(source, torch.Tensor) or source.dtype == dtype:
+        return source
+    copy = source.to(dtype)
+    setattr(copy, _SOURCE, source)
+    return copy
+
+
+def cast_args(args: list, positions: tuple[int, ...], dtype: torch.dtype) -> list:
+    if not positions:
+        return args
+    args = list(args)
+    for j in positions:
+        args[j] = cast_one(args[j], dtype)
+    return args
+
+
+def _pack(t: torch.Tensor):
+    base = t if t._base is None else t._base
+    source = getattr(base, _SOURCE, None)
+    if source is None:
+        return t
+    return source, t.dtype, tuple(t.shape), t.stride(), t.storage_offset(), base is not t
+
+
+def _unpack(packed):
+    if isinstance(packed, torch.Tensor):
+        return packed
+    source, dtype, shape, stride, offset, view = packed
+    copy = source.to(dtype)
+    return copy.as_strided(shape, stride, offset) if view else copy
+
+
+def keeping_sources(active: bool):
+    """Saved-tensor hooks for a run that casts constants at use under grad mode; a no-op otherwise."""
+    if active and torch.is_grad_enabled():
+        return torch.autograd.graph.saved_tensors_hooks(_pack, _unpack)
+    return contextlib.nullcontext()
