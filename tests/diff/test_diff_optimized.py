@@ -163,3 +163,66 @@ def test_a_shape_b_folded_into_another_spelling_is_compared_where_it_is_read():
     r = engine.diff(a, b, y="y", xs=["x"], feeds={"x": x})
     assert not r.diverges, r.worst()[:2]
     assert {n.node for n in r.nodes if n.where == "forward"} == {"reshape", "tanh"}
+
+
+def test_a_merged_reshape_does_not_pair_inputs_of_other_shapes():
+    """A: MatMul + Add on (2,3,4), then Reshape; B (onnxruntime's MatMulAddFusion): Reshape to (6,4), Gemm,
+    and one Reshape to A's target under its output name. The walk back from that Reshape must not pair A's
+    3-D Add with B's 2-D Gemm output (the gradient crashed on the shapes); the three are one span."""
+    n = helper.make_node
+    w, bias = RNG.standard_normal((4, 6)).astype(np.float32), RNG.standard_normal(6).astype(np.float32)
+    i64 = lambda name, v: _init(name, np.array(v, np.int64))  # noqa: E731
+    a = _model([n("MatMul", ["x", "w"], ["h"], name="mm"), n("Add", ["h", "bias"], ["hb"], name="add"),
+                n("Reshape", ["hb", "target"], ["r"], name="reshape"), n("Tanh", ["r"], ["y"], name="tanh")],
+               [_init("w", w), _init("bias", bias), i64("target", [2, 3, 2, 3])], [_vi("x", 2, 3, 4)],
+               [_vi("y", 2, 3, 2, 3)])
+    b = _model([n("Reshape", ["x", "flat"], ["x2"], name="in_reshape"), n("Gemm", ["x2", "w", "bias"], ["g"], name="gemm"),
+                n("Reshape", ["g", "target_b"], ["r"], name="out_reshape"), n("Tanh", ["r"], ["y"], name="tanh")],
+               [_init("w", w), _init("bias", bias), i64("flat", [6, 4]), i64("target_b", [2, 3, 2, 3])],
+               [_vi("x", 2, 3, 4)], [_vi("y", 2, 3, 2, 3)])
+    x = RNG.standard_normal((2, 3, 4)).astype(np.float32)
+    np.testing.assert_allclose(_ort(a, {"x": x}), _ort(b, {"x": x}), rtol=1e-6, atol=1e-6)
+    m = match(index(a), index(b))
+    assert "hb" not in m.tensors
+    assert [(s.a_nodes, s.b_nodes) for s in m.spans] == [(("mm", "add", "reshape"), ("in_reshape", "gemm", "out_reshape"))]
+    assert not engine.diff(a, b, y="y", xs=["x"], feeds={"x": x}).diverges
+
+
+def test_spans_that_share_a_b_node_become_one():
+    """B splits x in two and doubles / triples each half with Adds where A slices and multiplies: the
+    second span found reaches B's Split, which the first took; taken in, both sides read x."""
+    n = helper.make_node
+    i64 = lambda name, v: _init(name, np.array(v, np.int64))  # noqa: E731
+    a = _model([n("Slice", ["x", "s0", "e0", "ax"], ["a1"], name="slice1"), n("Mul", ["a1", "two"], ["o1"], name="double"),
+                n("Slice", ["x", "e0", "e1", "ax"], ["a2"], name="slice2"), n("Mul", ["a2", "three"], ["o2"], name="triple")],
+               [i64("s0", [0]), i64("e0", [2]), i64("e1", [4]), i64("ax", [0]), _init("two", np.float32(2.0)),
+                _init("three", np.float32(3.0))], [_vi("x", 4, 6)], [_vi("o1", 2, 6), _vi("o2", 2, 6)])
+    b = _model([n("Split", ["x", "halves"], ["u1", "u2"], axis=0, name="split"),
+                n("Add", ["u1", "u1"], ["o1"], name="add1"), n("Add", ["u2", "u2"], ["t2"], name="add2"),
+                n("Add", ["t2", "u2"], ["o2"], name="add3")],
+               [i64("halves", [2, 2])], [_vi("x", 4, 6)], [_vi("o1", 2, 6), _vi("o2", 2, 6)])
+    x = RNG.standard_normal((4, 6)).astype(np.float32)
+    np.testing.assert_array_equal(_ort(a, {"x": x}), _ort(b, {"x": x}))
+    m = match(index(a), index(b))
+    assert [(set(s.a_nodes), set(s.b_nodes), "x" in s.inputs) for s in m.spans] == [
+        ({"slice1", "double", "slice2", "triple"}, {"split", "add1", "add2", "add3"}, True)]
+    r = engine.diff(a, b, y="o1", xs=["x"], feeds={"x": x})
+    assert not r.diverges, r.worst()[:2]
+
+
+def test_a_scale_a_computes_from_shapes_and_b_folded_gets_no_gradient_row():
+    """A scales x by sqrt(its last dim), computed from Shape (as torchscript writes attention's scale);
+    B multiplies by the folded constant. No gradient flows into B's constant: the Mul's gradient is
+    compared at x only."""
+    n = helper.make_node
+    a = _model([n("Shape", ["x"], ["sh"], name="shape"), n("Gather", ["sh", "last"], ["d"], axis=0, name="dim"),
+                n("Cast", ["d"], ["df"], to=TensorProto.FLOAT, name="cast"), n("Sqrt", ["df"], ["sc"], name="sqrt"),
+                n("Mul", ["x", "sc"], ["h"], name="scale"), n("Tanh", ["h"], ["y"], name="tanh")],
+               [_init("last", np.array(1, np.int64))], [_vi("x", 3, 4)], [_vi("y", 3, 4)])
+    b = _model([n("Mul", ["x", "sc_folded"], ["h"], name="scale"), n("Tanh", ["h"], ["y"], name="tanh")],
+               [_init("sc_folded", np.float32(2.0))], [_vi("x", 3, 4)], [_vi("y", 3, 4)])
+    x = RNG.standard_normal((3, 4)).astype(np.float32)
+    np.testing.assert_array_equal(_ort(a, {"x": x}), _ort(b, {"x": x}))
+    r = engine.diff(a, b, y="y", xs=["x"], feeds={"x": x})
+    assert not r.diverges, r.worst()[:2]
+    assert {n.node for n in r.nodes if n.where == "gradient"} == {"tanh", "scale"}
