@@ -274,9 +274,8 @@ class ExplorerApp(App):
         graph = self.query_one(GraphView)
         graph.set_marks(graph_marks(s, graph.canvas.layout if graph.canvas else None))
         self.query_one(Inspector).show(s, *self.cursor)
-        results = self.query_one(Results)
-        results.show_gradient(s.gradient, s.gradient_origin, s.gradient_summary)
-        results.show_check(s.check)
+        self.query_one(Results).show_session(s)
+        self.query_one(NodeList).set_marks(s.diff.node_marks(s.graph) if s.diff is not None else {})  # diff mode
         self.refresh_footer()
 
     def request_values(self, names) -> None:

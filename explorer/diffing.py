@@ -131,7 +131,4 @@ class Diffing:
         status_line(self.app).idle("diff mode left")
 
     def _redraw(self) -> None:
-        s = self.shown.session
-        self.app.query_one("#node-list").set_marks(s.diff.node_marks(s.graph) if s.diff is not None else {})
-        self.app.query_one("#results").show_diff(s.diff)
-        self.app.results_changed()
+        self.app.results_changed()  # the marks in the graph and the list, the inspector, the Diff tab

@@ -138,6 +138,12 @@ class Results(Vertical):
         set_text(self.query_one("#verify-detail", Static), "")
         self._rows = {}
 
+    def show_session(self, s) -> None:
+        """Every table from the session: its gradients, its check and, in diff mode, its diff."""
+        self.show_gradient(s.gradient, s.gradient_origin, s.gradient_summary)
+        self.show_check(s.check)
+        self.show_diff(s.diff)
+
     def show_diff(self, diff) -> None:
         """Diff mode's table (the session's DiffShown), its tab shown while there is one."""
         self.query_one(DiffTab).show(diff)

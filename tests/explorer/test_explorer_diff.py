@@ -168,6 +168,20 @@ async def test_an_empty_path_is_answered_in_the_dialog_and_leaving_restores_the_
         assert not app.check_action("diff", ("where",))
 
 
+async def test_opening_another_model_leaves_diff_mode(tmp_path):
+    app = _mlp_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await started(app, pilot)
+        await _diff_with(app, pilot, _scaled_copy(tmp_path))
+        assert app.query_one("#node-list").query_one("EntryList").marks
+        app.run_open(sample("small_cnn.onnx"))
+        await started(app, pilot)
+        assert app.session.label == "small_cnn.onnx" and app.session.diff is None
+        assert not app.query_one("#node-list").query_one("EntryList").marks  # node indices of another graph
+        assert "fail" not in app.query_one("#graph").marks.values()
+        assert app.query_one("#results-tabs").active != "tab-diff"
+
+
 def test_every_diff_action_is_in_the_palette_and_the_keys_have_ids():
     from explorer.app import ExplorerApp
     from explorer.commands import COMMANDS
