@@ -22,13 +22,14 @@ class Profile:
     """One signature of input shapes: the live total right after each step's outputs exist."""
 
     live: tuple[int, ...]
-    added: tuple[tuple[int, str, tuple, torch.dtype | None], ...]  # per step: bytes, output, shape, dtype
+    added: tuple[tuple, ...]  # per step: its biggest output's bytes, name, shape, dtype; its cast weights' bytes
     peak: int
 
     def refusal(self, steps: Sequence, can_give: int):
         i = next(i for i, total in enumerate(self.live) if total > can_give)
-        nbytes, output, shape, dtype = self.added[i]
-        return refusal(steps[i].name, steps[i].op_type, output, shape, dtype, nbytes, can_give, self.live[i] - nbytes)
+        nbytes, output, shape, dtype, cast = self.added[i]
+        return refusal(steps[i].name, steps[i].op_type, output, shape, dtype, nbytes, can_give,
+                       self.live[i] - nbytes - cast, cast)
 
 
 NO_PROFILE = Profile((), (), 0)
@@ -98,8 +99,9 @@ class MemoryGuard:
                 sizes[alloc], owner[k], holders[alloc] = nbytes, alloc, 1
                 total += nbytes
                 biggest = max(biggest, (nbytes, name, shape or (), dtype), key=lambda b: b[0])
-            live.append(total)
-            added.append(biggest)
+            cast = self._cast_bytes(step)
+            live.append(total + cast)
+            added.append((*biggest, cast))
             for k in step.free if free else ():
                 alloc = owner.pop(k, None)
                 if alloc is not None:
@@ -107,6 +109,14 @@ class MemoryGuard:
                     if not holders[alloc]:
                         total -= sizes[alloc]
         return Profile(tuple(live), tuple(added), max(live, default=0))
+
+    def _cast_bytes(self, step) -> int:
+        """The weights `step` reads cast to the plan's float dtype (plan.CAST_AT_USE): alive while it runs."""
+        positions = getattr(step, "cast", ())
+        if not positions:
+            return 0
+        template = self.plan._template
+        return sum(template[step.in_slots[j]].numel() for j in positions) * self.plan.float_dtype.itemsize
 
     def _dims(self, inputs: Sequence) -> dict[str, int] | None:
         """Symbolic dim -> size, read from the values fed; None when a value contradicts its declared

@@ -167,8 +167,10 @@ def forget_reading() -> None:
 
 
 def refusal(node: str, op_type: str, output: str, shape: Sequence[int], dtype: torch.dtype, nbytes: int,
-            can_give: int, alive: int = 0) -> MemoryLimitError:
-    held = f" on top of the {size_text(alive)} the run's values hold by then" if alive else ""
+            can_give: int, alive: int = 0, cast: int = 0) -> MemoryLimitError:
+    held = [f"the {size_text(alive)} the run's values hold by then"] if alive else []
+    held += [f"the {size_text(cast)} of weights cast for this step"] if cast else []
+    held = f" on top of {' and '.join(held)}" if held else ""
     return MemoryLimitError(
         f"node {node!r} ({op_type}): output {output!r} of shape {list(shape)} {str(dtype).removeprefix('torch.')} "
         f"needs {size_text(nbytes)} ({nbytes} bytes){held}, more than the {size_text(can_give)} the machine can "

@@ -125,6 +125,24 @@ def test_a_run_fails_exactly_when_its_peak_of_live_values_exceeds_what_is_left(r
     memory.forget_reading()
 
 
+def test_a_weight_cast_where_it_is_read_counts_while_its_step_runs(machine):
+    # A float64 run of a float32 model casts a big weight where the MatMul reads it (plan.CAST_AT_USE):
+    # the 2 MiB float64 copy lives while the step runs, beside its 2 KiB output.
+    w = np.random.default_rng(1).standard_normal((512, 512)).astype(np.float32)
+    g = helper.make_graph([helper.make_node("MatMul", ["X", "W"], ["Y"], name="mm")], "g", [_value("X", [1, 512])],
+                          [_value("Y", [1, 512])], initializer=[onnx.numpy_helper.from_array(w, "W")])
+    model = engine.load(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]))
+    x = {"X": np.ones((1, 512), np.float32)}
+    machine(3 * MiB)
+    np.testing.assert_allclose(model.run(x, dtype="float64")["Y"], x["X"].astype(np.float64) @ w, rtol=1e-12)
+    machine(MiB)
+    assert model.run(x)["Y"].shape == (1, 512)  # float32: the weight is read where it lies
+    with pytest.raises(MemoryLimitError, match=r"^node 'mm' \(MatMul\): output 'Y' of shape \[1, 512\] float64 needs "
+                                               r"4\.0 KiB \(4096 bytes\) on top of the 2\.0 MiB of weights cast for this "
+                                               r"step, more than the 1\.0 MiB the machine can still give$"):
+        model.run(x, dtype="float64")
+
+
 def test_the_gradient_path_is_guarded(machine):
     model, y = chain(3)
     x = feed(256)
