@@ -48,6 +48,7 @@ class DiffJob:
     dims: dict[str, int] = field(default_factory=dict)
     seed: int = 0
     device: str = "cpu"
+    generation: int = 0  # the session's when asked: a later change of feeds, dims or selection makes it stale
 
     def run(self) -> engine.DiffReport:
         c = self.choice
@@ -65,7 +66,7 @@ def diff_job(session, choice: DiffChoice) -> DiffJob:
     spec = session.spec
     y, xs, zs = (spec.y, tuple(spec.xs), tuple(spec.zs)) if spec is not None else (None, (), ())
     return DiffJob(session.model, choice, choice.describe(), session.feed_values(), y, xs, zs,
-                   dict(session.dims), session.seed, session.device)
+                   dict(session.dims), session.seed, session.device, session.generation)
 
 
 @dataclass(frozen=True)
@@ -83,20 +84,29 @@ class DiffShown:
     """The diff on screen: its report and the direction (forward or gradient) the colours show."""
 
     report: engine.DiffReport
-    label: str
+    choice: DiffChoice
     where: str = FORWARD
+    generation: int = 0  # the session's generation it was computed for
     _rows: dict = field(default_factory=dict, repr=False)
     cache: dict = field(default_factory=dict, repr=False)  # (where, tensor) -> what the inspector drew of it
 
     @classmethod
-    def of(cls, report: engine.DiffReport, label: str) -> "DiffShown":
+    def of(cls, report: engine.DiffReport, choice: DiffChoice, generation: int = 0) -> "DiffShown":
         first = report.first_divergence
-        shown = cls(report, label, first.where if first is not None else FORWARD)
+        shown = cls(report, choice, first.where if first is not None else FORWARD, generation)
         for r in report.nodes:  # a node compared twice in one direction (a span's edges): its worst row
             old = shown._rows.get((r.where, r.node))
             if old is None or _over(r) > _over(old):
                 shown._rows[(r.where, r.node)] = r
         return shown
+
+    @property
+    def label(self) -> str:
+        return self.choice.describe()
+
+    def stale(self, session) -> bool:
+        """The feeds, dims, device or selection changed since it was computed."""
+        return session.generation != self.generation
 
     @property
     def has_gradient(self) -> bool:

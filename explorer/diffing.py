@@ -13,7 +13,7 @@ from engine.errors import OnnxGradError
 from . import messages as m
 from .diff_state import AGAINST, HALF_TYPES, DiffChoice, DiffShown, diff_job
 from .host import Shown, Ui, in_thread, status_line
-from .screens.diff import LEAVE, DiffScreen
+from .screens.diff import AGAIN, LEAVE, DiffScreen
 
 GROUP = "diff"  # the worker group: esc cancels it like the other long work (work.CANCELLABLE)
 
@@ -64,11 +64,14 @@ class Diffing:
         else:
             compares = "compares the forward only: select y and xs first (y, x) to compare gradients too"
         shown = self.diff.label if self.diff is not None else None
-        self.app.push_screen(DiffScreen(compares, shown, self.last_b), self._chosen)
+        stale = self.diff is not None and self.diff.stale(s)
+        self.app.push_screen(DiffScreen(compares, shown, self.last_b, stale), self._chosen)
 
     def _chosen(self, choice) -> None:
         if choice == LEAVE:
             self.leave()
+        elif choice == AGAIN and self.diff is not None:
+            self.start(self.diff.choice)
         elif isinstance(choice, DiffChoice):
             self.start(choice)
 
@@ -86,20 +89,20 @@ class Diffing:
         self.app.post_message(m.WorkStarted(GROUP, f"diff {job.label}"))
         report = job.run()
         if not get_current_worker().is_cancelled:
-            self.app.post_message(m.DiffReady(job.model, report, job.label))
+            self.app.post_message(m.DiffReady(job.model, report, job.choice, job.generation))
 
     def ready(self, message: m.DiffReady) -> None:
         s = self.shown.session
         if s is None or message.model is not s.model:  # another model was opened meanwhile
             return
-        s.diff = DiffShown.of(message.report, message.label)
+        s.diff = DiffShown.of(message.report, message.choice, message.generation)
         self._redraw()
         self.app.query_one("#results").show_tab("diff")
         headline = s.diff.headline()
         status_line(self.app).idle(f"diff: {headline}")
         self.app.post_message(m.WorkFinished(GROUP, "done"))
         first = message.report.first_divergence
-        self.app.notify(headline + ("; n goes there" if first is not None else ""), title=f"diff {s.label} {message.label}",
+        self.app.notify(headline + ("; n goes there" if first is not None else ""), title=f"diff {s.label} {s.diff.label}",
                         severity="warning" if first is not None else "information", timeout=10)
         if first is not None:  # once the bar's diff line has taken its row: the graph's height is known then
             self.app.call_after_refresh(self.app.go_to_culprit, True)

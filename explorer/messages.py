@@ -155,4 +155,5 @@ class DiffReady(Message):
 
     model: object  # the engine.Model diffed (A)
     report: object  # engine.DiffReport, with its values kept
-    label: str  # what A was compared with: "vs B.onnx", "vs float16", "vs onnxruntime"
+    choice: object  # explorer.diff_state.DiffChoice: what A was compared with
+    generation: int = 0  # the session's when the diff was asked for

@@ -11,12 +11,13 @@ from textual.widgets import Button, Input, Label, Static
 from ..diff_state import AGAINST, HALF_TYPES, DiffChoice
 from ..guard import guarded
 
-LEAVE = "leave"
+LEAVE, AGAIN = "leave", "again"
 
 
 @guarded
 class DiffScreen(ModalScreen):
-    """Dismisses with a DiffChoice, LEAVE (back to the normal view), or None (cancelled)."""
+    """Dismisses with a DiffChoice, LEAVE (back to the normal view), AGAIN (the diff shown, computed anew),
+    or None (cancelled)."""
 
     BINDINGS = [Binding("escape", "cancel", "Cancel", id="diff.cancel")]
     DEFAULT_CSS = """
@@ -32,11 +33,12 @@ class DiffScreen(ModalScreen):
     DiffScreen Button { margin-right: 1; margin-top: 1; min-width: 10; }
     """
 
-    def __init__(self, compares: str, shown: str | None = None, last_b: str = ""):
+    def __init__(self, compares: str, shown: str | None = None, last_b: str = "", stale: bool = False):
         super().__init__()
         self.compares = compares  # what the diff will compare: the selection, or the forward alone
         self.shown = shown  # the diff on screen ("vs B.onnx"), when in diff mode
         self.last_b = last_b
+        self.stale = stale  # the diff shown was computed before the session changed: offer it again first
 
     def compose(self) -> ComposeResult:
         with Vertical():
@@ -44,8 +46,11 @@ class DiffScreen(ModalScreen):
             yield Static(self.compares, classes="diff-caption")
             if self.shown:  # b in diff mode, then enter: back to the normal view
                 with Horizontal():
+                    if self.stale:
+                        yield Button("Compare again", variant="primary", id="diff-again")
                     yield Button("Leave diff mode", variant="warning", id="diff-leave")
-                    yield Static(f"now showing the diff {self.shown}", classes="diff-caption diff-beside")
+                    yield Static(f"now showing the diff {self.shown}{' (stale)' if self.stale else ''}",
+                                 classes="diff-caption diff-beside")
             yield Label("B, another model file (a changed, optimized or quantized copy):")
             yield Input(self.last_b, placeholder="path/to/B.onnx", id="diff-path")
             yield Label("", id="diff-error")
@@ -62,7 +67,7 @@ class DiffScreen(ModalScreen):
                          classes="diff-caption")
 
     def on_mount(self) -> None:
-        self.query_one("#diff-leave" if self.shown else "#diff-path").focus()
+        self.query_one("#diff-again" if self.stale else "#diff-leave" if self.shown else "#diff-path").focus()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         event.stop()
@@ -76,8 +81,8 @@ class DiffScreen(ModalScreen):
             self.dismiss(DiffChoice(dtype=which))
         elif which == AGAINST:
             self.dismiss(DiffChoice(against=AGAINST))
-        elif which == LEAVE:
-            self.dismiss(LEAVE)
+        elif which in (LEAVE, AGAIN):
+            self.dismiss(which)
         else:
             self.dismiss(None)
 

@@ -22,9 +22,11 @@ VERDICTS = {"fail": ("✗ diverges by itself", "bold red"),
             "pass": ("✓ agrees within tolerance", "green")}
 
 
-def diff_section(diff, graph, node_index: int | None, tensor: str | None) -> Group:
+def diff_section(diff, graph, node_index: int | None, tensor: str | None, stale: bool = False) -> Group:
     """What diff mode adds to the inspector for the node and tensor under the cursor."""
     parts = [Text(f"diff, {diff.where}, {diff.label}", style="bold reverse")]
+    if stale:
+        parts.append(Text("stale: computed before the feeds, dims or selection changed", style="bold yellow"))
     tensors = [tensor] if tensor else []
     if node_index is not None:
         name, node = graph.node_names[node_index], graph.nodes[node_index]

@@ -129,7 +129,7 @@ class Inspector(Widget, can_focus=True):
         if not parts:
             parts.append(Text("Move in the graph (arrows) or the list to inspect a node or tensor.", style="dim"))
         elif s.diff is not None:  # diff mode: the verdict and both sides' values first
-            parts.insert(0, diff_section(s.diff, s.graph, self.node_index, self.tensor))
+            parts.insert(0, diff_section(s.diff, s.graph, self.node_index, self.tensor, s.diff.stale(s)))
         info = Group(*parts)
         arr = self._heat_array()
         self.has_heatmap = arr is not None and arr.size > 0

@@ -49,4 +49,7 @@ class SelectionBar(Static):
             t.append(f"  {s.diff.where} · {s.diff.headline()}", style="bold red" if s.diff.report.diverges else "green")
             hints = (["n culprit"] if s.diff.report.diverges else []) + ["B forward/gradient", "b leave"]
             t.append("   " + " · ".join(hints), style="dim")
+            if s.diff.stale(s):
+                t.append("\n  stale: the feeds, dims or selection changed since (b, enter compares again)",
+                         style="bold yellow")
         set_text(self, t)

@@ -168,6 +168,31 @@ async def test_an_empty_path_is_answered_in_the_dialog_and_leaving_restores_the_
         assert not app.check_action("diff", ("where",))
 
 
+async def test_a_diff_made_before_the_feeds_changed_says_it_is_stale_and_b_enter_compares_again(tmp_path):
+    from explorer.feeding import FeedSource
+
+    app = _mlp_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await started(app, pilot)
+        await _diff_with(app, pilot, _scaled_copy(tmp_path))
+        first = app.session.diff
+        assert "stale" not in plain(app.query_one("#selection-bar"))
+        app.session.set_feed("X", FeedSource("ones"))
+        app.selection_changed()
+        await settle(app, pilot)
+        assert "stale" in plain(app.query_one("#selection-bar")) and "stale" in plain(app.query_one("#inspector-page"))
+        await pilot.press("b")
+        assert app.screen.focused.id == "diff-again"
+        await pilot.press("enter")
+        await settle(app, pilot)
+        again = app.session.diff
+        assert again is not first and again.choice == first.choice and not again.stale(app.session)
+        assert "stale" not in plain(app.query_one("#selection-bar"))
+        # the new report ran on the new feeds: A's logits from X = ones, as onnxruntime computes them
+        a = ort.InferenceSession(MLP).run(["logits"], app.session.feed_values())[0]
+        np.testing.assert_allclose(again.report.values.forward["logits"][0], a, rtol=1e-5, atol=1e-6)
+
+
 async def test_opening_another_model_leaves_diff_mode(tmp_path):
     app = _mlp_app()
     async with app.run_test(size=SIZE) as pilot:
@@ -271,7 +296,7 @@ def test_n_in_diff_mode_without_an_app_goes_to_the_culprit_and_turns_the_colours
     from engine.modeldiff.report import Divergence, NodeDiff
     from explorer.app import ExplorerApp
     from explorer.debugging import Debugging
-    from explorer.diff_state import DiffShown
+    from explorer.diff_state import DiffChoice, DiffShown
     from explorer.diffing import DiffingApp
     from explorer.host import Shown
     from explorer.keys import Keys
@@ -300,7 +325,7 @@ def test_n_in_diff_mode_without_an_app_goes_to_the_culprit_and_turns_the_colours
     debugging = Debugging(shown, app, Colours())
     keys = Keys(shown, app, ExplorerApp.BINDINGS, lambda: False, debugging.culprit)
     assert not keys.applies("diff", ("where",)) and not keys.applies("go_to_culprit")
-    s.diff = DiffShown.of(report, "vs b")
+    s.diff = DiffShown.of(report, DiffChoice(b="b.onnx"))
     s.diff.where = "gradient"  # nothing diverges there: n goes to the forward culprit and shows the forward
     assert keys.applies("diff", ("where",)) and keys.applies("go_to_culprit") and keys.applies("diff", ("float16",))
     assert s.diff.node_marks(model.graph) == {model.graph.node_names.index("fc2"): "pass"}
