@@ -281,11 +281,6 @@ def data_values(args, attributes) -> int | None:
     return int(t.numel()) * 4 if isinstance(t, torch.Tensor) else None
 
 
-def k_attribute(args, attributes) -> int | None:
-    k = attributes.get("K")
-    return k if isinstance(k, int) and k > 0 else None
-
-
 def rotary_heads(value, args, attributes):
     """RotaryEmbedding's num_heads (3-D input only): 0 (the input is 4-D) or a divisor of the hidden size."""
     if value < 0:
