@@ -30,9 +30,20 @@ class Tape(StepObserver):
     # the inputs that get their own leaves (the tensors a gradient flows into); None: every float input.
     # A weight outside it costs no weight gradient (the model's size again) and a node with no leaf no record.
     wanted: frozenset | None = None
+    keep: Callable[[str], bool] | None = None  # which values `values` keeps (None: all)
+    seen: Callable[[str, torch.Tensor], None] | None = None  # each value as it appears (streamed measures)
+    done: Callable[[int], None] | None = None  # after each node ran and was recorded
+    _met: set = field(default_factory=set)
+
+    def _store(self, name, value):
+        if self.seen is not None and isinstance(value, torch.Tensor):
+            self.seen(name, value)
+        if self.keep is None or self.keep(name):
+            self.values[name] = value
 
     def source(self, name, value):
-        self.values[name] = value.detach() if isinstance(value, torch.Tensor) else value
+        self._met.add(name)
+        self._store(name, value.detach() if isinstance(value, torch.Tensor) else value)
         return value
 
     def arguments(self, step, names, args):
@@ -44,8 +55,9 @@ class Tape(StepObserver):
                         if n is not None and isinstance(a, torch.Tensor) and a.is_floating_point()
                         and (wanted is None or n in wanted)}
         for n, a in zip(names, args):
-            if n is not None and n not in self.values and isinstance(a, torch.Tensor):
-                self.values[n] = a.detach()  # initializers: read from the plan, never a source
+            if n is not None and n not in self._met and isinstance(a, torch.Tensor):
+                self._met.add(n)
+                self._store(n, a.detach())  # initializers: read from the plan, never a source
         return [self._leaves.get(n, a) for n, a in zip(names, args)]
 
     def outputs(self, step, args, names, outs):
@@ -55,7 +67,10 @@ class Tape(StepObserver):
         detached = [o.detach() if isinstance(o, torch.Tensor) else o for o in outs]
         for n, o in zip(names, detached):
             if n is not None:
-                self.values[n] = o
+                self._met.add(n)
+                self._store(n, o)
+        if self.done is not None:
+            self.done(step.node_index)
         return detached
 
 
@@ -64,18 +79,20 @@ def _or(value, fallback):
 
 
 def run_tape(model, feeds: Mapping[str, object], targets: Iterable[str], *, dtype=None, device="cpu",
-             replace=None, wanted=None) -> Tape:
+             replace=None, wanted=None, tape: Tape | None = None) -> Tape:
     """Run `model` from `feeds` to `targets`, node by node, recording each node on its own leaves (those
-    of its inputs in `wanted`, when given: none at all for a forward-only comparison)."""
+    of its inputs in `wanted`, when given: none at all for a forward-only comparison). A `tape` that
+    keeps only some values (`keep`) streams: the run drops every other value after its last reader."""
     from ..dtypes import parse_device, parse_float_dtype
 
     dev, fdt = parse_device(device), parse_float_dtype(dtype)
-    plan = model.prepare(list(feeds), list(targets), device=dev, dtype=fdt, keep_all=True)
+    stream = tape is not None and tape.keep is not None
+    plan = model.prepare(list(feeds), list(targets), device=dev, dtype=fdt, keep_all=not stream)
     values = [model.to_tensor(n, feeds[n], dev, fdt) for n in plan.sources]
-    tape = Tape(replace, wanted=None if wanted is None else frozenset(wanted))
-    tape.graph = model.graph
+    tape = tape if tape is not None else Tape()
+    tape.replace, tape.wanted, tape.graph = replace, None if wanted is None else frozenset(wanted), model.graph
     with torch.enable_grad() if wanted is None or wanted else torch.no_grad():
-        plan.run_observed(values, tape)
+        plan.run_observed(values, tape, free=stream)
     return tape
 
 

@@ -286,9 +286,11 @@ class Plan:
             compiled = self._fx[which] = self._build(which)
         return compiled
 
-    def run_observed(self, inputs: Sequence[torch.Tensor], observer: "StepObserver") -> list[torch.Tensor]:
-        """`run`, with `observer` seeing (and able to replace) every value: tensor hooks, aliases."""
-        env = self._execute(inputs, free=False, which="all", observer=observer)
+    def run_observed(self, inputs: Sequence[torch.Tensor], observer: "StepObserver", free: bool = False
+                     ) -> list[torch.Tensor]:
+        """`run`, with `observer` seeing (and able to replace) every value: tensor hooks, aliases.
+        `free`: each value is dropped after its last reader (a plan built without keep_all)."""
+        env = self._execute(inputs, free=free, which="all", observer=observer)
         return [env[s] for s in self.target_slots]
 
     def _execute(self, inputs, free: bool, which: str, observer: "StepObserver | None" = None) -> list:
