@@ -40,7 +40,6 @@ class DiffJob:
 
     model: engine.Model
     choice: DiffChoice
-    label: str  # "vs B.onnx": A is the session's model
     feeds: dict[str, np.ndarray]
     y: str | None = None
     xs: tuple[str, ...] = ()
@@ -65,7 +64,7 @@ def diff_job(session, choice: DiffChoice) -> DiffJob:
     """The session's model, feeds and dims; its selection when complete (else the forward alone)."""
     spec = session.spec
     y, xs, zs = (spec.y, tuple(spec.xs), tuple(spec.zs)) if spec is not None else (None, (), ())
-    return DiffJob(session.model, choice, choice.describe(), session.feed_values(), y, xs, zs,
+    return DiffJob(session.model, choice, session.feed_values(), y, xs, zs,
                    dict(session.dims), session.seed, session.device, session.generation)
 
 

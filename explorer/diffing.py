@@ -86,7 +86,7 @@ class Diffing:
         return in_thread(self.app, GROUP, self._diff, job)
 
     def _diff(self, job) -> None:
-        self.app.post_message(m.WorkStarted(GROUP, f"diff {job.label}"))
+        self.app.post_message(m.WorkStarted(GROUP, f"diff {job.choice.describe()}"))
         report = job.run()
         if not get_current_worker().is_cancelled:
             self.app.post_message(m.DiffReady(job.model, report, job.choice, job.generation))
