@@ -47,7 +47,7 @@ class DiffJob:
     dims: dict[str, int] = field(default_factory=dict)
     seed: int = 0
     device: str = "cpu"
-    generation: int = 0  # the session's when asked: a later change of feeds, dims or selection makes it stale
+    basis: tuple = ()  # diff_basis of the session when asked: once it changes, the diff shown is stale
 
     def run(self) -> engine.DiffReport:
         c = self.choice
@@ -65,7 +65,16 @@ def diff_job(session, choice: DiffChoice) -> DiffJob:
     spec = session.spec
     y, xs, zs = (spec.y, tuple(spec.xs), tuple(spec.zs)) if spec is not None else (None, (), ())
     return DiffJob(session.model, choice, session.feed_values(), y, xs, zs,
-                   dict(session.dims), session.seed, session.device, session.generation)
+                   dict(session.dims), session.seed, session.device, diff_basis(session))
+
+
+def diff_basis(session) -> tuple:
+    """What of the session a diff depends on: selection, feeds, dims, seed, device (not the dtype: A runs
+    in its own, B in its own or the half type chosen)."""
+    spec = session.spec
+    selection = (spec.y, tuple(spec.xs), tuple(spec.zs)) if spec is not None else None
+    return (selection, tuple(sorted((n, repr(f)) for n, f in session.feeds.items())), tuple(sorted(session.dims.items())),
+            session.seed, session.device)
 
 
 @dataclass(frozen=True)
@@ -85,14 +94,14 @@ class DiffShown:
     report: engine.DiffReport
     choice: DiffChoice
     where: str = FORWARD
-    generation: int = 0  # the session's generation it was computed for
+    basis: tuple = ()  # diff_basis of the session it was computed for
     _rows: dict = field(default_factory=dict, repr=False)
     cache: dict = field(default_factory=dict, repr=False)  # (where, tensor) -> what the inspector drew of it
 
     @classmethod
-    def of(cls, report: engine.DiffReport, choice: DiffChoice, generation: int = 0) -> "DiffShown":
+    def of(cls, report: engine.DiffReport, choice: DiffChoice, basis: tuple = ()) -> "DiffShown":
         first = report.first_divergence
-        shown = cls(report, choice, first.where if first is not None else FORWARD, generation)
+        shown = cls(report, choice, first.where if first is not None else FORWARD, basis)
         for r in report.nodes:  # a node compared twice in one direction (a span's edges): its worst row
             old = shown._rows.get((r.where, r.node))
             if old is None or _over(r) > _over(old):
@@ -105,7 +114,7 @@ class DiffShown:
 
     def stale(self, session) -> bool:
         """The feeds, dims, device or selection changed since it was computed."""
-        return session.generation != self.generation
+        return diff_basis(session) != self.basis
 
     @property
     def has_gradient(self) -> bool:

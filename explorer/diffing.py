@@ -89,13 +89,13 @@ class Diffing:
         self.app.post_message(m.WorkStarted(GROUP, f"diff {job.choice.describe()}"))
         report = job.run()
         if not get_current_worker().is_cancelled:
-            self.app.post_message(m.DiffReady(job.model, report, job.choice, job.generation))
+            self.app.post_message(m.DiffReady(job.model, report, job.choice, job.basis))
 
     def ready(self, message: m.DiffReady) -> None:
         s = self.shown.session
         if s is None or message.model is not s.model:  # another model was opened meanwhile
             return
-        s.diff = DiffShown.of(message.report, message.choice, message.generation)
+        s.diff = DiffShown.of(message.report, message.choice, message.basis)
         self._redraw()
         self.app.query_one("#results").show_tab("diff")
         headline = s.diff.headline()

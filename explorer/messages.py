@@ -156,4 +156,4 @@ class DiffReady(Message):
     model: object  # the engine.Model diffed (A)
     report: object  # engine.DiffReport, with its values kept
     choice: object  # explorer.diff_state.DiffChoice: what A was compared with
-    generation: int = 0  # the session's when the diff was asked for
+    basis: tuple = ()  # explorer.diff_state.diff_basis of the session when the diff was asked for

@@ -50,6 +50,6 @@ class SelectionBar(Static):
             hints = (["n culprit"] if s.diff.report.diverges else []) + ["B forward/gradient", "b leave"]
             t.append("   " + " · ".join(hints), style="dim")
             if s.diff.stale(s):
-                t.append("\n  stale: the feeds, dims or selection changed since (b, enter compares again)",
+                t.append("\n  stale: the feeds, dims, device or selection changed since (b, enter compares again)",
                          style="bold yellow")
         set_text(self, t)
