@@ -176,6 +176,19 @@ def _resize(x, roi=None, scales=None, sizes=None, *_):
     return None
 
 
+def _pad(x, pads=None, *_):
+    if not isinstance(pads, torch.Tensor) or pads.numel() != 2 * x.dim():
+        return None  # pads of some axes only (opset 18's axes input): left to the allocator
+    p = pads.tolist()
+    return tuple(d + int(p[i]) + int(p[i + x.dim()]) for i, d in enumerate(x.shape))
+
+
+def _one_hot(indices, depth, *_):
+    if not isinstance(depth, torch.Tensor) or depth.numel() != 1:
+        return None
+    return (*indices.shape, int(depth.reshape(()).item()))  # where the new axis goes does not change the size
+
+
 def _broadcast(*args):
     """The broadcast of the tensors' shapes (torch.broadcast_shapes costs tens of µs; a clash is the op's to say)."""
     shapes = [a.shape for a in args if isinstance(a, torch.Tensor)]
@@ -191,7 +204,7 @@ def _broadcast(*args):
 
 
 VALUE_SIZED: dict[str, Callable] = {"ConstantOfShape": _constant_of_shape, "Tile": _tile, "Range": _range,
-                                    "Resize": _resize}
+                                    "Resize": _resize, "Pad": _pad, "OneHot": _one_hot}
 # Their output is their inputs broadcast: sized from the inputs' shapes when the graph cannot say it
 # and an input is an Expand (a view, however large its shape; the Add that reads it allocates the
 # whole). Other steps of unknown size are left to the allocator: sizing each costs a few µs a run.

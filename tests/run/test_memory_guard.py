@@ -168,6 +168,38 @@ def test_an_output_sized_by_a_value_is_refused_before_it_is_made(machine):
             model.run({"S": np.array([2048, 2048])})
 
 
+_X = _value("X", [2, 2])
+SIZED_BY_VALUE = {  # op: (node, inputs, small feeds -> numpy's result, big feeds, the big output's shape)
+    "Tile": (helper.make_node("Tile", ["X", "R"], ["Y"], name="n"), [_X, _value("R", [2], TensorProto.INT64)],
+             (np.array([2, 3]), lambda x, r: np.tile(x, r)), np.array([1024, 1024]), [2048, 2048]),
+    "Pad": (helper.make_node("Pad", ["X", "R"], ["Y"], name="n"), [_X, _value("R", [4], TensorProto.INT64)],
+            (np.array([0, 1, 2, 3]), lambda x, r: np.pad(x, [(0, 2), (1, 3)])), np.array([0, 0, 2000, 2000]),
+            [2002, 2002]),
+    "Range": (helper.make_node("Range", ["A", "R", "D"], ["Y"], name="n"),
+              [_value("A", [], TensorProto.INT64), _value("R", [], TensorProto.INT64), _value("D", [], TensorProto.INT64)],
+              (np.array(7), lambda a, r: np.arange(0, r, 3)), np.array(4 << 20), [len(range(0, 4 << 20, 3))]),
+}
+
+
+@pytest.mark.parametrize("op", sorted(SIZED_BY_VALUE))
+def test_outputs_sized_by_a_value_are_refused_before_they_are_made(machine, op):
+    node, inputs, (small, oracle), big, shape = SIZED_BY_VALUE[op]
+    model = engine.load(_model([node], inputs, [_value("Y", [None] * len(shape), inputs[0].type.tensor_type.elem_type)]))
+    if op == "Range":
+        feeds = lambda r: {"A": np.array(0), "R": r, "D": np.array(3)}  # noqa: E731
+        x = None
+    else:
+        x = np.arange(4, dtype=np.float32).reshape(2, 2)
+        feeds = lambda r: {"X": x, "R": r}  # noqa: E731
+    machine(8 * MiB)
+    np.testing.assert_array_equal(model.run(feeds(small))["Y"], oracle(x, small))
+    itemsize = 8 if op == "Range" else 4
+    nbytes = int(np.prod(shape)) * itemsize
+    with pytest.raises(MemoryLimitError, match=rf"^node 'n' \({op}\): output 'Y' of shape \[{', '.join(map(str, shape))}\] "
+                                               rf"\w+ needs [0-9.]+ MiB \({nbytes} bytes\)"):
+        model.run(feeds(big))
+
+
 def test_an_add_of_an_expand_to_a_fed_size_is_refused_before_it_is_made(machine):
     # Expand is a view whatever its shape; the Add reading it allocates the whole, of a size no graph says.
     model = engine.load(_model([helper.make_node("Expand", ["X", "S"], ["E"], name="expand"),
