@@ -10,8 +10,9 @@ the shapes shape inference left in the graph, their symbolic dims resolved from 
 live total follows the plan's own frees, so a long chain whose values die young passes, and many
 steps each under the limit but together over it fail at the step that crosses it. Outputs whose
 size depends on values (ConstantOfShape, Tile, Range, Resize, Pad, OneHot, and an elementwise step
-reading an Expand) are sized from their inputs right before their step runs (engine/run/guard.py). What neither knows is left to the allocator, whose failure becomes the
-same one line (engine/run/step_errors.py).
+reading an Expand) are sized from their inputs right before their step runs (engine/run/guard.py).
+What neither knows is left to the allocator, whose failure becomes the same one line
+(engine/run/step_errors.py).
 
 Reading /proc/meminfo costs about 70 µs, more than a small model's whole run: a reading serves
 every run for a second while what the run may hold stays under half of it.
