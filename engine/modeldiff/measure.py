@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from .tolerance import TINY, relative_error
+from .tolerance import TINY, all_finite, relative_error
 
 
 class Measured:
@@ -26,7 +26,7 @@ class Measured:
 
     def __call__(self, name: str, value: torch.Tensor) -> None:
         self.dtypes[name] = value.dtype
-        finite = not value.is_floating_point() or bool(torch.isfinite(value).all())
+        finite = all_finite(value)
         self.finite[name] = finite
         for a in self.of_b.get(name, ()):
             va = self.values_a.get(a)

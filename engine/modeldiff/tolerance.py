@@ -67,6 +67,21 @@ def inner_length(op_type: str, inputs) -> float:
 CHUNK = 1 << 20
 
 
+def all_finite(t: torch.Tensor) -> bool:
+    """No NaN or Inf, in one pass and no temporary: min and max propagate NaN (an embedding table's
+    isfinite mask alone would be a quarter of its float32 bytes)."""
+    if not t.is_floating_point() or not t.numel():
+        return True
+    lo, hi = torch.aminmax(t)
+    return math.isfinite(float(lo)) and math.isfinite(float(hi))
+
+
+def largest(t: torch.Tensor) -> float:
+    """max |t| without materializing |t|."""
+    lo, hi = torch.aminmax(t)
+    return max(abs(float(lo)), abs(float(hi)))
+
+
 def _max_abs_difference(a: torch.Tensor, b: torch.Tensor) -> float:
     """max |a − b| in float64, a million elements at a time: an embedding table compared whole in
     float64 would hold three copies of itself at twice its width."""
@@ -85,10 +100,11 @@ def relative_error(a: torch.Tensor, b: torch.Tensor, saturate: bool = False, flo
     if not (a.is_floating_point() or b.is_floating_point()):
         return 0.0 if torch.equal(a, b.to(a.dtype)) else math.inf
     a, b = a.detach(), b.detach()
-    if bool(torch.isfinite(a).all()) and bool(torch.isfinite(b).all()):  # the common case, fast
-        diff = _max_abs_difference(a, b) if a.numel() else 0.0
-        scale = max(float(a.abs().max()), float(b.abs().max()), floor) if a.numel() else floor
-        return diff / scale if diff else 0.0
+    if not a.numel():
+        return 0.0
+    if all_finite(a) and all_finite(b):  # the common case, fast
+        diff = _max_abs_difference(a, b)
+        return diff / max(largest(a), largest(b), floor) if diff else 0.0
     a64, b64 = a.to(torch.float64), b.to(torch.float64)
     if saturate and b.is_floating_point():
         top = float(torch.finfo(b.dtype).max)
