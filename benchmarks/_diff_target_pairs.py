@@ -72,6 +72,12 @@ def ort_optimized(src: str, dst: str, level: str) -> str:
     opts.graph_optimization_level = {"extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
                                      "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}[level]
     opts.optimized_model_filepath = dst
+    if any(os.path.exists(os.path.join(os.path.dirname(src), f)) for f in (os.path.basename(src) + ".data",
+                                                                          os.path.basename(src) + "_data")):
+        # A file with external data: the optimized one gets its own beside it (else it points at nothing)
+        opts.add_session_config_entry("session.optimized_model_external_initializers_file_name",
+                                      os.path.basename(dst) + ".data")
+        opts.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", "1024")
     ort.InferenceSession(src, opts, providers=["CPUExecutionProvider"])
     return dst
 
