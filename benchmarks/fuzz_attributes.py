@@ -27,27 +27,47 @@ EXTREME = re.compile(r" = -?214748364[78]: ")
 
 
 def sweep(memory_gb: float) -> dict:
-    from engine.ops.attribute_ranges import UNCHECKED
-    from tests import attribute_fuzz
+    """tests/attribute_fuzz.py over every mutant, in a child process: a child the kernel or a crash ends is
+    counted as a kill (with the mutant it was running) and a new child goes on from the next mutant."""
+    import subprocess
+    import tempfile
 
-    start = time.perf_counter()
-    mutants = attribute_fuzz.all_mutants()
-    collected = time.perf_counter() - start
-    result = attribute_fuzz.sweep(mutants, memory_gb)
-    ops = collections.Counter(m.case.op_type for m in mutants)
-    pairs = {(m.case.op_type, m.attribute) for m in mutants}
+    from engine.ops.attribute_ranges import UNCHECKED
+
+    script = os.path.join(ROOT, "tests", "attribute_fuzz.py")
+    total: dict = {"kills": []}
+    start, begun = 0, time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        progress = os.path.join(tmp, "progress")
+        while True:
+            if os.path.exists(progress):
+                os.remove(progress)
+            proc = subprocess.run([sys.executable, script, "--start", str(start), "--progress", progress,
+                                   "--memory-gb", str(memory_gb)], capture_output=True, text=True, cwd=ROOT)
+            lines = proc.stdout.strip().splitlines()
+            if proc.returncode == 0 and lines:
+                total.update({k: v for k, v in json.loads(lines[-1]).items() if k in ("total", "ops", "op_attribute_pairs")})
+                break
+            at, label = open(progress).read().split("\t", 1) if os.path.exists(progress) else ("0", "?")
+            total["kills"].append(f"{label}: exit {proc.returncode} {proc.stderr.strip().splitlines()[-1:]}")
+            start += int(at) + 1
+        with open(progress + ".jsonl") as fh:
+            records = [json.loads(line) for line in fh]
+    counts = collections.Counter(r["outcome"] for r in records)
+    total.update({k: counts.get(k, 0) for k in ("ran", "named", "downstream", "unnamed", "escape", "skipped")})
+    total["mutants"] = len(records) - counts.get("skipped", 0) + len(total["kills"])
+    for kind in ("unnamed", "escape"):
+        total[kind] = [f"{r['label']}: {r['message']}" for r in records if r["outcome"] == kind]
+    unnamed = total["unnamed"]
 
     def attribute_of(line: str) -> str:
         return line.split(": ")[1].split(" = ")[0].split("[")[0]
 
-    unnamed = result["unnamed"]
-    result.update(
-        ops=len(ops), op_attribute_pairs=len(pairs),
+    total.update(
         extreme_unnamed_with_a_range=[u for u in unnamed if EXTREME.search(u) and attribute_of(u) not in UNCHECKED],
         extreme_unnamed_unchecked=[u for u in unnamed if EXTREME.search(u) and attribute_of(u) in UNCHECKED],
-        collect_seconds=round(collected, 1), sweep_seconds=round(time.perf_counter() - start - collected, 1),
-    )
-    return result
+        seconds=round(time.perf_counter() - begun, 1))
+    return total
 
 
 def step_cost(repeats: int = 50, rounds: int = 7) -> dict:

@@ -245,7 +245,7 @@ def address_space_cap(gb: float):
         resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
 
 
-def sweep(mutants: list[Mutant], memory_gb: float = 4.0) -> dict:
+def sweep(mutants: list[Mutant], memory_gb: float = 4.0, progress: str = "") -> dict:
     import torch  # noqa: F401 - its start-up reservations come before the cap
 
     counts = {"ran": 0, "named": 0, "downstream": 0, "unnamed": 0, "escape": 0}
@@ -254,17 +254,29 @@ def sweep(mutants: list[Mutant], memory_gb: float = 4.0) -> dict:
     skipped = 0
     with warnings.catch_warnings(), address_space_cap(memory_gb):
         warnings.simplefilter("ignore")
-        for m in mutants:
+        for i, m in enumerate(mutants):
+            if progress:  # the mutant under way, for a parent to name if this process dies
+                with open(progress, "w") as fh:
+                    fh.write(f"{i}\t{m.label}")
             if id(m.case) not in verdicts:
                 verdicts[id(m.case)] = runs(m.case)
             if not verdicts[id(m.case)]:
                 skipped += 1
+                _record(progress, "skipped", m, "")
                 continue
             outcome, msg = exercise(m)
+            _record(progress, outcome, m, msg)
             counts[outcome] += 1
             if outcome in found:
                 found[outcome].append(f"{m.label}: {msg[:240]}")
     return {"mutants": len(mutants) - skipped, "of_cases_that_fail_unmutated": skipped, **counts, **found}
+
+
+def _record(progress: str, outcome: str, m: Mutant, msg: str) -> None:
+    """One JSON line per mutant beside the progress file: what a parent counts when this process is killed."""
+    if progress:
+        with open(progress + ".jsonl", "a") as fh:
+            fh.write(json.dumps({"outcome": outcome, "label": m.label, "message": msg[:240]}) + "\n")
 
 
 def all_mutants(node_cases: bool = True) -> list[Mutant]:
@@ -296,12 +308,16 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--limit", type=int, default=0, help="a seeded subset of this many mutants (0: all)")
     p.add_argument("--memory-gb", type=float, default=4.0)
+    p.add_argument("--start", type=int, default=0, help="skip the first START mutants (a parent restarting after a kill)")
+    p.add_argument("--progress", default="", help="a file this run writes the index of the mutant under way to")
     args = p.parse_args(argv)
     sys.path.insert(0, ROOT)
     mutants = all_mutants()
     if args.limit:
         mutants = seeded_subset(mutants, args.limit, args.seed)
-    print(json.dumps(sweep(mutants, args.memory_gb)))
+    result = sweep(mutants[args.start:], args.memory_gb, args.progress)
+    pairs = {(m.case.op_type, m.attribute) for m in mutants}
+    print(json.dumps({**result, "total": len(mutants), "ops": len({op for op, _ in pairs}), "op_attribute_pairs": len(pairs)}))
     return 0
 
 

@@ -301,6 +301,22 @@ def _default_domain_contrib_nodes(model: ModelProto) -> list:
     return found
 
 
+# (op type, attribute) -> values onnx's shape inference indexes with unchecked, crashing the process (onnx 1.23:
+# GatherND's batch_dims of -2^31 segfaults); found by tests/attribute_fuzz.py
+INFERENCE_HAZARDS = {("GatherND", "batch_dims"): lambda v: v < 0}
+
+
+def _crashes_inference(graph) -> bool:
+    for node in graph.node:
+        for attr in node.attribute:
+            hazard = INFERENCE_HAZARDS.get((node.op_type, attr.name))
+            if hazard is not None and attr.type == onnx.AttributeProto.INT and hazard(attr.i):
+                return True
+            if (attr.g.node and _crashes_inference(attr.g)) or any(_crashes_inference(g) for g in attr.graphs):
+                return True
+    return False
+
+
 def read_graph(source: str | os.PathLike | ModelProto | bytes, *, check: bool = True) -> GraphIndex:
     """Read a model (path, folder holding one .onnx, bytes or proto), check it, infer shapes where
     possible and index it. The checker and shape inference see the model without its weights; the
@@ -314,6 +330,8 @@ def read_graph(source: str | os.PathLike | ModelProto | bytes, *, check: bool = 
     model = ModelProto()
     model.CopyFrom(skeleton)
     try:  # best effort: shapes only inform messages and the explorer
+        if _crashes_inference(bare.graph):
+            raise ValueError("onnx's shape inference would crash the process: run-time checks name the attribute")
         inferred = onnx.shape_inference.infer_shapes(bare, strict_mode=False)
         model.graph.value_info.extend(inferred.graph.value_info)
         del model.graph.output[:]
