@@ -15,6 +15,7 @@ import onnx
 from onnx import NodeProto, TensorProto, helper, numpy_helper
 
 from ..errors import LoweringError
+from ..modelfile.reader import crashes_inference
 
 HALF_TYPES = (TensorProto.FLOAT16, TensorProto.BFLOAT16)
 
@@ -98,6 +99,8 @@ DATA_PROP_MAX_LENGTH = 1 << 16
 def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
     """onnx shape inference, propagating Shape-derived values where it can (data_prop), which some
     function ops' inference does not survive: then without. Not with a long 1-D tensor declared."""
+    if crashes_inference(model.graph):
+        raise LoweringError("a node's attribute would crash onnx's shape inference (GatherND's batch_dims < 0)")
     if _declares_long_vector(model.graph):
         return onnx.shape_inference.infer_shapes(model)
     try:

@@ -10,7 +10,7 @@ from typing import Callable
 import onnx
 from onnx import ModelProto, NodeProto
 
-from ..modelfile.reader import checkable
+from ..modelfile.reader import checkable, crashes_inference
 from .context import Ctx, TypeInfo, collect_types, known_values
 
 Expansion = Callable[[Ctx, NodeProto], None]
@@ -30,6 +30,8 @@ def expand_nodes(proto: ModelProto, weights, expansion_for: Callable[[Ctx, NodeP
     graph = proto.graph
     if types is None:
         try:
+            if crashes_inference(graph):
+                raise ValueError("onnx's shape inference would crash the process")
             typed = onnx.shape_inference.infer_shapes(checkable(proto, weights.detached() if weights is not None else ()))
         except Exception:  # noqa: BLE001 - expansions that need a type say so in one line
             typed = proto

@@ -306,13 +306,13 @@ def _default_domain_contrib_nodes(model: ModelProto) -> list:
 INFERENCE_HAZARDS = {("GatherND", "batch_dims"): lambda v: v < 0}
 
 
-def _crashes_inference(graph) -> bool:
+def crashes_inference(graph) -> bool:
     for node in graph.node:
         for attr in node.attribute:
             hazard = INFERENCE_HAZARDS.get((node.op_type, attr.name))
             if hazard is not None and attr.type == onnx.AttributeProto.INT and hazard(attr.i):
                 return True
-            if (attr.g.node and _crashes_inference(attr.g)) or any(_crashes_inference(g) for g in attr.graphs):
+            if (attr.g.node and crashes_inference(attr.g)) or any(crashes_inference(g) for g in attr.graphs):
                 return True
     return False
 
@@ -330,7 +330,7 @@ def read_graph(source: str | os.PathLike | ModelProto | bytes, *, check: bool = 
     model = ModelProto()
     model.CopyFrom(skeleton)
     try:  # best effort: shapes only inform messages and the explorer
-        if _crashes_inference(bare.graph):
+        if crashes_inference(bare.graph):
             raise ValueError("onnx's shape inference would crash the process: run-time checks name the attribute")
         inferred = onnx.shape_inference.infer_shapes(bare, strict_mode=False)
         model.graph.value_info.extend(inferred.graph.value_info)
