@@ -18,6 +18,7 @@ class Record:
     inputs: list[str | None]
     outputs: list[str | None]
     outs: list  # as computed from the leaves (attached to them)
+    call: tuple = ()  # (fn, args as read (leaves in place, constants uncast), kwargs): run it again in another dtype
 
 
 @dataclass
@@ -58,11 +59,14 @@ class Tape(StepObserver):
             if n is not None and n not in self._met and isinstance(a, torch.Tensor):
                 self._met.add(n)
                 self._store(n, a.detach())  # initializers: read from the plan, never a source
-        return [self._leaves.get(n, a) for n, a in zip(names, args)]
+        self._args = [self._leaves.get(n, a) for n, a in zip(names, args)]
+        self._names = names
+        return self._args
 
     def outputs(self, step, args, names, outs):
         if self._leaves:
-            self.records[step.node_index] = Record(self._leaves, [], list(names), list(outs))
+            self.records[step.node_index] = Record(self._leaves, list(self._names), list(names), list(outs),
+                                                   (step.fn, self._args, step.kwargs))
         self.order.append(step.node_index)
         detached = [o.detach() if isinstance(o, torch.Tensor) else o for o in outs]
         for n, o in zip(names, detached):
@@ -124,3 +128,29 @@ def reverse(tape: Tape, nodes: Iterable[int], seeds: Mapping[str, torch.Tensor],
         for name, g in sent.items():
             grads[name] = grads[name] + g.to(grads[name].dtype) if name in grads else g
     return grads
+
+
+def vjp_in(record: Record, cotangents: Mapping[str, torch.Tensor], dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """`vjp`, with the node run again from its inputs cast to `dtype` (float64: the same node's value
+    without its own rounding). {} where it cannot run so."""
+    fn, args, kwargs = record.call
+    leaves = {}
+    cast = []
+    for n, a in zip(record.inputs, args):
+        if isinstance(a, torch.Tensor) and a.is_floating_point():
+            a = a.detach().to(dtype)
+            if n in record.leaves:
+                a = leaves[n] = a.requires_grad_()
+        cast.append(a)
+    try:
+        with torch.enable_grad():
+            out = fn(*cast, **kwargs)
+    except Exception:  # noqa: BLE001 - a kernel without this dtype: no estimate, the strict tolerance stands
+        return {}
+    outs = [out[0] if isinstance(out, tuple) else out] if len(record.outputs) == 1 else list(out)
+    pairs = [(o, cotangents[t].to(o.dtype)) for t, o in zip(record.outputs, outs)
+             if t in cotangents and isinstance(o, torch.Tensor) and o.requires_grad]
+    if not pairs or not leaves:
+        return {}
+    sent = torch.autograd.grad([o for o, _ in pairs], list(leaves.values()), [g for _, g in pairs], allow_unused=True)
+    return {n: g for n, g in zip(leaves, sent) if g is not None}
