@@ -37,7 +37,7 @@ BY_NAME: dict[str, Rule] = {
     "to": rules.element_type, "dtype": rules.element_type, "output_dtype": rules.element_type,
     "output_datatype": rules.element_type, "softmax_precision": rules.float_type,
     "ngram_counts": rules.ngram_counts, "ngram_indexes": rules.ngram_indexes,
-    "min_gram_length": rules.at_least(1), "max_gram_length": rules.at_least(1), "max_skip_count": rules.at_least(0),
+    "min_gram_length": rules.gram_length, "max_gram_length": rules.gram_length, "max_skip_count": rules.skip_count,
     "pooled_shape": rules.at_least(1, 2**16 - 1, "bins per RoI"), "offset_group": rules.divides(0, 1, "the channels"),
     "p": rules.at_least(1),
     "shape": rules.at_least(0), "paddings": rules.pad_pads, "stash_type": rules.float_type,

@@ -158,9 +158,12 @@ def batch_dims(value, args, _):
 
 def ngram_counts(value, args, attributes):
     n = len(attributes.get("pool_int64s") or attributes.get("pool_strings") or ())
-    if all(0 <= v <= n for v in value) and list(value) == sorted(value):
+    bounds = list(value) + [n]
+    grams = sum((stop - start) // size for size, (start, stop) in enumerate(zip(bounds, bounds[1:]), 1))
+    indexes = len(attributes.get("ngram_indexes") or ())
+    if all(0 <= v <= n for v in value) and list(value) == sorted(value) and grams == indexes:
         return None
-    return f"ascending starts in [0, {n}] (the pool has {n} entries)"
+    return f"ascending starts in [0, {n}] that cut the pool into the {indexes} n-grams ngram_indexes numbers"
 
 
 def ngram_indexes(value, args, attributes):
@@ -388,3 +391,17 @@ def hidden_size(gates: int) -> Rule:
             else "at least 1"
 
     return rule
+
+
+def gram_length(value, args, attributes):
+    """TfIdfVectorizer's n-gram lengths: the pool has one segment per length (ngram_counts), the op loops over them."""
+    n = len(attributes.get("ngram_counts") or ())
+    return None if 1 <= value <= max(n, 1) else f"in [1, {max(n, 1)}] (the pool has {n} n-gram lengths)"
+
+
+def skip_count(value, args, attributes):
+    """TfIdfVectorizer's max_skip_count: a skip wider than a row matches nothing, and the op loops over each."""
+    n = _dim(args, 0, -1)
+    if value >= 0 and (n is None or value <= n):
+        return None
+    return f"in [0, {n}] (the rows hold {n} tokens)" if n is not None else "at least 0"
