@@ -83,7 +83,7 @@ BY_OP: dict[tuple[str, str], Rule | None] = {
     ("Col2Im", "strides"): rules.at_least(1), ("Col2Im", "dilations"): rules.at_least(1),
     ("Col2Im", "pads"): rules.at_least(0),
     ("MaxUnpool", "pads"): rules.at_least(0), ("MaxUnpool", "strides"): rules.unpool_strides,
-    ("ConvTranspose", "output_shape"): rules.at_least(1),
+    ("ConvTranspose", "output_shape"): rules.transpose_output_shape,
     ("Attention", "q_num_heads"): rules.heads(), ("LinearAttention", "q_num_heads"): rules.heads(),
     ("Gemm", "transA"): rules.gemm_trans, ("Gemm", "transB"): rules.gemm_trans,
     ("RotaryEmbedding", "num_heads"): rules.rotary_heads,

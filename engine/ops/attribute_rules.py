@@ -75,9 +75,12 @@ def at_least(low: int, high: int | None = None, why: str = "") -> Rule:
     return rule
 
 
+INT32_MAX = 2**31 - 1  # torch's convolution and pooling kernels take int32 sizes: 2^31 wraps to a negative one
+
+
 def spatial(low: int, per_dim: int = 1) -> Rule:
     """kernel_shape, strides, dilations (per_dim 1) and pads (per_dim 2): one entry per spatial dim of input 0."""
-    bounds = at_least(low)
+    bounds = at_least(low, INT32_MAX, "torch's kernels take 32-bit sizes")
 
     def rule(value, args, _):
         r = _rank(args)
@@ -336,8 +339,8 @@ def conv_transpose_pads(value, args, attributes):
     strides = list(attributes.get("strides") or [1] * n)
     dilations = list(attributes.get("dilations") or [1] * n)
     extra = list(attributes.get("output_padding") or [0] * n)
-    if not len(strides) == len(dilations) == len(extra) == n:
-        return None
+    if not len(strides) == len(dilations) == len(extra) == n or min(strides + dilations) < 1:
+        return None  # the strides' and dilations' own rules say what is wrong with them
     full = [strides[i] * (int(t.shape[2 + i]) - 1) + extra[i] + (int(w.shape[2 + i]) - 1) * dilations[i] + 1
             for i in range(n)]
     if all(value[i] + value[i + n] < full[i] for i in range(n)):
@@ -405,3 +408,20 @@ def skip_count(value, args, attributes):
     if value >= 0 and (n is None or value <= n):
         return None
     return f"in [0, {n}] (the rows hold {n} tokens)" if n is not None else "at least 0"
+
+
+def transpose_output_shape(value, args, attributes):
+    """ConvTranspose's output_shape: at most the untrimmed output, whose trim it sets (onnxruntime: total padding >= 0)."""
+    shaped = spatial(1)(value, args, attributes)
+    t, w = (args[0] if args else None), (args[1] if len(args) > 1 else None)
+    if shaped is not None or not isinstance(t, torch.Tensor) or not isinstance(w, torch.Tensor) or w.dim() != t.dim():
+        return shaped
+    n = t.dim() - 2
+    strides = list(attributes.get("strides") or [1] * n)
+    dilations = list(attributes.get("dilations") or [1] * n)
+    extra = list(attributes.get("output_padding") or [0] * n)
+    if len(value) != n or not len(strides) == len(dilations) == len(extra) == n or min(strides + dilations) < 1:
+        return None
+    full = [strides[i] * (int(t.shape[2 + i]) - 1) + extra[i] + (int(w.shape[2 + i]) - 1) * dilations[i] + 1
+            for i in range(n)]
+    return None if all(v <= f for v, f in zip(value, full)) else f"each at most the untrimmed output {full}"

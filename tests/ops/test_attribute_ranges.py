@@ -89,13 +89,14 @@ def test_the_issues_layer_norm_axis_is_one_line_in_run_and_gradient():
 
 @pytest.mark.parametrize("op_type, name, value, where", [
     ("Conv", "pads", [0, 0, 2**31 - 1, 0], "the input's spatial size plus the dilated kernel"),
-    ("Conv", "strides", [0, 1], "each at least 1"),
+    ("Conv", "strides", [0, 1], "each in [1, 2147483647]"),
     ("Conv", "dilations", [2**31 - 1, 1], "a dilated window"),
     ("Conv", "group", 2**31, "a divisor of X's"),
     ("MaxPool", "pads", [2**31 - 1, 0, 0, 0], "below its kernel_shape entry"),
-    ("MaxPool", "kernel_shape", [2**31, 2], "a dilated window"),
-    ("MaxPool", "strides", [-2**31, 1], "each at least 1"),
-    ("AveragePool", "pads", [0, 2**31, 0, 0], "below its kernel_shape entry"),
+    ("MaxPool", "kernel_shape", [2**31, 2], "each in [1, 2147483647] (torch's kernels take 32-bit sizes)"),
+    ("MaxPool", "kernel_shape", [2**31 - 1, 2], "a dilated window"),
+    ("MaxPool", "strides", [-2**31, 1], "each in [1, 2147483647]"),
+    ("AveragePool", "pads", [0, 2**31 - 1, 0, 0], "below its kernel_shape entry"),
 ])
 def test_the_issues_conv_and_pool_mutants_name_their_attribute(op_type, name, value, where):
     """small_cnn's Conv and pool mutants asked for 256 GiB and more; each is now a line naming the attribute."""
