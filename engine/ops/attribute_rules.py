@@ -411,7 +411,7 @@ def skip_count(value, args, attributes):
 
 
 def transpose_output_shape(value, args, attributes):
-    """ConvTranspose's output_shape: at most the untrimmed output, whose trim it sets (onnxruntime: total padding >= 0)."""
+    """ConvTranspose's output_shape: at most the untrimmed output plus what an output padding below the stride adds."""
     shaped = spatial(1)(value, args, attributes)
     t, w = (args[0] if args else None), (args[1] if len(args) > 1 else None)
     if shaped is not None or not isinstance(t, torch.Tensor) or not isinstance(w, torch.Tensor) or w.dim() != t.dim():
@@ -424,4 +424,5 @@ def transpose_output_shape(value, args, attributes):
         return None
     full = [strides[i] * (int(t.shape[2 + i]) - 1) + extra[i] + (int(w.shape[2 + i]) - 1) * dilations[i] + 1
             for i in range(n)]
-    return None if all(v <= f for v, f in zip(value, full)) else f"each at most the untrimmed output {full}"
+    most = [f + s - 1 for f, s in zip(full, strides)]  # what output_padding below the stride can add
+    return None if all(v <= m for v, m in zip(value, most)) else f"each at most the untrimmed output {most}"
