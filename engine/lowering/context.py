@@ -100,7 +100,7 @@ def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
     """onnx shape inference, propagating Shape-derived values where it can (data_prop), which some
     function ops' inference does not survive: then without. Not with a long 1-D tensor declared."""
     if crashes_inference(model.graph):
-        raise LoweringError("a node's attribute would crash onnx's shape inference (GatherND's batch_dims < 0)")
+        raise LoweringError("a node's attribute would crash onnx's shape inference (modelfile/reader.py: INFERENCE_HAZARDS)")
     if _declares_long_vector(model.graph):
         return onnx.shape_inference.infer_shapes(model)
     try:

@@ -301,16 +301,21 @@ def _default_domain_contrib_nodes(model: ModelProto) -> list:
     return found
 
 
-# (op type, attribute) -> values onnx's shape inference indexes with unchecked, crashing the process (onnx 1.23:
-# GatherND's batch_dims of -2^31 segfaults); found by tests/attribute_fuzz.py
-INFERENCE_HAZARDS = {("GatherND", "batch_dims"): lambda v: v < 0}
+# (op type, attribute) -> (node, value) that onnx's shape inference indexes with unchecked, crashing the process
+# (onnx 1.23: GatherND's batch_dims of -2^31 and LayerNormalization's axis of 2^31 segfault, a Split whose
+# num_outputs is not its output count aborts); found by tests/attribute_fuzz.py
+INFERENCE_HAZARDS = {
+    ("GatherND", "batch_dims"): lambda node, v: v < 0,
+    ("LayerNormalization", "axis"): lambda node, v: not -1024 <= v <= 1024,
+    ("Split", "num_outputs"): lambda node, v: v != len(node.output),
+}
 
 
 def crashes_inference(graph) -> bool:
     for node in graph.node:
         for attr in node.attribute:
             hazard = INFERENCE_HAZARDS.get((node.op_type, attr.name))
-            if hazard is not None and attr.type == onnx.AttributeProto.INT and hazard(attr.i):
+            if hazard is not None and attr.type == onnx.AttributeProto.INT and hazard(node, attr.i):
                 return True
             if (attr.g.node and crashes_inference(attr.g)) or any(crashes_inference(g) for g in attr.graphs):
                 return True

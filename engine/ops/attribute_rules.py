@@ -426,3 +426,15 @@ def transpose_output_shape(value, args, attributes):
             for i in range(n)]
     most = [f + s - 1 for f, s in zip(full, strides)]  # what output_padding below the stride can add
     return None if all(v <= m for v, m in zip(value, most)) else f"each at most the untrimmed output {most}"
+
+
+def num_outputs(value, args, attributes):
+    """Split's num_outputs: the node's own output count where the plan says it, and at most the split dim."""
+    declared = attributes.get("n_outputs")
+    if declared is not None and value != declared:
+        return f"{declared}, the node's output count"
+    r, a = _rank(args), attributes.get("axis", 0)
+    n = _dim(args, 0, a) if r is not None and isinstance(a, int) and -r <= a < r else None
+    if value >= 1 and (n is None or value <= max(n, 1)):
+        return None
+    return f"in [1, {max(n, 1)}] (the split dim)" if n is not None else "at least 1"
