@@ -30,6 +30,23 @@ def cast_args(args: list, positions: tuple[int, ...], dtype: torch.dtype) -> lis
     return args
 
 
+def cast_after(fn, dtype: torch.dtype):
+    """`fn` on the constant as it is, its float results cast: for ops that only pick or move elements."""
+    def step(*args, **kwargs):
+        out = fn(*args, **kwargs)
+        if isinstance(out, tuple):
+            return tuple(cast_one(o, dtype) if _float(o) else o for o in out)
+        return cast_one(out, dtype) if _float(out) else out
+
+    step.no_fold = True  # folded, its cast result would be held for good; at run time it is a view or a few rows
+    step.__name__ = getattr(fn, "__name__", "step")
+    return step
+
+
+def _float(value) -> bool:
+    return isinstance(value, torch.Tensor) and value.is_floating_point()
+
+
 def _pack(t: torch.Tensor):
     base = t if t._base is None else t._base
     source = getattr(base, _SOURCE, None)

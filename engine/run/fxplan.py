@@ -27,7 +27,7 @@ import torch
 import torch.fx
 from torch.fx.graph import _is_from_torch
 
-from .cast_at_use import cast_args, cast_one
+from .cast_at_use import cast_one
 
 ALL = "all"  # `outputs=ALL`: return every slot's value (Plan.run_all), not only the targets
 
@@ -48,7 +48,7 @@ class FxPlan:
         for k in plan.source_slots:
             env[k] = placeholder(f"s{k}")
             known.pop(k, None)
-        folded = _fold(steps, known, seen_shapes or {}, plan.float_dtype)
+        folded = _fold(steps, known, seen_shapes or {})
         for k, value in known.items():
             env[k] = placeholder(f"c{k}")
             constants.append(value)
@@ -136,7 +136,7 @@ def _same_shape(x, shape: tuple) -> None:
         raise ShapeChanged
 
 
-def _fold(steps, known: dict, seen_shapes: dict, float_dtype=None) -> set[int]:
+def _fold(steps, known: dict, seen_shapes: dict) -> set[int]:
     """Evaluate now the steps whose inputs are all constants (Constant nodes, shape arithmetic on
     initializers...) with the same function and arguments the run would use, so their values are
     the run's; add them to `known`. A Shape/Size seen on the first run counts as constant under a
@@ -145,14 +145,13 @@ def _fold(steps, known: dict, seen_shapes: dict, float_dtype=None) -> set[int]:
     for i, step in enumerate(steps):
         if i in seen_shapes:
             value = seen_shapes[i][1]
-        elif (step.op_type in RANDOM or step.op_type in SHAPE_OPS or getattr(step.fn, "no_fold", False)
+        elif (step.op_type in RANDOM or step.op_type in SHAPE_OPS or getattr(step.fn, "no_fold", False) or step.cast
               or any(k is not None and k not in known for k in step.in_slots)):
             continue
         else:
             try:
-                args = [None if k is None else known[k] for k in step.in_slots]
                 with torch.no_grad():
-                    value = step.fn(*cast_args(args, step.cast, float_dtype), **step.kwargs)
+                    value = step.fn(*[None if k is None else known[k] for k in step.in_slots], **step.kwargs)
             except Exception:  # noqa: BLE001 - left to fail at run time, where the error names the node
                 continue
         if len(step.out_slots) == 1:

@@ -7,6 +7,7 @@ on the device at build time, attributes become keyword arguments. The first call
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from typing import Callable, Sequence
@@ -18,7 +19,7 @@ from ..errors import ExecutionError, FeedError, OnnxGradError, UnsupportedOpErro
 from ..modelfile.index import TRAINING_DOMAIN, GraphIndex, implicit_inputs, node_inputs
 from ..registry import parameters, require
 from . import attributes, fusion, lean
-from .cast_at_use import cast_args, keeping_sources
+from .cast_at_use import cast_after, cast_args, keeping_sources
 from .guard import MemoryGuard, value_sized
 from .pacing import pause_point
 from .step_errors import STEP_ERRORS, step_error
@@ -51,6 +52,9 @@ DEFAULT_MODE = os.environ.get("ONNXGRAD_PLAN", "fx")
 # check of a float32 model would otherwise hold a float64 copy of every weight, a float16 run a float16
 # one. Autograd keeps no cast copy either (engine/run/cast_at_use.py). Smaller ones are cast once.
 CAST_AT_USE = 1 << 16
+# Ops that only pick or move elements of their first input: cast what they give, exactly the same.
+CAST_AFTER = frozenset({"Gather", "GatherElements", "GatherND", "Slice", "Transpose", "Reshape", "Squeeze",
+                        "Unsqueeze", "Flatten", "Identity"})
 # Fusion of exported GELU/attention chains (engine/run/fusion.py) in `run`/`interpret`; "0" turns it off.
 FUSE = os.environ.get("ONNXGRAD_FUSE", "1") != "0"
 
@@ -207,11 +211,20 @@ class Plan:
             for s, k in last.items():
                 if s not in keep:
                     frees[k].append(s)
-        cast = self.cast_slots
         symbols = self._guard.symbols
-        return tuple(Step(*value_sized(self.graph, self.float_dtype, checked(self.graph, raw), symbols), free=tuple(f),
-                          cast=tuple(j for j, s in enumerate(raw[4]) if s in cast))
+        return tuple(self._cast_where_read(Step(*value_sized(self.graph, self.float_dtype, checked(self.graph, raw),
+                                                               symbols), free=tuple(f)))
                      for raw, f in zip(raw_steps, frees))
+
+    def _cast_where_read(self, step: Step) -> Step:
+        """The argument positions a step casts; a Gather, Slice or view of a constant casts its output
+        instead (the rows an embedding lookup takes, not the table)."""
+        cast = tuple(j for j, s in enumerate(step.in_slots) if s in self.cast_slots)
+        if not cast:
+            return step
+        if cast == (0,) and step.op_type in CAST_AFTER:
+            return dataclasses.replace(step, fn=cast_after(step.fn, self.float_dtype))
+        return dataclasses.replace(step, cast=cast)
 
     def run(self, inputs: Sequence[torch.Tensor], fused: bool = True) -> list[torch.Tensor]:
         """Values of `targets`, given values of `sources` in order. `fused=False`: node by node,

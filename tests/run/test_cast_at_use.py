@@ -110,3 +110,32 @@ def test_no_float32_constant_slips_into_fused_float64_steps(monkeypatch):
     got = model.run({"x": x}, dtype="float64")["y"]
     want = engine.load(wide).run({"x": x})["y"]
     np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-13)
+
+
+def _embedding(vocab=4096, d=32, seed=0):
+    """ids -> Gather(E) -> MatMul(Transpose(E)) -> logits: GPT-2's tied embedding, E of vocab*d elements."""
+    e = np.random.default_rng(seed).standard_normal((vocab, d)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["E", "ids"], ["h"], name="wte"),
+         helper.make_node("Transpose", ["E"], ["et"], name="tr", perm=[1, 0]),
+         helper.make_node("MatMul", ["h", "et"], ["logits"], name="head")],
+        "tied", [helper.make_tensor_value_info("ids", TensorProto.INT64, [3])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [3, vocab])], [numpy_helper.from_array(e, "E")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), e
+
+
+def test_a_lookup_casts_the_rows_it_takes_and_no_module_holds_a_cast_table(monkeypatch):
+    monkeypatch.setattr(plan_module, "DEFAULT_MODE", "fx")
+    proto, e = _embedding()
+    model = engine.load(proto)
+    ids = np.array([5, 17, 4000])
+    plan = model.prepare(["ids"], ["logits"], dtype="float64")
+    for _ in range(3):  # interpreted, then the fx module
+        (got,) = plan.run([torch.tensor(ids)])
+    e64 = e.astype(np.float64)
+    np.testing.assert_allclose(got.numpy(), e64[ids] @ e64.T, rtol=1e-12, atol=1e-12)
+    assert got.dtype == torch.float64
+    held = [v for v in plan._fx["targets"].constants if isinstance(v, torch.Tensor)]
+    assert held and not any(v.dtype == torch.float64 and v.numel() >= e.size for v in held)
+    gather = next(s for s in plan.steps if s.op_type == "Gather")
+    assert gather.cast == () and getattr(gather.fn, "no_fold", False)  # the rows are cast, not the table
