@@ -16,6 +16,7 @@ from typing import Sequence
 
 from ..errors import BadAttributeError
 from . import attribute_rules as rules
+from . import attribute_rules_ops as op_rules
 from .attribute_rules import Rule
 
 SPATIAL = {"kernel_shape": rules.window_fits, "strides": rules.spatial(1), "dilations": rules.window_fits}
@@ -37,15 +38,15 @@ BY_NAME: dict[str, Rule] = {
     "to": rules.element_type, "dtype": rules.element_type, "output_dtype": rules.element_type,
     "output_datatype": rules.element_type, "softmax_precision": rules.float_type,
     "ngram_counts": rules.ngram_counts, "ngram_indexes": rules.ngram_indexes,
-    "min_gram_length": rules.gram_length, "max_gram_length": rules.gram_length, "max_skip_count": rules.skip_count,
+    "min_gram_length": op_rules.gram_length, "max_gram_length": op_rules.gram_length, "max_skip_count": op_rules.skip_count,
     "pooled_shape": rules.at_least(1, 2**16 - 1, "bins per RoI"), "offset_group": rules.divides(0, 1, "the channels"),
     "p": rules.at_least(1),
     "shape": rules.at_least(0), "paddings": rules.pad_pads, "stash_type": rules.float_type,
     "left_window_size": rules.at_least(-1), "right_window_size": rules.at_least(-1),
     "qk_matmul_output_mode": rules.one_of(0, 1, 2, 3), "layout": rules.one_of(0, 1), "storage_order": rules.one_of(0, 1),
     "center_point_box": rules.one_of(0, 1), "num_scan_inputs": rules.at_least(1),
-    "directions": rules.each_of(0, 1), "scan_input_directions": rules.each_of(0, 1),
-    "scan_output_directions": rules.each_of(0, 1),
+    "directions": op_rules.each_of(0, 1), "scan_input_directions": op_rules.each_of(0, 1),
+    "scan_output_directions": op_rules.each_of(0, 1),
 }
 
 # integer attributes no rule checks, and why: every one of a registered op's schema is in one of the three
@@ -82,17 +83,17 @@ BY_OP: dict[tuple[str, str], Rule | None] = {
     ("LRN", "size"): rules.lrn_size,
     ("Col2Im", "strides"): rules.at_least(1), ("Col2Im", "dilations"): rules.at_least(1),
     ("Col2Im", "pads"): rules.at_least(0),
-    ("MaxUnpool", "pads"): rules.at_least(0), ("MaxUnpool", "strides"): rules.unpool_strides,
-    ("ConvTranspose", "output_shape"): rules.transpose_output_shape,
+    ("MaxUnpool", "pads"): rules.at_least(0), ("MaxUnpool", "strides"): op_rules.unpool_strides,
+    ("ConvTranspose", "output_shape"): op_rules.transpose_output_shape,
     ("Attention", "q_num_heads"): rules.heads(), ("LinearAttention", "q_num_heads"): rules.heads(),
     ("Gemm", "transA"): rules.gemm_trans, ("Gemm", "transB"): rules.gemm_trans,
     ("RotaryEmbedding", "num_heads"): rules.rotary_heads,
-    ("RNN", "hidden_size"): rules.hidden_size(1), ("GRU", "hidden_size"): rules.hidden_size(3),
-    ("LSTM", "hidden_size"): rules.hidden_size(4),
+    ("RNN", "hidden_size"): op_rules.hidden_size(1), ("GRU", "hidden_size"): op_rules.hidden_size(3),
+    ("LSTM", "hidden_size"): op_rules.hidden_size(4),
     ("DFT", "axis"): rules.axis(what="the signal's dims, the last one real or complex"),
     ("Dropout", "seed"): rules.at_least(0, 2**32 - 1, "a seed of the ONNX reference's RandomState stream"),
-    ("Split", "split"): rules.at_least(0), ("Split", "num_outputs"): rules.num_outputs,
-    ("TopK", "k"): rules.topk_k, ("Reshape", "shape"): rules.at_least(-1),
+    ("Split", "split"): rules.at_least(0), ("Split", "num_outputs"): op_rules.num_outputs,
+    ("TopK", "k"): op_rules.topk_k, ("Reshape", "shape"): rules.at_least(-1),
     ("LpNormalization", "p"): rules.one_of(1, 2),
     ("QuantizeLinear", "axis"): rules.quant_axis, ("DequantizeLinear", "axis"): rules.quant_axis,
     ("Pad", "pads"): rules.pad_pads,
