@@ -1,4 +1,4 @@
-"""Constants cast where a step reads them, never held cast (`plan.CAST_AT_USE`).
+"""Constants cast where a step reads them, never held cast (`CAST_AT_USE`).
 
 A cast copy would still live on through autograd: an op saves its inputs for its backward, and a
 MatMul's saved weight is the copy. While a plan with such constants runs under grad mode,
@@ -7,10 +7,47 @@ and casts it again when the backward unpacks it: the backward holds one weight c
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 
 import torch
 
 _SOURCE = "_onnxgrad_cast_of"  # set on each cast copy: the constant it was cast from
+
+
+# A float constant of at least this many elements stays in its own dtype (on the CPU, the model's
+# memory-mapped bytes) in a plan of another float dtype, and is cast where a step reads it: a float64
+# check of a float32 model would otherwise hold a float64 copy of every weight, a float16 run a float16
+# one. Autograd keeps no cast copy either (below). Smaller ones are cast once, when the plan is built.
+CAST_AT_USE = 1 << 16
+# Ops that only pick or move elements of their first input: cast what they give, exactly the same.
+CAST_AFTER = frozenset({"Gather", "GatherElements", "GatherND", "Slice", "Transpose", "Reshape", "Squeeze",
+                        "Unsqueeze", "Flatten", "Identity"})
+
+
+def foreign(value, dtype) -> bool:
+    """A float constant of another float dtype than a plan's `dtype` (None: the model's own)."""
+    return (dtype is not None and isinstance(value, torch.Tensor) and value.is_floating_point()
+            and value.dtype != dtype)
+
+
+def converted(value, dtype):
+    return value.to(dtype) if foreign(value, dtype) else value
+
+
+def held_at_use(value, dtype) -> bool:
+    """The plan keeps this constant as it is and casts it where a step reads it."""
+    return foreign(value, dtype) and value.numel() >= CAST_AT_USE
+
+
+def cast_where_read(step, cast_slots, dtype):
+    """The argument positions a step casts; a Gather, Slice or view of a constant casts its output
+    instead (the rows an embedding lookup takes, not the table)."""
+    cast = tuple(j for j, s in enumerate(step.in_slots) if s in cast_slots)
+    if not cast:
+        return step
+    if cast == (0,) and step.op_type in CAST_AFTER:
+        return dataclasses.replace(step, fn=cast_after(step.fn, dtype))
+    return dataclasses.replace(step, cast=cast)
 
 
 def cast_one(source, dtype: torch.dtype):

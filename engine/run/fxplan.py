@@ -65,7 +65,7 @@ class FxPlan:
                     graph.call_function(_same_shape, (env[step.in_slots[0]], seen_shapes[i][0]))
                 continue
             args = tuple(None if k is None else env.get(k) for k in step.in_slots)
-            if step.cast:  # a constant held in its own dtype (plan.CAST_AT_USE)
+            if step.cast:  # a constant held in its own dtype (engine/run/cast_at_use.py)
                 args = tuple(graph.call_function(cast_one, (a, plan.float_dtype)) if j in step.cast else a
                              for j, a in enumerate(args))
             out = graph.call_function(_nameable(step.fn), args, kw)

@@ -111,7 +111,7 @@ class MemoryGuard:
         return Profile(tuple(live), tuple(added), max(live, default=0))
 
     def _cast_bytes(self, step) -> int:
-        """The weights `step` reads cast to the plan's float dtype (plan.CAST_AT_USE): alive while it runs."""
+        """The weights `step` reads cast to the plan's float dtype (engine/run/cast_at_use.py): alive while it runs."""
         positions = getattr(step, "cast", ())
         if not positions:
             return 0

@@ -7,7 +7,6 @@ on the device at build time, attributes become keyword arguments. The first call
 """
 from __future__ import annotations
 
-import dataclasses
 import os
 from dataclasses import dataclass
 from typing import Callable, Sequence
@@ -19,7 +18,7 @@ from ..errors import ExecutionError, FeedError, OnnxGradError, UnsupportedOpErro
 from ..modelfile.index import TRAINING_DOMAIN, GraphIndex, implicit_inputs, node_inputs
 from ..registry import parameters, require
 from . import attributes, fusion, lean
-from .cast_at_use import cast_after, cast_args, keeping_sources
+from .cast_at_use import cast_args, cast_where_read, converted, held_at_use, keeping_sources
 from .guard import MemoryGuard, value_sized
 from .pacing import pause_point
 from .step_errors import STEP_ERRORS, step_error
@@ -40,21 +39,13 @@ class Step:
     out_slots: tuple[int | None, ...]
     kwargs: dict
     free: tuple[int, ...]  # slots whose last reader is this step
-    cast: tuple[int, ...] = ()  # argument positions holding a constant cast where read (`CAST_AT_USE`)
+    cast: tuple[int, ...] = ()  # argument positions holding a constant cast where read (cast_at_use.py)
 
 
 # "fx" (default): straight-line GraphModule after the first run; "interpret": the step list
 # every time (the reference, and the "before" of benchmarks); "compile": fx under torch.compile.
 MODES = ("fx", "interpret", "compile")
 DEFAULT_MODE = os.environ.get("ONNXGRAD_PLAN", "fx")
-# A float constant of at least this many elements stays in its own dtype (on the CPU, the model's
-# memory-mapped bytes) in a plan of another float dtype, and is cast where a step reads it: a float64
-# check of a float32 model would otherwise hold a float64 copy of every weight, a float16 run a float16
-# one. Autograd keeps no cast copy either (engine/run/cast_at_use.py). Smaller ones are cast once.
-CAST_AT_USE = 1 << 16
-# Ops that only pick or move elements of their first input: cast what they give, exactly the same.
-CAST_AFTER = frozenset({"Gather", "GatherElements", "GatherND", "Slice", "Transpose", "Reshape", "Squeeze",
-                        "Unsqueeze", "Flatten", "Identity"})
 # Fusion of exported GELU/attention chains (engine/run/fusion.py) in `run`/`interpret`; "0" turns it off.
 FUSE = os.environ.get("ONNXGRAD_FUSE", "1") != "0"
 
@@ -127,7 +118,7 @@ class Plan:
             steps.append(self._raw_step(i, template, constants, gradient_step))
         for t in self.targets:
             if t not in self.slot:  # a target that is a constant, e.g. an initializer listed as output
-                template[self._slot_of(t)] = self._converted(constants[t])
+                template[self._slot_of(t)] = converted(constants[t], self.float_dtype)
         self.names = [None] * len(self.slot)
         for name, k in self.slot.items():
             self.names[k] = name
@@ -147,21 +138,12 @@ class Plan:
         """The slot a node reads `name` from; a constant's is filled in `template`."""
         if name not in self._fed and name not in self.graph.producer:
             value, slot = constants[name], self._slot_of(name)
-            if self._foreign(value) and value.numel() >= CAST_AT_USE:
+            if held_at_use(value, self.float_dtype):
                 self.cast_slots.add(slot)
                 template[slot] = value
             else:
-                template[slot] = self._converted(value)
+                template[slot] = converted(value, self.float_dtype)
         return self._slot_of(name)
-
-    def _foreign(self, value) -> bool:
-        """A float constant of another float dtype than the plan's."""
-        fdt = self.float_dtype
-        return (fdt is not None and isinstance(value, torch.Tensor) and value.is_floating_point()
-                and value.dtype != fdt)
-
-    def _converted(self, value):
-        return value.to(self.float_dtype) if self._foreign(value) else value
 
     def _raw_step(self, i: int, template: dict, constants, gradient_step) -> list:
         """Node i as [node_index, name, op_type, fn, in_slots, out_slots, kwargs] (a Step without `free`)."""
@@ -192,7 +174,7 @@ class Plan:
         protected = set(self.source_slots) | set(self.target_slots) | graph_outputs
         if FUSE if fuse is None else fuse:
             # fusion matches constants by value (GELU's sqrt 2): as the steps will read them, cast
-            as_read = {k: self._converted(v) if k in self.cast_slots and v.numel() == 1 else v
+            as_read = {k: converted(v, self.float_dtype) if k in self.cast_slots and v.numel() == 1 else v
                        for k, v in template.items()}
             run = fusion.fuse(run, protected, as_read)
         if lean.LEAN if lean_autograd is None else lean_autograd:
@@ -212,19 +194,9 @@ class Plan:
                 if s not in keep:
                     frees[k].append(s)
         symbols = self._guard.symbols
-        return tuple(self._cast_where_read(Step(*value_sized(self.graph, self.float_dtype, checked(self.graph, raw),
-                                                               symbols), free=tuple(f)))
+        return tuple(cast_where_read(Step(*value_sized(self.graph, self.float_dtype, checked(self.graph, raw), symbols),
+                                          free=tuple(f)), self.cast_slots, self.float_dtype)
                      for raw, f in zip(raw_steps, frees))
-
-    def _cast_where_read(self, step: Step) -> Step:
-        """The argument positions a step casts; a Gather, Slice or view of a constant casts its output
-        instead (the rows an embedding lookup takes, not the table)."""
-        cast = tuple(j for j, s in enumerate(step.in_slots) if s in self.cast_slots)
-        if not cast:
-            return step
-        if cast == (0,) and step.op_type in CAST_AFTER:
-            return dataclasses.replace(step, fn=cast_after(step.fn, self.float_dtype))
-        return dataclasses.replace(step, cast=cast)
 
     def run(self, inputs: Sequence[torch.Tensor], fused: bool = True) -> list[torch.Tensor]:
         """Values of `targets`, given values of `sources` in order. `fused=False`: node by node,

@@ -1,4 +1,4 @@
-"""Constants cast where a step reads them (engine/run/plan.py CAST_AT_USE): a plan in another float dtype
+"""Constants cast where a step reads them (engine/run/cast_at_use.py): a plan in another float dtype
 keeps big weights in their own dtype and memory, autograd holds no cast copy, and the values are those
 of converting every constant first."""
 from __future__ import annotations
@@ -87,7 +87,7 @@ def test_no_float32_constant_slips_into_fused_float64_steps(monkeypatch):
     """Every float constant cast at use (the threshold at 1): the fused attention and GELU steps read
     them as float64, so a float64 run of the float32 block equals the block built in float64 from the
     same float32 values, to float64 round-off."""
-    monkeypatch.setattr(plan_module, "CAST_AT_USE", 1)
+    monkeypatch.setattr(cast_at_use, "CAST_AT_USE", 1)
     proto = vit_block()
     model = engine.load(proto)
     plan = model.prepare(["x"], ["y"], dtype="float64")

@@ -126,7 +126,7 @@ def test_a_run_fails_exactly_when_its_peak_of_live_values_exceeds_what_is_left(r
 
 
 def test_a_weight_cast_where_it_is_read_counts_while_its_step_runs(machine):
-    # A float64 run of a float32 model casts a big weight where the MatMul reads it (plan.CAST_AT_USE):
+    # A float64 run of a float32 model casts a big weight where the MatMul reads it (engine/run/cast_at_use.py):
     # the 2 MiB float64 copy lives while the step runs, beside its 2 KiB output.
     w = np.random.default_rng(1).standard_normal((512, 512)).astype(np.float32)
     g = helper.make_graph([helper.make_node("MatMul", ["X", "W"], ["Y"], name="mm")], "g", [_value("X", [1, 512])],
