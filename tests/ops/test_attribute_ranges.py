@@ -88,7 +88,7 @@ def test_the_issues_layer_norm_axis_is_one_line_in_run_and_gradient():
 
 
 @pytest.mark.parametrize("op_type, name, value, where", [
-    ("Conv", "pads", [0, 0, 2**31 - 1, 0], "the input's spatial size plus the dilated kernel"),
+    ("Conv", "pads", [0, 0, 2**31 - 1, 0], "each at most 1073741824"),
     ("Conv", "strides", [0, 1], "each in [1, 2147483647]"),
     ("Conv", "dilations", [2**31 - 1, 1], "a dilated window"),
     ("Conv", "group", 2**31, "a divisor of X's"),
@@ -229,3 +229,23 @@ def test_a_gathernd_batch_dims_that_crashes_onnxs_shape_inference_is_named_inste
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert done.returncode == 0, done.stderr[-500:]
     assert done.stdout.startswith("BadAttributeError node ") and "'batch_dims' is -2147483648" in done.stdout, done.stdout
+
+
+def test_conv_pads_beyond_the_input_are_valid_as_torch_and_onnxruntime_take_them():
+    """NNSmith's torch modules write them (outputs that see only zeros): no refusal, torch's values."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = np.random.default_rng(0).standard_normal((2, 1, 3, 3)).astype(np.float32)
+    node = helper.make_node("Conv", ["x", "w"], ["y"], name="c", pads=[9, 9, 9, 9])
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 4, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 20, 20])],
+                              [numpy_helper.from_array(w, "w")])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    x = np.random.default_rng(1).standard_normal((1, 1, 4, 4)).astype(np.float32)
+    got = engine.load(proto).run({"x": x})["y"]
+    want = torch.nn.functional.conv2d(torch.tensor(x), torch.tensor(w), padding=9).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    import onnxruntime as ort
+
+    (ort_y,) = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    np.testing.assert_allclose(got, ort_y, rtol=1e-5, atol=1e-5)
