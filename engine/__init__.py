@@ -26,10 +26,13 @@ from __future__ import annotations
 import importlib
 
 from .errors import (
+    BadAttributeError,
+    DiffError,
     DistributedError,
     ExecutionError,
     FeedError,
     LoweringError,
+    MemoryLimitError,
     ModelLoadError,
     OnnxGradError,
     RecordingError,
@@ -63,7 +66,7 @@ __all__ = [
     "load", "Model", "GradientResult", "GradientOutput", "PreparedGradient", "GradientSpec",
     "GraphIndex", "TensorInfo", "OpImpl", "register", "supported_ops",
     "OnnxGradError", "ModelLoadError", "UnsupportedOpError", "SelectionError", "FeedError", "ExecutionError",
-    "RecordingError", "GradManager", "Gradients", "Parameters",
+    "RecordingError", "BadAttributeError", "MemoryLimitError", "DiffError", "GradManager", "Gradients", "Parameters",
     "check", "CheckReport", "XCheck", "NodeCheck", "ClaimedCheck", "Finding", "register_op_with_vjp", "unregister_op",
     "nonfinite_origin",
     "BackwardGraph", "build_backward_graph", "gradient_with_stats", "GraphStats", "TensorStats", "to_dot", "render",
