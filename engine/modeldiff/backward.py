@@ -18,7 +18,7 @@ import torch
 from .measure import as_numpy
 from .report import GRADIENT, NodeDiff
 from .tape import reverse, vjp_in
-from .tolerance import reduction_length, relative_error, row_length, tolerance
+from .tolerance import eps_of_dtypes, eps_of_values, reduction_length, relative_error, row_length, tolerance
 
 
 class GradientPhases:
@@ -56,8 +56,7 @@ class GradientPhases:
         by_b: dict = {}
         grads_b = reverse(plain, plain.order, {m[self.y]: torch.ones_like(y_b)}, by_b) if y_b is not None else {}
         self._differs = {t for t in self.weights if not measured_b.same_shape.get(t, False)
-                         or measured_b.errors.get(t, 0.0) > tolerance(max(
-                             _eps(measured_b.values_a.get(t)), _eps_dtype(measured_b.dtypes.get(m.get(t)))))}
+                         or measured_b.beyond_rounding(t, m.get(t))}
         for k, incoming in self.incoming.items():
             u = self.units[k]
             sent_b = by_b.get(u.b_nodes[0], {}) if len(u.b_nodes) == 1 else send(
@@ -72,6 +71,7 @@ class GradientPhases:
         plain.records.clear()
 
     def _targets(self, u, sent_a, sent_b) -> list[str]:
+        """The inputs compared: on the path from xs, sent something by either side, not a changed weight."""
         m = self.m
         return [t for t in dict.fromkeys(u.inputs) if t in self.on_path and (t in sent_a or m.get(t) in sent_b)
                 and t not in self._differs]
@@ -81,7 +81,7 @@ class GradientPhases:
         soon as its B nodes have run. `b_dtypes`: the replay's dtypes by B name (for the tolerance)."""
         self.replay, self.b_dtypes = replay, b_dtypes
         self._pending = {k: set(self.units[k].b_nodes) for k in self.incoming}
-        self._units_of: dict[int, list[int]] = {}
+        self._units_of = {}
         for k, nodes in self._pending.items():
             for j in nodes:
                 self._units_of.setdefault(j, []).append(k)
@@ -111,8 +111,7 @@ class GradientPhases:
         u, m, incoming, sent_a = self.units[k], self.m, self.incoming[k], self.sent_a.pop(k)
         del self._pending[k]
         sent_r = send(self.replay, u.b_nodes, {m[t]: g for t, g in incoming.items()})
-        targets = [t for t in dict.fromkeys(u.inputs) if t in self.on_path and (t in sent_a or m.get(t) in sent_r)
-                   and t not in self._differs]
+        targets = self._targets(u, sent_a, sent_r)
         local = worst((or_zeros(sent_a.get(t), sent_r.get(m.get(t))), or_zeros(sent_r.get(m.get(t)), sent_a.get(t)))
                       for t in targets) if targets else 0.0
         record = self.replay.records.get(u.b_nodes[0]) if len(u.b_nodes) == 1 else None  # for _noise
@@ -123,8 +122,8 @@ class GradientPhases:
         if not targets:
             return
         names = [t for j in u.b_nodes for t in _node_names(self.replay.graph, j)]
-        eps = max(_eps(*(sent_r.get(m.get(t)) for t in targets), *(sent_a.get(t) for t in targets)),
-                  max((_eps_dtype(self.b_dtypes.get(t)) for t in names), default=0.0))
+        eps = max(eps_of_values(*(sent_r.get(m.get(t)) for t in targets), *(sent_a.get(t) for t in targets)),
+                  eps_of_dtypes(*(self.b_dtypes.get(t) for t in names)))
         sent = [sent_a[t] for t in targets if t in sent_a]
         red = max(reduction_length(list(incoming.values()), sent), reduction_length(sent, list(incoming.values())),
                   row_length(u.op_type, sent))
@@ -139,7 +138,6 @@ class GradientPhases:
                                 tuple(graph_b.nodes[j].name for j in u.b_nodes), u.outputs, self.error.get(k, 0.0),
                                 local, tol, math.isnan(local) or local > tol, self.arrived.get(k, ()), note)
         del self.incoming[k]
-
 
     def _noise(self, record, incoming, targets, sent_a) -> float:
         """How far the node's own rounding moves what it sends, on these very values: B's node run
@@ -163,14 +161,6 @@ NOISE_UNITS = 4.0
 def _node_names(graph, j: int):
     node = graph.nodes[j]
     return [t for t in (*node.input, *node.output) if t]
-
-
-def _eps_dtype(dtype) -> float:
-    return float(torch.finfo(dtype).eps) if dtype is not None and dtype.is_floating_point else 0.0
-
-
-def _eps(*values) -> float:
-    return max((_eps_dtype(v.dtype) for v in values if isinstance(v, torch.Tensor)), default=0.0)
 
 
 def worst(pairs) -> float:

@@ -18,7 +18,9 @@ from .tape import Tape, run_tape
 from .tolerance import (
     BOUNDED_OPS,
     TINY,
-    eps_of,
+    all_finite,
+    eps_of_dtypes,
+    eps_of_values,
     inner_length,
     reduction_length,
     row_length,
@@ -52,8 +54,8 @@ def diff(a, b=None, y=None, xs=(), zs=(), feeds=None, *, dims=None, past=None, s
     of_b = b_names_of(matching)
     plain = Measured(tape_a.values, of_b, floors, keep_values)
     replay = Measured(tape_a.values, of_b, floors)
-    phases = GradientPhases(units, tape_a, matching, y, set(model_a.graph.initializers), on_path, kept) \
-        if gradient else None
+    weights = set(model_a.graph.initializers)
+    phases = GradientPhases(units, tape_a, matching, y, weights, on_path, kept) if gradient else None
     if sides.mode == "onnxruntime":
         from .ort import ort_sides
 
@@ -64,7 +66,6 @@ def diff(a, b=None, y=None, xs=(), zs=(), feeds=None, *, dims=None, past=None, s
     else:
         _run_b(sides, model_a, matching, feeds, targets, plain, replay, phases, tape_a, on_path, seed, dims, past,
                device, spec)
-    weights = set(model_a.graph.initializers)
     saturate = sides.mode == "dtype" and all(plain.finite.get(matching.tensors.get(t), True) for t in targets)
     rows = [_forward(u, k, tape_a.values, plain, replay, matching, sides.mode, weights, saturate, graph_b)
             for k, u in enumerate(units)]
@@ -137,14 +138,6 @@ def _from_a(tape_a, graph_a, matching):
     return replace
 
 
-def _eps(*values) -> float:
-    return max((eps_of(v.dtype) for v in values if isinstance(v, torch.Tensor)), default=0.0)
-
-
-def _dtype_eps(*dtypes) -> float:
-    return max((eps_of(d) for d in dtypes if d is not None), default=0.0)
-
-
 def _forward(u, order, values_a, plain, replay, matching, mode, weights, saturate, graph_b) -> NodeDiff | None:
     m = matching.tensors
     measured = [t for t in u.outputs if t in replay.unit_errors]
@@ -157,16 +150,14 @@ def _forward(u, order, values_a, plain, replay, matching, mode, weights, saturat
     ins_a = [values_a.get(t) for t in u.inputs]
     b_names = [t for j in u.b_nodes for t in (*graph_b.nodes[j].input, *graph_b.nodes[j].output) if t] \
         if graph_b is not None else []
-    eps = max(_eps(*outs_a), _dtype_eps(*(replay.dtypes.get(m[t]) for t in measured)),
-              _dtype_eps(*(replay.dtypes.get(t) for t in b_names)))
+    eps = max(eps_of_values(*outs_a), eps_of_dtypes(*(replay.dtypes.get(m[t]) for t in measured)),
+              eps_of_dtypes(*(replay.dtypes.get(t) for t in b_names)))
     tol = tolerance(eps, max(reduction_length(ins_a, outs_a), row_length(u.op_type, outs_a),
                              inner_length(u.op_type, ins_a)))
     notes = [u.note] if u.note else []
     for t in u.inputs:  # a weight that differs shows here, at its consumer
-        if t in weights and plain.same_shape.get(t):  # one stored otherwise (transposed) is judged by the output
-            e = plain.errors[t]
-            if e > tolerance(max(_eps(values_a.get(t)), _dtype_eps(plain.dtypes.get(m.get(t))))):
-                notes.append(f"initializer {t!r} differs (error {e:.2g})")
+        if t in weights and plain.same_shape.get(t) and plain.beyond_rounding(t, m.get(t)):
+            notes.append(f"initializer {t!r} differs (error {plain.errors[t]:.2g})")
     if not saturate and _overflow_begins(u, values_a, plain, m):
         notes.append(("float16 " if mode == "dtype" else "") + OVERFLOW + " (B's values turn non-finite)")
     inputs = tuple((t, plain.errors.get(t, 0.0)) for t, va in zip(u.inputs, ins_a)
@@ -183,7 +174,7 @@ def _beyond(error: float, tol: float) -> bool:
 def _overflow_begins(u, values_a, plain, m) -> bool:
     """B's output turned non-finite where A's is finite, from inputs B still held finite."""
     def finite(v):
-        return not isinstance(v, torch.Tensor) or not v.is_floating_point() or bool(torch.isfinite(v).all())
+        return not isinstance(v, torch.Tensor) or all_finite(v)
     turned = any(not plain.finite[m[t]] and finite(values_a.get(t)) for t in u.outputs if m.get(t) in plain.finite)
     return turned and all(plain.finite.get(m.get(t), True) for t in u.inputs)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from .tolerance import TINY, all_finite, relative_error
+from .tolerance import TINY, all_finite, eps_of_dtypes, eps_of_values, relative_error, tolerance
 
 
 class Measured:
@@ -42,6 +42,11 @@ class Measured:
             self.unit_errors[a] = (at_floor, at_floor if finite else relative_error(va, value, True, floor))
             if self.keep_values:
                 self.kept[a] = as_numpy(value)
+
+    def beyond_rounding(self, a: str, b: str | None) -> bool:
+        """A's tensor `a` and B's `b` (same shape) part by more than rounding to the lower precision: a
+        weight B changed, where the forward says so at its consumer and the gradient leaves it out."""
+        return self.errors[a] > tolerance(max(eps_of_values(self.values_a.get(a)), eps_of_dtypes(self.dtypes.get(b))))
 
     def measure_all(self, values: dict) -> "Measured":
         """The same from values already computed (onnxruntime's side)."""

@@ -103,14 +103,18 @@ def run_tape(model, feeds: Mapping[str, object], targets: Iterable[str], *, dtyp
 def vjp(record: Record, cotangents: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """What `record`'s node sends to each float input from `cotangents` at its outputs (cast to the
     outputs' dtypes): one vector-Jacobian product."""
-    pairs = [(o, cotangents[t].to(o.dtype)) for t, o in zip(record.outputs, record.outs)
+    return _pull(record.outputs, record.outs, record.leaves, cotangents, retain=True)
+
+
+def _pull(names, outs, leaves: dict, cotangents: Mapping[str, torch.Tensor], retain: bool) -> dict[str, torch.Tensor]:
+    pairs = [(o, cotangents[t].to(o.dtype)) for t, o in zip(names, outs)
              if t in cotangents and isinstance(o, torch.Tensor) and o.requires_grad]
-    if not pairs or not record.leaves:
+    if not pairs or not leaves:
         return {}
     with torch.enable_grad():
-        sent = torch.autograd.grad([o for o, _ in pairs], list(record.leaves.values()), [g for _, g in pairs],
-                                   allow_unused=True, retain_graph=True)
-    return {n: g for n, g in zip(record.leaves, sent) if g is not None}
+        sent = torch.autograd.grad([o for o, _ in pairs], list(leaves.values()), [g for _, g in pairs],
+                                   allow_unused=True, retain_graph=retain)
+    return {n: g for n, g in zip(leaves, sent) if g is not None}
 
 
 def reverse(tape: Tape, nodes: Iterable[int], seeds: Mapping[str, torch.Tensor],
@@ -148,9 +152,4 @@ def vjp_in(record: Record, cotangents: Mapping[str, torch.Tensor], dtype: torch.
     except Exception:  # noqa: BLE001 - a kernel without this dtype: no estimate, the strict tolerance stands
         return {}
     outs = [out[0] if isinstance(out, tuple) else out] if len(record.outputs) == 1 else list(out)
-    pairs = [(o, cotangents[t].to(o.dtype)) for t, o in zip(record.outputs, outs)
-             if t in cotangents and isinstance(o, torch.Tensor) and o.requires_grad]
-    if not pairs or not leaves:
-        return {}
-    sent = torch.autograd.grad([o for o, _ in pairs], list(leaves.values()), [g for _, g in pairs], allow_unused=True)
-    return {n: g for n, g in zip(leaves, sent) if g is not None}
+    return _pull(record.outputs, outs, leaves, cotangents, retain=False)

@@ -19,6 +19,16 @@ def eps_of(dtype: torch.dtype) -> float:
     return float(torch.finfo(dtype).eps) if dtype.is_floating_point else 0.0
 
 
+def eps_of_dtypes(*dtypes) -> float:
+    """The largest epsilon among `dtypes` (None for a value not seen)."""
+    return max((eps_of(d) for d in dtypes if d is not None), default=0.0)
+
+
+def eps_of_values(*values) -> float:
+    """The largest epsilon among the tensors of `values` (anything else ignored)."""
+    return eps_of_dtypes(*(v.dtype for v in values if isinstance(v, torch.Tensor)))
+
+
 def reduction_length(inputs, outputs) -> float:
     """How many terms each output element sums at most, as its inputs' size over its output's: a
     MatMul's K, a ReduceMean's span, 1 for an elementwise op."""
