@@ -327,20 +327,29 @@ def conv_kernel(value, args, attributes):
     return None if list(value) == list(w.shape[2:]) else f"W's spatial shape {list(w.shape[2:])}"
 
 
+def untrimmed_output(t: torch.Tensor, w: torch.Tensor, attributes) -> tuple[list[int], list[int]] | None:
+    """ConvTranspose's (strides, output size per spatial dim before pads trim it); None where the
+    strides, dilations or output_padding are themselves out of shape (their own rules say so)."""
+    n = t.dim() - 2
+    strides = list(attributes.get("strides") or [1] * n)
+    dilations = list(attributes.get("dilations") or [1] * n)
+    extra = list(attributes.get("output_padding") or [0] * n)
+    if not len(strides) == len(dilations) == len(extra) == n or min(strides + dilations) < 1:
+        return None
+    return strides, [strides[i] * (int(t.shape[2 + i]) - 1) + extra[i] + (int(w.shape[2 + i]) - 1) * dilations[i] + 1
+                     for i in range(n)]
+
+
 def conv_transpose_pads(value, args, attributes):
     """ConvTranspose's pads trim its output: they leave at least one output per spatial dim."""
     shaped = spatial(0, per_dim=2)(value, args, attributes)
     t, w = (args[0] if args else None), (args[1] if len(args) > 1 else None)
     if shaped is not None or not isinstance(t, torch.Tensor) or not isinstance(w, torch.Tensor) or w.dim() != t.dim():
         return shaped
-    n = t.dim() - 2
-    strides = list(attributes.get("strides") or [1] * n)
-    dilations = list(attributes.get("dilations") or [1] * n)
-    extra = list(attributes.get("output_padding") or [0] * n)
-    if not len(strides) == len(dilations) == len(extra) == n or min(strides + dilations) < 1:
+    untrimmed = untrimmed_output(t, w, attributes)
+    if untrimmed is None:
         return None  # the strides' and dilations' own rules say what is wrong with them
-    full = [strides[i] * (int(t.shape[2 + i]) - 1) + extra[i] + (int(w.shape[2 + i]) - 1) * dilations[i] + 1
-            for i in range(n)]
+    n, full = t.dim() - 2, untrimmed[1]
     if all(value[i] + value[i + n] < full[i] for i in range(n)):
         return None
     return f"a begin and end per dim that sum below the untrimmed output {full}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from .attribute_rules import Rule, _dim, _rank, spatial
+from .attribute_rules import Rule, _dim, _rank, spatial, untrimmed_output
 
 
 def topk_k(value, args, attributes):
@@ -68,14 +68,10 @@ def transpose_output_shape(value, args, attributes):
     t, w = (args[0] if args else None), (args[1] if len(args) > 1 else None)
     if shaped is not None or not isinstance(t, torch.Tensor) or not isinstance(w, torch.Tensor) or w.dim() != t.dim():
         return shaped
-    n = t.dim() - 2
-    strides = list(attributes.get("strides") or [1] * n)
-    dilations = list(attributes.get("dilations") or [1] * n)
-    extra = list(attributes.get("output_padding") or [0] * n)
-    if len(value) != n or not len(strides) == len(dilations) == len(extra) == n or min(strides + dilations) < 1:
+    untrimmed = untrimmed_output(t, w, attributes)
+    if len(value) != t.dim() - 2 or untrimmed is None:
         return None
-    full = [strides[i] * (int(t.shape[2 + i]) - 1) + extra[i] + (int(w.shape[2 + i]) - 1) * dilations[i] + 1
-            for i in range(n)]
+    strides, full = untrimmed
     most = [f + s - 1 for f, s in zip(full, strides)]  # what output_padding below the stride can add
     return None if all(v <= m for v, m in zip(value, most)) else f"each at most the untrimmed output {most}"
 
