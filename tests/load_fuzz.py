@@ -162,6 +162,28 @@ def _one_line(exc: BaseException) -> None:
         raise AssertionError(f"{type(exc).__name__} not on one line: {str(exc)[:300]!r}")
 
 
+def sample_models() -> list[tuple[str, bytes]]:
+    paths = sorted(glob.glob(os.path.join(ROOT, "sample_models", "*.onnx")))
+    return [(os.path.basename(p), open(p, "rb").read()) for p in paths]
+
+
+def case_list(n_bytes: int, n_protos: int, seed: int) -> list[tuple[str, int, float]]:
+    """(kind, k, the case's own seed) per case, byte-level first: case i is the same case however many
+    cases a run makes or skips (benchmarks/fuzz_models.py runs slices of this list in child processes)."""
+    rng = random.Random(seed)
+    kinds = [("bytes", k) for k in range(n_bytes)] + [("proto", k) for k in range(n_protos)]
+    return [(kind, k, rng.random()) for kind, k in kinds]
+
+
+def mutant(originals: list[tuple[str, bytes]], kind: str, k: int, case_seed: float) -> tuple[str, bytes]:
+    """(the sample model's name, the mutated bytes) of one case of `case_list`."""
+    name, data = originals[k % len(originals)]
+    case_rng = random.Random(case_seed)
+    if kind == "bytes":
+        return name, byte_mutation(data, case_rng)
+    return name, proto_mutation(onnx.load_from_string(data), case_rng)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--bytes", type=int, default=200)
@@ -176,16 +198,12 @@ def main(argv=None) -> int:
         used = _address_space()
         resource.setrlimit(resource.RLIMIT_AS, (used + cap, resource.getrlimit(resource.RLIMIT_AS)[1]))
     warnings.simplefilter("ignore")
-    paths = sorted(glob.glob(os.path.join(ROOT, "sample_models", "*.onnx")))
-    originals = [(os.path.basename(p), open(p, "rb").read()) for p in paths]
-    rng = random.Random(args.seed)
+    originals = sample_models()
+    cases = case_list(args.bytes, args.protos, args.seed)
     counts = {"loaded": 0, "refused": 0}
     escapes = []
-    cases = [("bytes", k) for k in range(args.bytes)] + [("proto", k) for k in range(args.protos)]
-    for kind, k in cases:
-        name, data = originals[k % len(originals)]
-        case_rng = random.Random(rng.random())
-        mutated = byte_mutation(data, case_rng) if kind == "bytes" else proto_mutation(onnx.load_from_string(data), case_rng)
+    for kind, k, case_seed in cases:
+        name, mutated = mutant(originals, kind, k, case_seed)
         try:
             counts[exercise(mutated)] += 1
         except (Exception, MemoryError) as exc:  # noqa: BLE001 - an escape: report it, keep fuzzing

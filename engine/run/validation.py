@@ -60,12 +60,20 @@ def precheck(step, shapes: list) -> None:
     check = getattr(step.fn, "attribute_check", None)
     if check is None:
         return
-    args = [None if shape is None or dtype is None else torch.empty(shape, dtype=dtype, device="meta")
-            for shape, dtype in shapes]
+    args = [None if shape is None or dtype is None else _meta(shape, dtype) for shape, dtype in shapes]
     try:
         check(args)
     except BadAttributeError as exc:
         raise BadAttributeError(f"node {step.name!r} ({step.op_type}): {exc}") from None
+
+
+def _meta(shape, dtype) -> torch.Tensor | None:
+    """A shape-only stand-in for an input; None (not known) where its byte count overflows int64, which only
+    the memory guard's refusal can then name."""
+    try:
+        return torch.empty(shape, dtype=dtype, device="meta")
+    except RuntimeError:
+        return None
 
 
 def signature_of(args) -> tuple | None:
