@@ -8,6 +8,8 @@ Public API:
         .forward / .backward / .seed / .nodes step through it, docs/python-api.md)
     Model.gradient_call(y, xs, zs=(), feeds=(), device=, dtype=) -> GradientCall, the call Model.gradient makes
     Model.selection(y, xs, zs) -> GradientSpec (validation only)
+    Model.jvp(y, xs, tangents, zs=(), feeds=) -> JVPResult (J·v by forward mode); Model.hvp(y, xs, vs, ...)
+        -> HVPResult (H·v, forward over reverse); prepare_jvp / prepare_hvp for repeated calls
     nonfinite_origin(model, y, xs, zs, feeds) -> Finding | None (where a gradient's NaN/Inf comes from)
     supported_ops() -> list[OpImpl]
     set_pause_hook(hook) / pause_point() / paced(items, every): long Python loops (layouts, plans) let an
@@ -31,6 +33,7 @@ from .errors import (
     DistributedError,
     ExecutionError,
     FeedError,
+    ForwardModeError,
     LoweringError,
     MemoryLimitError,
     ModelLoadError,
@@ -44,6 +47,7 @@ _LAZY = {
     "backend": ("OnnxGradBackend", "OnnxGradRep"),
     "modeldiff.compare": ("diff",),
     "modeldiff.report": ("DiffReport", "DiffValues"),
+    "forward": ("HVPResult", "JVPResult", "PreparedHVP", "PreparedJVP"),
     "gradient.prepared": ("GradientOutput", "GradientResult", "PreparedGradient"),
     "gradmanager": ("Gradients", "GradManager", "Parameters"),
     "graphs": ("BackwardGraph", "Canvas", "GraphLayout", "GraphStats", "LayoutEdge", "LayoutNode", "TensorStats",
@@ -59,21 +63,22 @@ _LAZY = {
                "unregister_op", "nonfinite_origin"),
 }
 _SUBPACKAGES = ("modelfile", "run", "gradient", "ops", "verify", "graphs", "conformance", "cli", "lowering", "distributed",
-                "modeldiff")
+                "modeldiff", "forward")
 _HOME = {name: module for module, names in _LAZY.items() for name in names}
 
 __all__ = [
     "load", "Model", "GradientResult", "GradientOutput", "PreparedGradient", "GradientSpec",
     "GraphIndex", "TensorInfo", "OpImpl", "register", "supported_ops",
     "OnnxGradError", "ModelLoadError", "UnsupportedOpError", "SelectionError", "FeedError", "ExecutionError",
-    "RecordingError", "BadAttributeError", "MemoryLimitError", "DiffError", "GradManager", "Gradients", "Parameters",
+    "RecordingError", "BadAttributeError", "MemoryLimitError", "DiffError", "ForwardModeError",
+    "GradManager", "Gradients", "Parameters",
     "check", "CheckReport", "XCheck", "NodeCheck", "ClaimedCheck", "Finding", "register_op_with_vjp", "unregister_op",
     "nonfinite_origin",
     "BackwardGraph", "build_backward_graph", "gradient_with_stats", "GraphStats", "TensorStats", "to_dot", "render",
     "render_graph",
     "layout_graph", "layout_near", "LocalLayout", "GraphLayout", "LayoutNode", "LayoutEdge", "Canvas",
     "OnnxGradBackend", "OnnxGradRep", "lower", "LoweringError", "DistributedError", "pause_point", "paced",
-    "set_pause_hook", "diff", "DiffReport", "DiffValues",
+    "set_pause_hook", "diff", "DiffReport", "DiffValues", "JVPResult", "HVPResult", "PreparedJVP", "PreparedHVP",
 ]
 
 

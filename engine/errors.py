@@ -64,3 +64,8 @@ class BadAttributeError(OnnxGradError):
 class DiffError(OnnxGradError):
     """`diff` was asked for something it cannot compare: a dtype or onnxruntime with two models, neither,
     an unknown dtype; the message says which."""
+
+
+class ForwardModeError(OnnxGradError):
+    """A forward-mode derivative (J·v, H·v) cannot go through a node: its op has no forward rule, or it
+    drops the tangent it reads; the message names the node, so the tangent is never silently zero."""

@@ -45,6 +45,7 @@ class Model:
         self._selections: Recent[tuple, GradientSpec] = Recent(SELECTIONS_KEPT)
         self._extras: Recent[tuple, tuple[str, ...]] = Recent(SELECTIONS_KEPT)
         self._calls: Recent[tuple, GradientCall] = Recent(PLANS_KEPT)  # gradient_call's, per names
+        self._forward: Recent[tuple, object] = Recent(PLANS_KEPT)  # prepared JVPs and HVPs
 
     # --- description -------------------------------------------------------------------------
     @property
@@ -271,6 +272,43 @@ class Model:
         if extras is None:
             extras = self._extras[key] = gradient_extras(self.graph, spec, feeds)
         return extras
+
+    # --- forward mode (engine/forward) ------------------------------------------------------------
+    def jvp(self, y: str, xs, tangents, zs=(), feeds: Mapping[str, object] | None = None, *, device="cpu",
+            dtype=None, seed: int = 0, dims: Mapping[str, int] | None = None, past: int | None = None):
+        """J·v: y's derivative along `tangents` (per x an array of its shape, "random" or "ones"; one
+        word for all), in one forward pass. Feeds and defaults as for `gradient`. -> JVPResult."""
+        from .forward.call import jvp
+
+        return jvp(self, y, xs, tangents, zs, feeds, device=device, dtype=dtype, seed=seed, dims=dims, past=past)
+
+    def hvp(self, y: str, xs, vs, zs=(), feeds: Mapping[str, object] | None = None, *, device="cpu",
+            dtype=None, seed: int = 0, dims: Mapping[str, int] | None = None, past: int | None = None):
+        """H·v for a scalar y, by forward over reverse: per x its block of the Hessian (w.r.t. all of
+        xs) times the directions `vs` (as `jvp`'s tangents). -> HVPResult, with dy/dx too."""
+        from .forward.call import hvp
+
+        return hvp(self, y, xs, vs, zs, feeds, device=device, dtype=dtype, seed=seed, dims=dims, past=past)
+
+    def prepare_jvp(self, y: str, xs, zs=(), *, device="cpu", dtype=None, extra_inputs: Sequence[str] = ()):
+        """J·v compiled once: call with torch tensors (xs, zs, extras) and `tangents=[...]`."""
+        return self._prepared_forward("jvp", y, xs, zs, device, dtype, extra_inputs)
+
+    def prepare_hvp(self, y: str, xs, zs=(), *, device="cpu", dtype=None, extra_inputs: Sequence[str] = ()):
+        """H·v compiled once: call with torch tensors (xs, zs, extras) and `vs=[...]`."""
+        return self._prepared_forward("hvp", y, xs, zs, device, dtype, extra_inputs)
+
+    def _prepared_forward(self, kind: str, y, xs, zs, device, dtype, extra_inputs):
+        from .forward.prepared import PreparedHVP, PreparedJVP
+
+        gradient = self.prepare_gradient(y, xs, zs, device=device, dtype=dtype, extra_inputs=extra_inputs,
+                                         compile=False)
+        key = (kind, gradient.spec, gradient.plan)
+        prepared = self._forward.get(key)
+        if prepared is None:
+            prepared = self._forward[key] = (PreparedJVP if kind == "jvp" else PreparedHVP)(gradient.spec,
+                                                                                            gradient.plan)
+        return prepared
 
     # --- helpers ---------------------------------------------------------------------------------
     def compiled(self) -> "Model":

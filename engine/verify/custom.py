@@ -5,7 +5,10 @@
     def vjp(grads, inputs, outputs, *, alpha=1.0):  # one gradient per input, None where none
         (g,), (a, b) = grads, inputs
         return alpha * g * b, alpha * g * a
-    handle = register_op_with_vjp("ScaledMul", forward, vjp, domain="com.example")
+    def jvp(tangents, inputs, outputs, *, alpha=1.0):  # optional: forward mode (J·v), one per output
+        (ta, tb), (a, b) = tangents, inputs         # a tangent is None where its input carries none
+        return alpha * ((0 if ta is None else ta * b) + (0 if tb is None else a * tb))
+    handle = register_op_with_vjp("ScaledMul", forward, vjp, domain="com.example", jvp=jvp)
     report = check(model, ...)                 # the node is named when the VJP is wrong
     handle.unregister()                        # or: with register_op_with_vjp(...): ...
 
@@ -59,8 +62,10 @@ def _as_tuple(value) -> tuple:
     return tuple(value) if isinstance(value, (tuple, list)) else (value,)
 
 
-def make_function(forward: Callable, vjp: Callable, name: str = "CustomOp") -> Callable:
-    """fn(*inputs, **attrs) whose backward is `vjp(grads, inputs, outputs, **attrs)`."""
+def make_function(forward: Callable, vjp: Callable, name: str = "CustomOp", jvp: Callable | None = None) -> Callable:
+    """fn(*inputs, **attrs) whose backward is `vjp(grads, inputs, outputs, **attrs)` and, when given,
+    whose forward-mode rule is `jvp(tangents, inputs, outputs, **attrs)`; without one, forward mode
+    stops at the node with a one-line ForwardModeError (engine/forward/rules.py), never a zero."""
 
     def apply(*inputs, **attrs):
         tensors = [i for i in inputs if isinstance(i, torch.Tensor)]
@@ -87,6 +92,22 @@ def make_function(forward: Callable, vjp: Callable, name: str = "CustomOp") -> C
             def setup_context(ctx, ts, output):
                 ctx.save_for_backward(*ts, *output)
                 ctx.n_in = len(ts)
+                if jvp is not None:
+                    ctx.save_for_forward(*ts, *output)
+
+            @staticmethod
+            def jvp(ctx, *tangents):
+                if jvp is None:
+                    raise NotImplementedError("You must implement the jvp function for custom autograd.Function "
+                                              "to use it with forward mode AD.")
+                saved = ctx.saved_tensors
+                ins, outs = saved[:ctx.n_in], saved[ctx.n_in:]
+                tangent_of = iter(tangents)
+                full = [next(tangent_of) if w else None for w in where]
+                got = _as_tuple(jvp(tuple(full), tuple(rebuild(ins)), tuple(outs), **attrs))
+                if len(got) != n_out[0]:
+                    raise OnnxGradError(f"{name}: the JVP returned {len(got)} tangents for {n_out[0]} outputs")
+                return got
 
             @staticmethod
             def backward(ctx, *grads):
@@ -112,15 +133,17 @@ def make_function(forward: Callable, vjp: Callable, name: str = "CustomOp") -> C
 
 
 def register_op_with_vjp(op_type: str, forward: Callable, vjp: Callable, domain: str = "", since: int = 1,
-                         until: int | None = None, note: str = "custom op with a hand-written VJP") -> CustomOp:
-    """Register `forward` for op_type with `vjp` as its backward; returns a handle to unregister it."""
-    if not callable(forward) or not callable(vjp):
-        raise OnnxGradError("register_op_with_vjp needs a callable forward and a callable vjp")
+                         until: int | None = None, note: str = "custom op with a hand-written VJP",
+                         jvp: Callable | None = None) -> CustomOp:
+    """Register `forward` for op_type with `vjp` as its backward (and `jvp` as its forward-mode rule,
+    optional); returns a handle to unregister it."""
+    if not callable(forward) or not callable(vjp) or (jvp is not None and not callable(jvp)):
+        raise OnnxGradError("register_op_with_vjp needs a callable forward and a callable vjp (and jvp, if given)")
     dom = _norm(domain)
     key = (dom, op_type, since)
     if key in _ACTIVE:
         _ACTIVE[key].unregister()
-    fn = make_function(forward, vjp, name=op_type)
+    fn = make_function(forward, vjp, name=op_type, jvp=jvp)
     impl = OpImpl(dom, op_type, since, until, fn, note)
     previous = tuple(e for e in registry.supported_ops() if e.domain == dom and e.op_type == op_type
                      and _overlap(e, impl))

@@ -1,0 +1,139 @@
+"""Forward-mode derivatives of a validated selection: J·v (`PreparedJVP`) and, for a scalar y, H·v by
+forward over reverse (`PreparedHVP`), on the same plan `prepare_gradient` runs.
+
+The values of xs become torch forward-AD dual tensors carrying their tangents; the plan runs as it
+runs for a gradient, so every op's JVP is torch's own forward rule (a custom op's registered `jvp`).
+H·v is the tangent of autograd's gradient taken with `create_graph` inside the same dual level: the
+gradient's own backward formulas are differentiated forward along v, as `torch.func.jvp(grad(f))`.
+
+The first call walks the steps one by one under `TangentWatch` (rules.py), which names a node that
+drops a tangent; later calls take the plan's compiled run. A fused step (attention, GELU) whose
+kernel has no forward rule makes the plan fall back to its unfused ops for good: never a refusal.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple, Sequence
+
+import torch
+import torch.autograd.forward_ad as fwAD
+
+from ..errors import ExecutionError, SelectionError
+from ..gradient.prepared import float_y, leaf, vjp
+from ..gradient.selection import GradientSpec
+from ..run.plan import Plan
+from .rules import TangentWatch, refusal, tangent_of
+
+
+class JVPOutput(NamedTuple):
+    y: torch.Tensor
+    jvp: torch.Tensor  # J·v, shaped like y
+    disconnected: frozenset[str]
+
+
+class HVPOutput(NamedTuple):
+    y: torch.Tensor
+    grads: tuple[torch.Tensor, ...]  # dy/dx, one per x
+    hvp: tuple[torch.Tensor, ...]  # H·v, one block per x
+    disconnected: frozenset[str]
+
+
+class _ForwardMode:
+    """What J·v and H·v share: the plan, the x values as duals, the first call's watch, the fallback."""
+
+    def __init__(self, spec: GradientSpec, plan: Plan):
+        self.spec, self.plan = spec, plan
+        self.device, self.float_dtype = plan.device, plan.float_dtype
+        self.extra_inputs = plan.sources[len(spec.inputs):]
+        self.watched = False  # the first call walks the steps under TangentWatch
+        self.fused = True  # False once a fused step was found without a forward rule
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        return self.plan.sources
+
+    def _run(self, inputs: list, fused: bool) -> torch.Tensor:
+        if not self.watched:
+            (y,) = self.plan.run_observed(inputs, TangentWatch(self.plan.graph), free=True)
+            self.watched = True
+            return y
+        if fused and self.fused:
+            try:
+                return self.plan.run(inputs)[0]
+            except ExecutionError as exc:
+                if refusal(exc) is None:
+                    raise
+                self.fused = False  # a fused kernel without a forward rule: its unfused ops have one
+        return self.plan.run(inputs, fused=False)[0]
+
+    def run(self, inputs: list, fused: bool = True) -> torch.Tensor:
+        try:
+            return self._run(inputs, fused)
+        except ExecutionError as exc:
+            refused = refusal(exc)
+            if refused is None:
+                raise
+            raise refused from None
+
+    def tangents(self, leaves: Sequence[torch.Tensor], tangents: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        out = []
+        for name, x, v in zip(self.spec.xs, leaves, tangents):
+            if tuple(v.shape) != tuple(x.shape):
+                raise SelectionError(f"the tangent of {name!r} has shape {tuple(v.shape)}, but {name!r} has shape "
+                                     f"{tuple(x.shape)}")
+            out.append(fwAD.make_dual(x, v.to(device=x.device, dtype=x.dtype)))
+        return out
+
+
+class PreparedJVP(_ForwardMode):
+    """J·v for one selection, compiled once: `prepared(*values, tangents=[v per x])` with the values
+    of xs, zs then extras as torch tensors (the order of `input_names`), as PreparedGradient takes them."""
+
+    def __call__(self, *values: torch.Tensor, tangents: Sequence[torch.Tensor]) -> JVPOutput:
+        spec, n = self.spec, len(self.spec.xs)
+        if len(tangents) != n:
+            raise SelectionError(f"{len(tangents)} tangent(s) for {n} x(s)")
+        xs = [leaf(name, v).detach() for name, v in zip(spec.xs, values[:n])]
+        with torch.no_grad(), fwAD.dual_level():
+            y = self.run(self.tangents(xs, tangents) + list(values[n:]))
+            float_y(y, repr(spec.y))
+            t = tangent_of(y)
+            y = fwAD.unpack_dual(y).primal
+        if t is None:  # TangentWatch passed, so no step dropped one: y does not move along any x
+            t = torch.zeros_like(y)
+        return JVPOutput(y, t, frozenset(spec.disconnected))
+
+
+class PreparedHVP(_ForwardMode):
+    """H·v of a scalar y, compiled once: `prepared(*values, vs=[v per x])` -> dy/dx and H·v per x."""
+
+    def __call__(self, *values: torch.Tensor, vs: Sequence[torch.Tensor]) -> HVPOutput:
+        spec, n = self.spec, len(self.spec.xs)
+        if len(vs) != n:
+            raise SelectionError(f"{len(vs)} direction(s) for {n} x(s)")
+        leaves = [leaf(name, v.detach()) for name, v in zip(spec.xs, values[:n])]
+        wanted = [i for i, name in enumerate(spec.xs) if name not in spec.disconnected]
+        with torch.enable_grad(), fwAD.dual_level():
+            duals = self.tangents(leaves, vs)
+            # unfused: the gradient is differentiated again, which a fused kernel's backward is not
+            y = self.run(duals + list(values[n:]), fused=False)
+            float_y(y, repr(spec.y))
+            if y.numel() != 1:
+                raise SelectionError(f"H·v needs a scalar y: {spec.y!r} has shape {tuple(y.shape)}")
+            raw = vjp(y, [duals[i] for i in wanted], None, create_graph=True) if wanted and y.requires_grad \
+                else [None] * len(wanted)
+            grads: list = [None] * n
+            hvp: list = [None] * n
+            disconnected = set(spec.disconnected)
+            for i, g in zip(wanted, raw):
+                if g is None:
+                    disconnected.add(spec.xs[i])
+                    continue
+                primal, tangent = fwAD.unpack_dual(g)
+                grads[i] = primal.detach()
+                hvp[i] = None if tangent is None else tangent.detach()
+            y = fwAD.unpack_dual(y).primal.detach()
+        grads = [torch.zeros_like(leaves[i]) if g is None else g for i, g in enumerate(grads)]
+        # A gradient with no tangent does not move along v: that block of H·v is zero (y linear there).
+        hvp = [torch.zeros_like(leaves[i]).detach() if h is None else h for i, h in enumerate(hvp)]
+        return HVPOutput(y, tuple(grads), tuple(hvp), frozenset(disconnected))
+
