@@ -34,7 +34,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 
-def child(start: int, end: int, n_bytes: int, n_protos: int, seed: int) -> int:
+def child(start: int, end: int, n_bytes: int, n_protos: int, seed: int, models: tuple[str, ...] = ()) -> int:
     """Run cases start..end-1 of the case list, one JSON line each, flushed as each ends."""
     try:
         with open("/proc/self/oom_score_adj", "w") as fh:
@@ -44,7 +44,7 @@ def child(start: int, end: int, n_bytes: int, n_protos: int, seed: int) -> int:
     warnings.simplefilter("ignore")
     from tests import load_fuzz
 
-    originals = load_fuzz.sample_models()
+    originals = load_fuzz.sample_models(models)
     cases = load_fuzz.case_list(n_bytes, n_protos, seed)
     for i in range(start, end):
         kind, k, case_seed = cases[i]
@@ -93,32 +93,34 @@ def drive(args) -> dict:
     """Start children over the case list until every case has a line in OUT/cases.jsonl."""
     os.makedirs(args.out, exist_ok=True)
     lines_path = os.path.join(args.out, "cases.jsonl")
-    n_bytes, n_protos = args.cases // 2, args.cases - args.cases // 2
+    n_bytes = args.cases // 2
     done = _recorded(lines_path)
     begun = time.time()
     with open(lines_path, "a") as lines, open(os.path.join(args.out, "children.stderr"), "a") as errors:
         next_case = max(done, default=-1) + 1
         while next_case < args.cases:
             end = min(next_case + args.slice, args.cases)
-            next_case = _run_child(args, next_case, end, n_bytes, n_protos, lines, errors)
+            cmd = [sys.executable, os.path.abspath(__file__), "--child", str(next_case), str(end),
+                   "--cases", str(args.cases), "--seed", str(args.seed), "--models", *args.models]
+            next_case = run_child(cmd, next_case, end, args.timeout, n_bytes, lines, errors)
     return summarize(lines_path, args, time.time() - begun)
 
 
-def _run_child(args, start: int, end: int, n_bytes: int, n_protos: int, lines, errors) -> int:
-    """One child over start..end-1; returns the case to go on from (after a kill or a hang, the next one)."""
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", str(start), str(end), "--cases", str(args.cases),
-           "--seed", str(args.seed)]
+def run_child(cmd: list[str], start: int, end: int, timeout: float, n_bytes: int, lines, errors,
+              startup: float = 60) -> int:
+    """One child over cases start..end-1, its lines copied to `lines` and a line written for the case it died
+    or hung on; returns the case to go on from (after a kill or a hang, the next one)."""
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errors, env=env, cwd=ROOT)
     expected, buffer = start, b""
-    deadline = time.time() + args.timeout + 60  # the first case also waits for the child's imports
+    deadline = time.time() + timeout + startup  # the first case also waits for the child's imports
     while expected < end:
         ready, _, _ = select.select([proc.stdout], [], [], max(0.0, deadline - time.time()))
         if not ready:
             proc.kill()
             proc.wait()
             _write(lines, {"i": expected, **_kind(expected, n_bytes), "outcome": "hang",
-                           "message": f"no result after {args.timeout} s"})
+                           "message": f"no result after {timeout} s"})
             return expected + 1
         chunk = os.read(proc.stdout.fileno(), 1 << 16)
         if not chunk:
@@ -131,7 +133,7 @@ def _run_child(args, start: int, end: int, n_bytes: int, n_protos: int, lines, e
         for line in complete:
             lines.write(line.decode() + "\n")
             expected = json.loads(line)["i"] + 1
-            deadline = time.time() + args.timeout
+            deadline = time.time() + timeout
         lines.flush()
     proc.stdout.close()
     proc.wait()
@@ -166,7 +168,8 @@ def summarize(lines_path: str, args, seconds: float) -> dict:
     peak = max(records.values(), key=lambda r: r.get("rss_kb", 0), default={})
     findings = {kind: [_finding(r) for r in records.values() if r["outcome"] == kind]
                 for kind in ("escape", "kill", "hang")}
-    return {"cases": len(records), "planned": args.cases, "seed": args.seed, "memory_limit": None,
+    return {"cases": len(records), "planned": args.cases, "seed": args.seed, "models": args.models or "sample_models/*.onnx",
+            "memory_limit": None,
             "byte_level": sum(r["kind"] == "bytes" for r in records.values()),
             "proto_level": sum(r["kind"] == "proto" for r in records.values()),
             "outcomes": {k: counts.get(k, 0) for k in ("refused", "unfed", "loaded", "escape", "kill", "hang")},
@@ -194,10 +197,12 @@ def main(argv=None) -> int:
     p.add_argument("--slice", type=int, default=2000, help="cases per child")
     p.add_argument("--timeout", type=float, default=60, help="seconds a case may take before it is a hang")
     p.add_argument("--json", default="", help="also write the summary here (benchmarks/results/fuzz_models.json)")
+    p.add_argument("--models", nargs="*", default=[], help="glob patterns of the models to mutate (default: "
+                   "sample_models/*.onnx; ** recurses)")
     p.add_argument("--child", nargs=2, type=int, metavar=("START", "END"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
-        return child(*args.child, args.cases // 2, args.cases - args.cases // 2, args.seed)
+        return child(*args.child, args.cases // 2, args.cases - args.cases // 2, args.seed, tuple(args.models))
     result = drive(args)
     if args.json:
         with open(args.json, "w") as fh:

@@ -162,9 +162,12 @@ def _one_line(exc: BaseException) -> None:
         raise AssertionError(f"{type(exc).__name__} not on one line: {str(exc)[:300]!r}")
 
 
-def sample_models() -> list[tuple[str, bytes]]:
-    paths = sorted(glob.glob(os.path.join(ROOT, "sample_models", "*.onnx")))
-    return [(os.path.basename(p), open(p, "rb").read()) for p in paths]
+def sample_models(patterns: tuple[str, ...] = ()) -> list[tuple[str, bytes]]:
+    """The models to mutate: sample_models/*.onnx, or the files the glob `patterns` match."""
+    patterns = patterns or (os.path.join(ROOT, "sample_models", "*.onnx"),)
+    paths = sorted({p for pattern in patterns for p in glob.glob(pattern, recursive=True)})
+    base = os.path.commonpath([os.path.dirname(p) for p in paths]) if paths else ""
+    return [(os.path.relpath(p, base), open(p, "rb").read()) for p in paths]
 
 
 def case_list(n_bytes: int, n_protos: int, seed: int) -> list[tuple[str, int, float]]:
