@@ -289,13 +289,25 @@ def lowered(model, y: str | None = None, xs=None, zs=None, *, dy: str | bool | N
             names=None, check: bool = True) -> tuple[ModelProto, dict]:
     """`lower` without putting the weights into the proto: (the lowered model with the large
     initializers' bytes left out, those bytes by name), for `engine.modelfile.reader.write` to stream."""
+    graph, state = prepared(model, selection=bool(y or xs))
+    if y or xs:
+        if not y:
+            raise LoweringError("--xs needs --y: name the tensor to differentiate")
+        dy_name = (dy if isinstance(dy, str) else f"d{y}") if dy else None
+        state.add_selection(y, split_names(xs), split_names(zs), dy_name, split_names(names) or None)
+    return finished(graph, state, check)
+
+
+def prepared(model, selection: bool) -> tuple:
+    """(the loaded graph, a Lowering of its proto with contrib and non-portable ops written out, the opset
+    raised to MIN_OPSET, and every Gradient node lowered), ready for a selection to be added."""
     from ..model import Model
 
     graph = _graph(model)
     Model(graph)  # one-line errors for bad models, unknown ops and invalid Gradient nodes
     proto = ModelProto()
     proto.CopyFrom(graph.source)
-    if not (y or xs) and not any(n.domain == TRAINING_DOMAIN and n.op_type == "Gradient" for n in proto.graph.node):
+    if not selection and not any(n.domain == TRAINING_DOMAIN and n.op_type == "Gradient" for n in proto.graph.node):
         raise LoweringError("the model has no Gradient node: name a selection with y and xs (--y, --xs)")
     _keep_dropout_masks(proto.graph)
     unique_scopes(proto.graph)
@@ -304,11 +316,12 @@ def lowered(model, y: str | None = None, xs=None, zs=None, *, dy: str | bool | N
         state.refresh()
     while state.gradient_nodes():
         state.lower_gradient_node(state.innermost())
-    if y or xs:
-        if not y:
-            raise LoweringError("--xs needs --y: name the tensor to differentiate")
-        dy_name = (dy if isinstance(dy, str) else f"d{y}") if dy else None
-        state.add_selection(y, split_names(xs), split_names(zs), dy_name, split_names(names) or None)
+    return graph, state
+
+
+def finished(graph, state: Lowering, check: bool) -> tuple[ModelProto, dict]:
+    """The lowered proto (defaults written out, the training domain dropped where unused, fully checked)
+    and the bytes of the initializers left outside it."""
     out = state.proto
     _explicit_defaults(out.graph, opset_version(out))
     if not any(n.domain == TRAINING_DOMAIN for n in out.graph.node):
