@@ -13,7 +13,7 @@ from typing import Callable, Sequence
 from ..errors import OnnxGradError
 
 # Subcommand modules, in the order `--help` lists them.
-COMMANDS = ["run", "grad", "ops", "graph", "check", "diff", "conformance", "lower"]
+COMMANDS = ["run", "grad", "jvp", "ops", "graph", "check", "diff", "conformance", "lower"]
 
 
 class OneLineParser(argparse.ArgumentParser):

@@ -8,7 +8,8 @@ gradient's own backward formulas are differentiated forward along v, as `torch.f
 
 The first call walks the steps one by one under `TangentWatch` (rules.py), which names a node that
 drops a tangent; later calls take the plan's compiled run. A fused step (attention, GELU) whose
-kernel has no forward rule makes the plan fall back to its unfused ops for good: never a refusal.
+kernel has no forward rule (torch's CPU flash attention) replays the ops it stands for, as it does
+for any case its kernel declines (engine/run/fusion.py): never a refusal.
 """
 from __future__ import annotations
 
@@ -45,29 +46,18 @@ class _ForwardMode:
         self.device, self.float_dtype = plan.device, plan.float_dtype
         self.extra_inputs = plan.sources[len(spec.inputs):]
         self.watched = False  # the first call walks the steps under TangentWatch
-        self.fused = True  # False once a fused step was found without a forward rule
 
     @property
     def input_names(self) -> tuple[str, ...]:
         return self.plan.sources
 
-    def _run(self, inputs: list, fused: bool) -> torch.Tensor:
-        if not self.watched:
-            (y,) = self.plan.run_observed(inputs, TangentWatch(self.plan.graph), free=True)
-            self.watched = True
-            return y
-        if fused and self.fused:
-            try:
-                return self.plan.run(inputs)[0]
-            except ExecutionError as exc:
-                if refusal(exc) is None:
-                    raise
-                self.fused = False  # a fused kernel without a forward rule: its unfused ops have one
-        return self.plan.run(inputs, fused=False)[0]
-
     def run(self, inputs: list, fused: bool = True) -> torch.Tensor:
         try:
-            return self._run(inputs, fused)
+            if not self.watched:
+                (y,) = self.plan.run_observed(inputs, TangentWatch(self.plan.graph), free=True)
+                self.watched = True
+                return y
+            return self.plan.run(inputs, fused=fused)[0]
         except ExecutionError as exc:
             refused = refusal(exc)
             if refused is None:
