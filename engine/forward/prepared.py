@@ -19,7 +19,7 @@ import torch
 import torch.autograd.forward_ad as fwAD
 
 from ..errors import ExecutionError, SelectionError
-from ..gradient.prepared import float_y, leaf, vjp
+from ..gradient.prepared import float_y, leaf, seed_for, vjp
 from ..gradient.selection import GradientSpec
 from ..run.plan import Plan
 from .rules import TangentWatch, refusal, tangent_of
@@ -94,9 +94,11 @@ class PreparedJVP(_ForwardMode):
 
 
 class PreparedHVP(_ForwardMode):
-    """H·v of a scalar y, compiled once: `prepared(*values, vs=[v per x])` -> dy/dx and H·v per x."""
+    """H·v of a scalar y, compiled once: `prepared(*values, vs=[v per x])` -> dy/dx and H·v per x.
+    With `dy` (shaped like y), of the scalar <dy, y> instead, for any y (the verifier's second order)."""
 
-    def __call__(self, *values: torch.Tensor, vs: Sequence[torch.Tensor]) -> HVPOutput:
+    def __call__(self, *values: torch.Tensor, vs: Sequence[torch.Tensor], dy: torch.Tensor | None = None
+                 ) -> HVPOutput:
         spec, n = self.spec, len(self.spec.xs)
         if len(vs) != n:
             raise SelectionError(f"{len(vs)} direction(s) for {n} x(s)")
@@ -107,9 +109,10 @@ class PreparedHVP(_ForwardMode):
             # unfused: the gradient is differentiated again, which a fused kernel's backward is not
             y = self.run(duals + list(values[n:]), fused=False)
             float_y(y, repr(spec.y))
-            if y.numel() != 1:
+            if y.numel() != 1 and dy is None:
                 raise SelectionError(f"H·v needs a scalar y: {spec.y!r} has shape {tuple(y.shape)}")
-            raw = vjp(y, [duals[i] for i in wanted], None, create_graph=True) if wanted and y.requires_grad \
+            seed = None if dy is None else seed_for(y, dy, spec.y)
+            raw = vjp(y, [duals[i] for i in wanted], seed, create_graph=True) if wanted and y.requires_grad \
                 else [None] * len(wanted)
             grads: list = [None] * n
             hvp: list = [None] * n
