@@ -7,9 +7,10 @@ H·v is the tangent of autograd's gradient taken with `create_graph` inside the 
 gradient's own backward formulas are differentiated forward along v, as `torch.func.jvp(grad(f))`.
 
 The first call walks the steps one by one under `TangentWatch` (rules.py), which names a node that
-drops a tangent; later calls take the plan's compiled run. A fused step (attention, GELU) whose
-kernel has no forward rule (torch's CPU flash attention) replays the ops it stands for, as it does
-for any case its kernel declines (engine/run/fusion.py): never a refusal.
+drops a tangent; later calls take the plan's compiled run. Attention runs on torch's math kernel,
+which has forward rules (the CPU flash kernel has none), whether it is a fused step or an ONNX
+Attention op; a fused step whose kernel still has none replays the ops it stands for, as for any
+case its kernel declines (engine/run/fusion.py): never a refusal.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from typing import NamedTuple, Sequence
 
 import torch
 import torch.autograd.forward_ad as fwAD
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ..errors import ExecutionError, SelectionError
 from ..gradient.prepared import float_y, leaf, seed_for, vjp
@@ -53,16 +55,20 @@ class _ForwardMode:
 
     def run(self, inputs: list, fused: bool = True) -> torch.Tensor:
         try:
-            if not self.watched:
-                (y,) = self.plan.run_observed(inputs, TangentWatch(self.plan.graph), free=True)
-                self.watched = True
-                return y
-            return self.plan.run(inputs, fused=fused)[0]
+            with sdpa_kernel(SDPBackend.MATH):
+                return self._run(inputs, fused)
         except ExecutionError as exc:
             refused = refusal(exc)
             if refused is None:
                 raise
             raise refused from None
+
+    def _run(self, inputs: list, fused: bool) -> torch.Tensor:
+        if not self.watched:
+            (y,) = self.plan.run_observed(inputs, TangentWatch(self.plan.graph), free=True)
+            self.watched = True
+            return y
+        return self.plan.run(inputs, fused=fused)[0]
 
     def tangents(self, leaves: Sequence[torch.Tensor], tangents: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         out = []
