@@ -36,6 +36,13 @@ def add_parser(sub) -> None:
     p.add_argument("--samples", type=int, default=None, metavar="N", help="elements per x in sample mode (64)")
     p.add_argument("--directions", type=int, default=None, metavar="K", help="directions per x in fast mode (1)")
     p.add_argument("--order", type=int, choices=[1, 2], default=1, help="2 also checks the gradient of the gradient")
+    p.add_argument("--second-order", choices=["gradgrad", "hvp"], default="gradgrad",
+                   help="with --order 2: gradgrad (default) differentiates the gradient through create_graph, "
+                        "item by item of the mode; hvp takes H·v along a random direction per x by forward "
+                        "over reverse")
+    p.add_argument("--forward", action="store_true",
+                   help="also check forward mode: J·v against central differences along a random v, and "
+                        "<u, J·v> = <Jᵀu, v> against reverse mode")
     p.add_argument("--claimed", action="append", default=[], metavar="X=OUT",
                    help="check model output OUT as the gradient of y with respect to X (repeatable)")
     p.add_argument("--per-node", action="store_true",
@@ -74,7 +81,8 @@ def run(args) -> int:
                        claimed=args.claimed or None, rtol=args.rtol, atol=args.atol, seed=args.seed,
                        per_node=args.per_node, samples=args.samples, directions=args.directions,
                        time_budget=args.time_budget, device=args.device, progress=progress,
-                       dims=parse_dim_arguments(model, args))
+                       dims=parse_dim_arguments(model, args), forward=args.forward,
+                       second_order=args.second_order)
     text_out = sys.stderr if args.json == "-" else sys.stdout
     print(report.summary(), file=text_out)
     if args.json:

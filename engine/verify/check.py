@@ -19,11 +19,12 @@ from .native import native_errors
 from .pernode import check_nodes, nodes_settle, settled_by_nodes
 from .report import CheckReport, Finding
 from .resolve import advice, settle_directions
-from .second_order import check_second_order
+from .second_order import check_second_order, check_second_order_hvp
 from .status import CANCELLED, FAIL, INCONCLUSIVE, PASS
 from .xcheck import Options, XProbe, skipped
 
 MODES = ("auto", "full", "sample", "fast")
+SECOND_ORDER = ("gradgrad", "hvp")
 DEFAULT_SAMPLES = 64
 # One direction, as gradcheck(fast_mode=True) takes: with a random dy and a Gaussian direction a
 # wrong VJP shows almost surely, and the injected-bug catalogue is caught at every seed
@@ -42,7 +43,8 @@ def check(model, y: str, xs, zs=(), feeds: Mapping | None = None, dy=None, mode:
           per_node: bool = False, samples: int | None = None, directions: int | None = None,
           time_budget: float | None = None, device="cpu", progress: Callable | None = None,
           should_stop: Callable[[], bool] | None = None, compile: bool = False,
-          dims: Mapping[str, int] | None = None, locate: bool = True) -> CheckReport:
+          dims: Mapping[str, int] | None = None, locate: bool = True, forward: bool = False,
+          second_order: str = "gradgrad") -> CheckReport:
     """Cross-check dy/dxs against float64 central differences; see docs/check-json.md for the report.
 
     `model` is a Model, a path or a ModelProto. Modes: full (every element), sample (`samples`
@@ -51,9 +53,16 @@ def check(model, y: str, xs, zs=(), feeds: Mapping | None = None, dy=None, mode:
     with a random dy (seeded) unless `dy` is given, or with ones when `claimed` gradients are checked.
     Members of xs ∪ zs nobody fed take the engine's defaults, symbolic dims sized by `dims`.
     `locate`: after a failure, check the nodes alone to name the failing one (off: the verdict only).
+    `forward`: also check the engine's forward mode, J·v and the transpose identity (verify/forward.py).
+    `second_order` (with order 2): "gradgrad", every item of d<w, dL/dx>/dx through create_graph, or
+    "hvp", H·v along a random direction per x by forward over reverse (second_order.py).
     """
     started = time.monotonic()
     opts = _options(mode, order, rtol, atol, seed, samples, directions, time_budget)
+    if second_order not in SECOND_ORDER:
+        raise OnnxGradError(f"unknown second-order method {second_order!r}: use one of {', '.join(SECOND_ORDER)}")
+    if second_order != "gradgrad" and order != 2:
+        raise OnnxGradError(f"second_order={second_order!r} is a method for order 2: give order=2 (--order 2)")
     model = _loaded(model, compile)
     claimed_map = parse_claimed(claimed)
     ctx = build(model, y, xs, zs, feeds, dy, seed, device, ones_dy=bool(claimed_map), dims=dims)
@@ -70,11 +79,12 @@ def check(model, y: str, xs, zs=(), feeds: Mapping | None = None, dy=None, mode:
     native = native_errors(ctx, findings)
     results, probes = _check_xs(ctx, opts, control, native)
     deterministic, results, probes = _if_deterministic(ctx, findings, results, probes,
-                                                       bool(claimed_map) or order == 2 or per_node)
+                                                       bool(claimed_map) or order == 2 or per_node or forward)
     claimed_results = check_claimed(ctx, claimed_map, probes, opts) if claimed_map else ()
     second = ()
     if order == 2 and deterministic:
-        second = check_second_order(ctx, opts, control)
+        second = (check_second_order_hvp if second_order == "hvp" else check_second_order)(ctx, opts, control)
+    jvps, transposes = _forward(ctx, opts, control, forward, deterministic)
     results, nodes = _through_nodes(ctx, opts, control, results, second, probes, findings,
                                     per_node=per_node, locate=locate, deterministic=deterministic)
     control.tick(0, "done", force=True)
@@ -83,7 +93,7 @@ def check(model, y: str, xs, zs=(), feeds: Mapping | None = None, dy=None, mode:
                                                "what was checked is a random sample"))
     results = [dataclasses.replace(r, advice=advice(r, probes.get(r.name), control.stopped, deterministic))
                if r.status in (INCONCLUSIVE, CANCELLED) else r for r in results]
-    verdict = _overall(results, second, claimed_results, nodes, control, deterministic)
+    verdict = _overall(results, (*second, *jvps, *transposes), claimed_results, nodes, control, deterministic)
     return CheckReport(
         ok=verdict == PASS, verdict=verdict, mode=opts.mode, auto=auto, seed=seed, order=order, results=tuple(results),
         nodes=tuple(nodes), first_failing_node=next((n.node_name for n in nodes if n.status == FAIL), None),
@@ -92,7 +102,20 @@ def check(model, y: str, xs, zs=(), feeds: Mapping | None = None, dy=None, mode:
         atol=atol, samples=opts.samples if opts.mode == "sample" else None,
         directions=opts.directions if opts.mode == "fast" else None, second_order=tuple(second),
         claimed=tuple(claimed_results), truncated=bool(control.stopped), stopped=control.stopped,
-        device=str(ctx.device))
+        device=str(ctx.device), forward=forward, jvp=jvps, transpose=transposes,
+        second_order_method=second_order if order == 2 else "")
+
+
+def _forward(ctx: Context, opts: Options, control: fd.Control, forward: bool, deterministic: bool) -> tuple:
+    """(J·v checks, transpose checks): none unless asked; inconclusive for a nondeterministic model."""
+    if not forward:
+        return (), ()
+    if not deterministic:
+        why = "the model is nondeterministic: finite differences are meaningless"
+        return tuple(skipped(n, ctx.y0.shape, why, INCONCLUSIVE) for n in ctx.spec.xs), ()
+    from .forward import check_forward
+
+    return check_forward(ctx, opts, control)
 
 
 def _loaded(model, compile: bool) -> Model:

@@ -14,7 +14,7 @@ from xml.etree import ElementTree as ET
 from .status import CANCELLED, FAIL, INCONCLUSIVE, PASS, SKIPPED  # noqa: F401  (report users read them here)
 from .text import format_report
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: forward, jvp, transpose, second_order_method
 
 
 @dataclass(frozen=True)
@@ -112,6 +112,22 @@ class ClaimedCheck:
 
 
 @dataclass(frozen=True)
+class TransposeCheck:
+    """For one x: <u, J·v> by forward mode against <Jᵀu, v> by reverse mode, judged by their rounding."""
+
+    name: str
+    status: str
+    forward: float | None  # <u, J·v>
+    reverse: float | None  # <Jᵀu, v>
+    abs_err: float | None
+    rel_err: float | None
+    error_estimate: float | None  # the rounding allowance the difference was judged against
+    signal: float | None  # max(|forward|, |reverse|)
+    roundoff: str = ""  # "dot product", or "measured" when each side's rounding was sampled too
+    reason: str = ""
+
+
+@dataclass(frozen=True)
 class Finding:
     """Something worth knowing that is not a per-element verdict: NaN/Inf, precision, nondeterminism."""
 
@@ -151,6 +167,10 @@ class CheckReport:
     truncated: bool = False  # a time budget or a cancel left items unchecked
     stopped: str = ""  # "", "cancelled" or "time budget"
     device: str = "cpu"
+    forward: bool = False  # forward mode was checked too (`jvp`, `transpose`)
+    jvp: tuple[XCheck, ...] = ()  # per x: J·v against central differences along v, items the elements of y
+    transpose: tuple[TransposeCheck, ...] = ()
+    second_order_method: str = ""  # with order 2: "gradgrad" (create_graph) or "hvp" (forward over reverse)
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict:
@@ -184,6 +204,10 @@ def junit_xml(report: CheckReport) -> str:
         cases.append(("gradient", f"d{report.y}/d{r.name}", r.status, _x_message(r)))
     for r in report.second_order:
         cases.append(("second_order", f"d2{report.y}/d{r.name}2", r.status, _x_message(r)))
+    for r in report.jvp:
+        cases.append(("jvp", f"d{report.y}/d{r.name}·v", r.status, _x_message(r)))
+    for t in report.transpose:
+        cases.append(("transpose", f"<u, J·v> = <Jᵀu, v> for {t.name}", t.status, t.reason))
     for c in report.claimed:
         cases.append(("claimed", f"{c.output} as d{report.y}/d{c.x}", c.status, c.reason))
     for n in report.nodes:

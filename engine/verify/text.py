@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 from .status import CANCELLED, FAIL, INCONCLUSIVE, PASS, SKIPPED
 
 if TYPE_CHECKING:
-    from .report import CheckReport, XCheck
+    from .report import CheckReport, TransposeCheck, XCheck
 
 MARK = {PASS: "PASS", FAIL: "FAIL", INCONCLUSIVE: "INCONCLUSIVE", SKIPPED: "skipped", CANCELLED: "cancelled"}
 
@@ -46,18 +46,32 @@ def _x_line(prefix: str, r: XCheck) -> list[str]:
     return lines
 
 
+def _transpose_line(t: TransposeCheck) -> list[str]:
+    numbers = "" if t.forward is None else (f"  <u,J·v> {t.forward:.10g} vs <Jᵀu,v> {t.reverse:.10g}  abs {_num(t.abs_err)} "
+                                            f"rel {_num(t.rel_err)}  rounding {_num(t.error_estimate)}")
+    lines = [f"  {MARK.get(t.status, t.status):12} transpose {t.name}{numbers}"]
+    if t.reason and (t.status != PASS or t.forward is None):
+        lines.append(f"               {t.reason}")
+    return lines
+
+
 def format_report(report: CheckReport) -> str:
     head = (f"check d{report.y}/d[{', '.join(report.xs)}]  mode {report.mode}{' (auto)' if report.auto else ''}"
             f"{f' ({report.samples} samples)' if report.samples else ''}"
             f"{f' ({report.directions} direction{_s(report.directions)})' if report.directions else ''}  "
-            f"order {report.order}  "
+            f"order {report.order}{' (H·v)' if report.second_order_method == 'hvp' else ''}"
+            f"{'  forward' if report.forward else ''}  "
             f"dy {report.dy}  seed {report.seed}  rtol {report.rtol:g}  "
             f"atol {'auto' if report.atol is None else format(report.atol, 'g')}")
     lines = [head]
     for r in report.results:
         lines += _x_line("", r)
     for r in report.second_order:
-        lines += _x_line("d2/", r)
+        lines += _x_line("H·v " if r.kind == "tangent" else "d2/", r)
+    for r in report.jvp:
+        lines += _x_line("J·v ", r)
+    for t in report.transpose:
+        lines += _transpose_line(t)
     for c in report.claimed:
         lines.append(f"  {MARK.get(c.status, c.status):12} claimed {c.output} = d{report.y}/d{c.x}  "
                      f"vs engine max abs {_num(c.max_abs_err_vs_engine)}  vs fd max abs {_num(c.max_abs_err_vs_fd)}"
