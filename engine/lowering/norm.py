@@ -119,7 +119,9 @@ def instance_norm(ctx, node, grads):
     m = Moments(ctx, ctx.widened(x), range(2, rank), attr(node, "epsilon", 1e-5))  # float32 statistics, as torch
     out = [None, None, None]
     if ctx.wants(0):
-        out[0] = ctx.narrowed(m.input_grad(ctx.widened(ctx.op("Mul", [g, _per_channel(ctx, scale, rank)]))), x)
+        # cast by x's type: the product is untyped, and widened() takes an unknown type for float32
+        scaled = ctx.cast(ctx.op("Mul", [g, _per_channel(ctx, scale, rank)]), ctx.wide_type(x))
+        out[0] = ctx.narrowed(m.input_grad(scaled), x)
     if ctx.wants(1):
         out[1] = ctx.reduce_sum(ctx.op("Mul", [g, ctx.narrowed(m.xhat, x)]), _channel_axes(rank), keepdims=0)
     if ctx.wants(2):

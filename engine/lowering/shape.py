@@ -83,7 +83,13 @@ def pad(ctx, node, grads):
     pads = node.input[1]
     axes = [node.input[3]] if len(node.input) > 3 and node.input[3] else []
     if (attr(node, "mode", "constant") or "constant") == "constant":
-        return [ctx.op("Pad", [g, ctx.op("Neg", [pads])] + ([""] + axes if axes else []), mode="constant")]
+        dx = ctx.op("Pad", [g, ctx.op("Neg", [pads])] + ([""] + axes if axes else []), mode="constant")
+        value = node.input[2] if len(node.input) > 2 else ""
+        if not ctx.wants(2) or not value:
+            return [dx]
+        # constant_value fills every output element that no input element lands on
+        filled = ctx.op("Sub", [ctx.op("ReduceSum", [g], keepdims=0), ctx.op("ReduceSum", [dx], keepdims=0)])
+        return [dx if ctx.wants(0) else None, None, ctx.op("Reshape", [filled, ctx.op("Shape", [value])])]
     rest = list(node.input[1:2]) + ([""] + axes if axes else [])
     return [ctx.scatter_back(g, x, ctx.op("Pad", [ctx.positions(x)] + rest, mode=attr(node, "mode")))]
 

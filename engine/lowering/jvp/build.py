@@ -33,7 +33,7 @@ def lowered_jvp(model, y: str, xs, zs=None, *, tangents=None, name: str | None =
         raise LoweringError("a JVP needs --y and --xs: name the tensor and what it is differentiated along")
     graph, state = prepared(model, selection=True)
     spec = validate(index(state.proto), y, split_names(xs), split_names(zs))
-    inputs = split_names(tangents) or [f"t_{x}" for x in spec.xs]
+    inputs = list(split_names(tangents)) or [f"t_{x}" for x in spec.xs]
     if len(inputs) != len(spec.xs):
         raise LoweringError(f"{len(inputs)} tangent names for {len(spec.xs)} members of xs")
     output = name or f"jvp_{spec.y}"

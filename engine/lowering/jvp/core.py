@@ -72,10 +72,11 @@ def transposed(ctx: Ctx, node: NodeProto, ins: Sequence[str | None]) -> list[str
     return [next(found) if u else None for u in cotangents]
 
 
-def full(ctx: Ctx, t: str, src: str, like: str) -> str:
-    """Tangent t, shaped like `src`, broadcast to like's shape (a tangent has its primal's shape exactly)."""
-    shape_src, shape_like = ctx.shape(src), ctx.shape(like)
-    if shape_src is not None and shape_src == shape_like:
+def full(ctx: Ctx, t: str, like: str, *sources: str) -> str:
+    """Tangent t, computed from the tangents of `sources`, broadcast to like's shape where no source has it
+    (a tangent has its primal's shape exactly: y = a + b with b broadcast carries a's tangent at y's shape)."""
+    shape_like = ctx.shape(like)
+    if shape_like is not None and any(ctx.shape(s) == shape_like for s in sources):
         return t
     return ctx.op("Expand", [t, ctx.op("Shape", [like])])
 

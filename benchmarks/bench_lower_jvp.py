@@ -1,0 +1,159 @@
+"""Lowered JVPs (`onnxgrad lower --jvp`): onnxruntime's time for the lowered model ÷ the model's own forward,
+and its J·v against the engine's `Model.jvp`, on the sample models and the real architectures.
+
+    python benchmarks/bench_lower_jvp.py [--runs 7] [--real] [--only a,b] [--all-weights] [--gpt2]
+
+Both sessions run on onnxruntime's CPU provider with the same threads, taking turns call by call; the
+ratio is the median of per-pair ratios. "forward" is the model as lowering prepares it (contrib ops written
+out, Gradient nodes lowered), with its own outputs. xs: the sample's check selection; a real
+architecture's float input, or for token ids its first float weight (the embedding table), or with
+--all-weights the input and every float weight (the VJP survey's xs, benchmarks/_real_lowering.py).
+The match is the relative L2 norm of onnxruntime's J·v against the engine's in float32. Results go to
+benchmarks/results/lower_jvp.json.
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import sys
+import time
+
+import numpy as np
+import onnx
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from _results import write_json  # noqa: E402
+from bench_lower import paired  # noqa: E402
+
+import engine  # noqa: E402
+from engine.lowering.build import finished, prepared  # noqa: E402
+from engine.lowering.jvp import lower_jvp  # noqa: E402
+
+GPT2 = os.path.join(os.path.expanduser("~"), ".cache", "onnxgrad-bench", "scale", "gpt2-v1", "gpt2.onnx")
+
+
+def sample_cases():
+    from tests.run.test_samples import SAMPLES, _path
+
+    for name, s in SAMPLES.items():
+        model = engine.load(_path(name))
+        feeds = {"X": np.random.default_rng(1).standard_normal((1, 1, 4, 4)).astype(np.float32)} \
+            if "X" in s.feeds else {}
+        inner = [m for m in s.xs + s.zs if m in model.graph.producer]
+        values = model.run(feeds, outputs=inner) if inner else {}
+        yield name, onnx.load(_path(name)), s.y, list(s.xs), list(s.zs), {**feeds, **values}
+
+
+def real_cases(all_weights: bool):
+    import _real_lowering
+    import _real_models
+
+    for case in _real_models.LOWERING_CASES:
+        for exporter in _real_models.EXPORTERS:
+            try:
+                proto, model, y, xs, zs, feeds, _ = _real_lowering.prepared(case, exporter)
+            except Exception as exc:  # noqa: BLE001 - an export that fails is reported, not fatal
+                print(f"{case.name}_{exporter}: export failed: {str(exc).splitlines()[0][:200]}", flush=True)
+                continue
+            (x_name,) = feeds
+            if not all_weights:
+                xs = [x_name] if x_name in xs else xs[:1]
+                zs = [] if x_name in xs else [x_name]
+            yield f"{case.name}_{exporter}", proto, y, xs, zs, feeds
+
+
+def gpt2_case():
+    proto = onnx.load(GPT2)
+    model = engine.load(GPT2)
+    ids = model.inputs[0]
+    feeds = {ids: np.random.default_rng(0).integers(0, 50257, (1, 32)).astype(np.int64)}
+    for i in model.inputs[1:]:
+        raise SystemExit(f"gpt2.onnx has an input {i!r} this benchmark does not feed")
+    weight = next(n for n, v in model.constants().items() if v.is_floating_point() and v.dim() == 2)
+    return "gpt2_124m", proto, model.outputs[0], [weight], [], feeds
+
+
+def forward_of(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """The model as lowering prepares it (what its JVP is built beside), with its own outputs."""
+    graph, state = prepared(proto, selection=True)
+    out, data = finished(graph, state, check=False)
+    from engine.modelfile.writer import materialize
+
+    return materialize(out, data)
+
+
+def session(proto: onnx.ModelProto, threads: int):
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    if threads:
+        options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+    s = ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return s, {i.name for i in s.get_inputs()}
+
+
+def measure(name, proto, y, xs, zs, feeds, runs: int, threads: int) -> dict:
+    model = engine.load(proto)
+    start = time.perf_counter()
+    try:
+        lowered = lower_jvp(proto, y, xs, zs)
+    except Exception as exc:  # noqa: BLE001 - the survey reports every refusal in one line
+        return {"problem": f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300]}"}
+    lower_s = time.perf_counter() - start
+    want = model.jvp(y, xs, "random", zs, feeds=feeds)
+    tangents = {f"t_{x}": v for x, v in want.tangents.items()}
+    jvp_session, jvp_names = session(lowered, threads)
+    jvp_feeds = {k: v for k, v in {**feeds, **tangents}.items() if k in jvp_names}
+    got = dict(zip([o.name for o in jvp_session.get_outputs()], jvp_session.run(None, jvp_feeds)))[f"jvp_{y}"]
+    l2 = float(np.linalg.norm(got.astype(np.float64) - want.jvp) / max(np.linalg.norm(want.jvp), 1e-30))
+    fwd_session, fwd_names = session(forward_of(proto), threads)
+    fwd_feeds = {k: v for k, v in feeds.items() if k in fwd_names}
+    t_jvp, t_fwd, ratio = paired(functools.partial(jvp_session.run, None, jvp_feeds),
+                                 functools.partial(fwd_session.run, None, fwd_feeds), runs)
+    ops = {}
+    for n in lowered.graph.node:
+        ops[n.op_type] = ops.get(n.op_type, 0) + 1
+    return {"xs": len(xs), "nodes_forward": len(proto.graph.node), "nodes_lowered": len(lowered.graph.node),
+            "lower_s": lower_s, "jvp_ort_s": t_jvp, "forward_ort_s": t_fwd, "jvp_over_forward": ratio,
+            "rel_l2_vs_engine": l2, "jvp_norm": float(np.linalg.norm(want.jvp))}
+
+
+def main() -> int:
+    import onnxruntime as ort
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=7)
+    ap.add_argument("--threads", type=int, default=1, help="onnxruntime threads for both sessions (0: its default)")
+    ap.add_argument("--real", action="store_true", help="also the timm / transformers architectures, both exporters")
+    ap.add_argument("--all-weights", action="store_true", help="real models: xs = the input and every float weight")
+    ap.add_argument("--gpt2", action="store_true", help=f"also GPT-2 124M ({GPT2}, built by bench_scale.py)")
+    ap.add_argument("--no-samples", action="store_true")
+    ap.add_argument("--only", default="")
+    ap.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results", "lower_jvp.json"))
+    args = ap.parse_args()
+    only = set(filter(None, args.only.split(",")))
+    results = {"runs": args.runs, "threads": args.threads, "onnxruntime": ort.__version__,
+               "all_weights": args.all_weights, "models": {}}
+    groups = [] if args.no_samples else [sample_cases()]
+    if args.real:
+        groups.append(real_cases(args.all_weights))
+    if args.gpt2:
+        groups.append([gpt2_case()])
+    for group in groups:
+        for name, proto, y, xs, zs, feeds in group:
+            if only and name not in only:
+                continue
+            entry = measure(name, proto, y, xs, zs, feeds, args.runs, args.threads)
+            results["models"][name] = entry
+            print(name, {k: (round(v, 6) if isinstance(v, float) else v) for k, v in entry.items()}, flush=True)
+    write_json(args.out, results)
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
