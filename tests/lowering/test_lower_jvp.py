@@ -134,3 +134,30 @@ def test_cli_writes_a_jvp_model(tmp_path, capsys):
     check_valid(lowered)
     assert cli_main(["lower", _path("small_cnn"), "--jvp", "--y", "logits", "--xs", "X", "--dy",
                      "-o", str(out)]) == 2
+
+
+def test_symbolic_batch_and_image_size_lower_once():
+    """Batch, height and width symbolic: one lowered JVP runs at two sizes; a tangent on a bias alone
+    (B2, added to a symbolic-shaped tensor) is broadcast to the sum's run-time shape."""
+    rng = np.random.default_rng(0)
+    w = {k: (rng.standard_normal(s) * 0.5).astype(np.float32)
+         for k, s in {"W1": (4, 2, 3, 3), "B1": (4,), "Wf": (4, 5), "B2": (1, 5), "S": (5,)}.items()}
+    n = helper.make_node
+    nodes = [n("Conv", ["X", "W1", "B1"], ["c"], pads=[1, 1, 1, 1]), n("Relu", ["c"], ["r"]),
+             n("AveragePool", ["r"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+             n("GlobalAveragePool", ["p"], ["g"]), n("Flatten", ["g"], ["f"]), n("MatMul", ["f", "Wf"], ["m"]),
+             n("Add", ["m", "B2"], ["a"]), n("LayerNormalization", ["a", "S"], ["l"]),
+             n("Softmax", ["l"], ["Y"])]
+    graph = helper.make_graph(nodes, "symbolic", [
+        helper.make_tensor_value_info("X", TensorProto.FLOAT, ["batch", 2, "height", "width"]),
+        *[helper.make_tensor_value_info(k, TensorProto.FLOAT, v.shape) for k, v in w.items()]],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["batch", 5])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    for xs in (["X", "W1", "Wf", "S"], ["B2"]):
+        zs = [k for k in ["X", *w] if k not in xs]
+        lowered = lower_jvp(model, "Y", xs, zs)
+        check_valid(lowered)
+        for shape in [(2, 2, 8, 8), (3, 2, 6, 10)]:
+            feeds = {**w, "X": rng.standard_normal(shape).astype(np.float32)}
+            got, want = run_jvp(model, "Y", xs, zs, feeds, "random", lowered)
+            assert got.shape == (shape[0], 5) and rel_l2(got, want) <= L2_TOL[np.float32]
