@@ -23,7 +23,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from ..errors import ExecutionError, SelectionError
 from ..gradient.prepared import float_y, leaf, seed_for, vjp
 from ..gradient.selection import GradientSpec
-from ..run.plan import Plan
+from ..run.plan import Plan, StepObserver
 from .rules import TangentWatch, refusal, tangent_of
 
 
@@ -63,6 +63,28 @@ class _ForwardMode:
                 raise
             raise refused from None
 
+    def observed(self, inputs: list, observer: StepObserver) -> torch.Tensor:
+        watch = TangentWatch(self.plan.graph)
+
+        class Both(StepObserver):
+            def source(self, name, value):
+                return observer.source(name, value)
+
+            def arguments(self, step, names, args):
+                return observer.arguments(step, names, args)
+
+            def outputs(self, step, args, names, outs):
+                return observer.outputs(step, args, names, watch.outputs(step, args, names, outs))
+
+        try:
+            with sdpa_kernel(SDPBackend.MATH):
+                return self.plan.run_observed(inputs, Both(), free=True)[0]
+        except ExecutionError as exc:
+            refused = refusal(exc)
+            if refused is None:
+                raise
+            raise refused from None
+
     def _run(self, inputs: list, fused: bool) -> torch.Tensor:
         if not self.watched:
             (y,) = self.plan.run_observed(inputs, TangentWatch(self.plan.graph), free=True)
@@ -84,13 +106,18 @@ class PreparedJVP(_ForwardMode):
     """J·v for one selection, compiled once: `prepared(*values, tangents=[v per x])` with the values
     of xs, zs then extras as torch tensors (the order of `input_names`), as PreparedGradient takes them."""
 
-    def __call__(self, *values: torch.Tensor, tangents: Sequence[torch.Tensor]) -> JVPOutput:
+    def __call__(self, *values: torch.Tensor, tangents: Sequence[torch.Tensor],
+                 observer: StepObserver | None = None) -> JVPOutput:
+        """J·v; with `observer`, the nodes run one by one and it sees every value as a forward-AD
+        dual tensor (`tangent_of(value)` is its tangent, None where it carries none): the explorer's
+        forward-mode steps. An observer's run is also watched (TangentWatch), as a first call is."""
         spec, n = self.spec, len(self.spec.xs)
         if len(tangents) != n:
             raise SelectionError(f"{len(tangents)} tangent(s) for {n} x(s)")
         xs = [leaf(name, v).detach() for name, v in zip(spec.xs, values[:n])]
         with torch.no_grad(), fwAD.dual_level():
-            y = self.run(self.tangents(xs, tangents) + list(values[n:]))
+            inputs = self.tangents(xs, tangents) + list(values[n:])
+            y = self.run(inputs) if observer is None else self.observed(inputs, observer)
             float_y(y, repr(spec.y))
             t = tangent_of(y)
             y = fwAD.unpack_dual(y).primal
