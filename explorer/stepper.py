@@ -68,6 +68,9 @@ class Frame:
     outputs: tuple[str, ...]
     incoming: tuple[tuple[str, torch.Tensor], ...] = ()  # reverse: gradient arriving at each output
     outgoing: tuple[Outgoing, ...] = ()
+    # forward: forward mode's tangents (along v) at the inputs that carry one, and at the outputs
+    tangents_in: tuple[tuple[str, torch.Tensor], ...] = ()
+    tangents_out: tuple[tuple[str, torch.Tensor], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,7 @@ class Trace:
     values: dict[str, torch.Tensor]  # every forward value the frames name
     forward_count: int
     grads: dict[str, np.ndarray] | None = None  # the accumulated gradient of every x, after the last frame
+    forward_mode: "ForwardMode | None" = None  # J·v along v, beside the forward frames
 
     @property
     def complete(self) -> bool:
@@ -90,6 +94,25 @@ class Trace:
 
     def view(self, name: str) -> TensorView:
         return TensorView.of(name, self.values[name])
+
+
+@dataclass(frozen=True)
+class ForwardMode:
+    """Forward mode beside the forward pass: the tangent v of xs (random, seeded as `onnxgrad jvp`'s),
+    J·v at y, or why forward mode could not go through (an op without a forward rule)."""
+
+    v: dict[str, torch.Tensor]
+    jvp: torch.Tensor | None
+    failure: str | None = None
+
+    def identity(self, grads: Mapping[str, np.ndarray]) -> tuple[float, float] | None:
+        """The transpose identity with the reverse pass's seed of ones: (⟨1, J·v⟩, Σₓ ⟨dy/dx, v⟩)."""
+        if self.jvp is None:
+            return None
+        left = float(self.jvp.double().sum())
+        right = sum(float((torch.from_numpy(np.asarray(grads[x])).double() * self.v[x].double().cpu()).sum())
+                    for x in self.v)
+        return left, right
 
 
 def trace(model: engine.Model, spec: engine.GradientSpec, feeds: Mapping[str, np.ndarray], *,
@@ -134,12 +157,16 @@ class Tracer:
         self.total = len(self.nodes)
         self.done = 0
         self.grads: dict[str, np.ndarray] | None = None
+        self.seed = seed
+        self.tangents: dict[str, torch.Tensor] = {}  # forward mode's tangent of each tensor that has one
 
     def run(self, emit: Callable[[Frame], None], should_stop: Callable[[], bool] | None = None,
             forward_done: Callable[[], None] | None = None) -> None:
         """Every frame to `emit`, in order; `forward_done()` between the passes; `grads` is set when
         the last frame has been emitted."""
         stop = should_stop or (lambda: False)
+        self.tangents, mode = self._forward_mode()
+        self.head = replace(self.head, forward_mode=mode)
         try:
             # Node by node through the observer, not one compiled pass: each frame leaves as soon as
             # its node ran; only the nodes _Recorder gives leaves are taped.
@@ -150,6 +177,39 @@ class Tracer:
             forward_done()
         for frame in self._reverse(stop, self.prepared.seed(forward.y)):
             emit(frame)
+
+    def _forward_mode(self) -> tuple[dict[str, torch.Tensor], ForwardMode]:
+        """Every tangent forward mode gives along a random v (one pass, before the forward frames)."""
+        from engine.forward import directions, tangent_of
+
+        spec, n = self.spec, len(self.spec.xs)
+        v = directions(spec, "random", list(self.inputs[:n]), self.seed)
+        seen: dict[str, torch.Tensor] = {}
+
+        class Keep:  # a StepObserver (docs/python-api.md) that keeps each tangent
+            def source(self, name, value):
+                t = tangent_of(value)
+                if t is not None:
+                    seen[name] = t.detach()
+                return value
+
+            def arguments(self, step, names, args):
+                return args
+
+            def outputs(self, step, args, names, outs):
+                for name, o in zip(names, outs):
+                    t = tangent_of(o)
+                    if name is not None and t is not None:
+                        seen[name] = t.detach()
+                return outs
+
+        prepared = self.model.prepare_jvp(spec.y, spec.xs, spec.zs, device=self.prepared.device,
+                                          dtype=self.prepared.float_dtype, extra_inputs=self.prepared.extra_inputs)
+        try:
+            out = prepared(*self.inputs, tangents=v, observer=Keep())
+        except engine.OnnxGradError as exc:
+            return {}, ForwardMode(dict(zip(spec.xs, v)), None, str(exc))
+        return seen, ForwardMode(dict(zip(spec.xs, v)), out.jvp)
 
     def _reverse(self, should_stop, seed: torch.Tensor) -> Iterator[Frame]:
         graph, values, live = self.graph, self.values, self.live
@@ -245,7 +305,9 @@ class _Recorder:
             t.live.update(n for n in node.output if n)
         self.emit(Frame("forward", step.node_index, step.name, step.op_type,
                         tuple(n for n in node.input if n in t.values),
-                        tuple(n for n in node.output if n in t.values)))
+                        tuple(n for n in node.output if n in t.values),
+                        tangents_in=tuple((n, t.tangents[n]) for n in dict.fromkeys(node.input) if n in t.tangents),
+                        tangents_out=tuple((n, t.tangents[n]) for n in node.output if n in t.tangents)))
         return outs
 
 

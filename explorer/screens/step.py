@@ -1,4 +1,5 @@
-"""Step mode (teaching): the forward pass, then reverse mode node by node, each local rule written out."""
+"""Step mode (teaching): the forward pass with forward mode's tangents beside it, then reverse mode node
+by node, each local rule written out."""
 from __future__ import annotations
 
 from rich.console import Group
@@ -37,7 +38,12 @@ def describe(frame: Frame, k: int, trace: Trace) -> Group:
         parts += [_tensor_line(trace.view(t)) for t in frame.inputs]
         parts.append(Text("outputs", style="bold underline"))
         parts += [_tensor_line(trace.view(t)) for t in frame.outputs]
+        parts += _forward_mode(frame, trace)
         if k == n_fwd - 1:
+            mode = trace.forward_mode
+            if mode is not None and mode.jvp is not None:
+                parts.append(Text(f"\nForward mode done: J·v of {trace.spec.y} along v, in the same one pass.",
+                                  style="italic green"))
             parts.append(Text(f"\ny = {trace.spec.y} computed. Next: the reverse pass starts with "
                               f"d{trace.spec.y} = ones (the seed).", style="italic"))
         return Group(*parts)
@@ -59,7 +65,30 @@ def describe(frame: Frame, k: int, trace: Trace) -> Group:
         done = ", ".join(f"d{trace.spec.y}/d{x}" for x in trace.spec.xs)
         parts.append(Text(f"\nDone: {done} accumulated: what r (run) gets from one autograd call.",
                           style="italic green"))
+        sums = trace.forward_mode.identity(trace.grads) if trace.forward_mode is not None else None
+        if sums is not None:
+            parts.append(Text(f"The two modes are transposes: ⟨ones, J·v⟩ = {sums[0]:.6g} (forward) and "
+                              f"Σₓ ⟨d{trace.spec.y}/dx, v⟩ = {sums[1]:.6g} (reverse).", style="italic green"))
     return Group(*parts)
+
+
+def _forward_mode(frame: Frame, trace: Trace) -> list:
+    """Forward mode beside a forward frame: the tangents that arrive and the one the node pushes on."""
+    mode = trace.forward_mode
+    if mode is None:
+        return []
+    if mode.failure is not None:
+        return [Text("forward mode (tangents along v)", style="bold underline"),
+                Text(f"  not available: {mode.failure}", style="dim")]
+    if not frame.tangents_in:
+        return []
+    parts = [Text("forward mode (tangents along v)", style="bold underline")]
+    parts += [_tensor_line(TensorView.of("ṫ " + t, v)) for t, v in frame.tangents_in]
+    for t, _ in frame.tangents_out:
+        terms = " + ".join(f"∂{t}/∂{i}·ṫ {i}" for i, _ in frame.tangents_in)
+        parts.append(Text.assemble("  ", (f"ṫ {t} = {terms}", "yellow"), ("    [the node's JVP]", "dim")))
+    parts += [_tensor_line(TensorView.of("ṫ " + t, v)) for t, v in frame.tangents_out]
+    return parts
 
 
 @guarded
