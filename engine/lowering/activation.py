@@ -82,11 +82,11 @@ def hard_sigmoid(ctx, node, grads):
 
 @rule("HardSwish")
 def hard_swish(ctx, node, grads):
-    """y = x relu6(x + 3) / 6; as torch: 0 below -3, x/3 + 1/2 on [-3, 3], 1 above."""
+    """y = x relu6(x + 3) / 6; as torch (the engine): 0 up to -3, x/3 + 1/2 inside (-3, 3), 1 from 3 on."""
     (g,), x = grads, node.input[0]
     middle = ctx.op("Add", [ctx.op("Div", [x, ctx.scalar(3.0, x)]), ctx.scalar(0.5, x)])
-    slope = _where(ctx, ctx.op("Less", [x, ctx.scalar(-3.0, x)]), ctx.scalar(0.0, x),
-                   _where(ctx, ctx.op("LessOrEqual", [x, ctx.scalar(3.0, x)]), middle, ctx.scalar(1.0, x)))
+    slope = _where(ctx, ctx.op("LessOrEqual", [x, ctx.scalar(-3.0, x)]), ctx.scalar(0.0, x),
+                   _where(ctx, ctx.op("Less", [x, ctx.scalar(3.0, x)]), middle, ctx.scalar(1.0, x)))
     return _times(ctx, g, slope)
 
 

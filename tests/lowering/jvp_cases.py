@@ -25,6 +25,7 @@ class OpCase:
     opset: int = OPSET
     interval: tuple = ()  # inputs drawn uniformly from (low, high) (Asin, Acosh, ...)
     dtypes: tuple = (np.float64, np.float32)  # the first onnxruntime has every kernel for is compared
+    kinks: tuple = ()  # the first input's values, where they sit on the op's kinks (torch's conventions there)
 
 
 def ints(*values):
@@ -49,6 +50,12 @@ CASES = [
     OpCase("sigmoid", "Sigmoid", {"a": (2, 3)}),
     OpCase("erf", "Erf", {"a": (2, 3)}),
     OpCase("relu", "Relu", {"a": (2, 3)}),
+    OpCase("relu_kinks", "Relu", {"a": (2, 3)}, kinks=(0, -1, 2, 0, 0.5, -0.0)),
+    OpCase("leaky_relu_kinks", "LeakyRelu", {"a": (2, 3)}, kinks=(0, -1, 2, 0, 0.5, -0.0)),
+    OpCase("hard_swish_kinks", "HardSwish", {"a": (2, 3)}, kinks=(-3, 3, -4, 4, 0, 1.5)),
+    OpCase("hard_sigmoid_kinks", "HardSigmoid", {"a": (2, 3)}, kinks=(-2.5, 2.5, -3, 3, 0, 1)),
+    OpCase("clip_kinks", "Clip", {"a": (2, 3)}, consts={"lo": np.asarray(-0.5), "hi": np.asarray(0.75)},
+           kinks=(-0.5, 0.75, -1, 1, 0, 0.25)),
     OpCase("gelu", "Gelu", {"a": (2, 3)}, opset=20),
     OpCase("gelu_tanh", "Gelu", {"a": (2, 3)}, {"approximate": "tanh"}, opset=20),
     OpCase("where", "Where", {"a": (3,), "b": (2, 3)}, consts={"c": np.asarray([[True, False, True]] * 2)},
@@ -103,7 +110,8 @@ CASES = [
     OpCase("max_ties", "Max", {"a": (2, 3), "b": (3,)}),
     OpCase("clip", "Clip", {"a": (2, 3), "lo": (), "hi": ()}),
     OpCase("leaky_relu", "LeakyRelu", {"a": (2, 3)}, {"alpha": 0.1}),
-    OpCase("hard_swish", "HardSwish", {"a": (2, 3)}),
+    OpCase("hard_swish", "HardSwish", {"a": (2, 3)}, interval=(-5, 5)),
+    OpCase("hard_sigmoid", "HardSigmoid", {"a": (2, 3)}, {"alpha": 0.3}, interval=(-4, 4)),
     OpCase("softplus", "Softplus", {"a": (2, 3)}),
     OpCase("reduce_max", "ReduceMax", {"a": (2, 3, 4)}, consts={"ax": ints(1)}),
     OpCase("max_pool", "MaxPool", {"x": (1, 2, 4, 4)}, {"kernel_shape": [2, 2], "strides": [2, 2]}),
@@ -119,7 +127,7 @@ CASES = [
         ("Acos", {}, (-0.9, 0.9), OPSET), ("Atan", {}, (), OPSET), ("Sinh", {}, (), OPSET), ("Cosh", {}, (), OPSET),
         ("Asinh", {}, (), OPSET), ("Acosh", {}, (1.2, 3), OPSET), ("Atanh", {}, (-0.9, 0.9), OPSET),
         ("ThresholdedRelu", {"alpha": 0.3}, (), OPSET), ("Elu", {}, (), OPSET), ("Selu", {}, (), OPSET),
-        ("HardSigmoid", {}, (-4, 4), OPSET), ("Softsign", {}, (), OPSET),
+        ("Softsign", {}, (), OPSET),
         ("Shrink", {"bias": 0.1, "lambd": 0.3}, (), OPSET), ("Mish", {}, (), OPSET))],
     OpCase("celu", "Celu", {"a": (2, 3)}, {"alpha": 0.8}, dtypes=(np.float32,)),  # Celu is float32 only
     OpCase("group_norm_body", "GroupNormalization", {"x": (2, 4, 3), "s": (4,), "b": (4,)}, {"num_groups": 2},
@@ -138,6 +146,8 @@ def build(case: OpCase, dtype=np.float32, seed: int = 0):
             value = np.round(value)
         if case.interval:
             value = rng.uniform(*case.interval, size=shape)
+        if case.kinks and name == next(iter(case.inputs)):
+            value = np.asarray(case.kinks).reshape(shape)
         feeds[name] = (np.abs(value) + 0.5 if name in case.positive else value).astype(dtype)
         tangents[name] = rng.standard_normal(shape).astype(dtype)
     # float constants are data in the case's type, but Resize's scales stay float32

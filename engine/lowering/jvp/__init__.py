@@ -5,7 +5,7 @@
 Forward rules live one module per op family and fill FORWARD; an op without one goes through its
 backward rule transposed (core.py).
 """
-from . import elementwise, linear, reduce  # noqa: F401  (fill the registry)
+from . import activation, elementwise, linear, reduce  # noqa: F401  (fill the registry)
 from .build import lower_jvp, lowered_jvp
 from .registry import FORWARD, jvp_rule
 

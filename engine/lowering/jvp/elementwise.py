@@ -63,16 +63,16 @@ def pow_(ctx, node, ins):
 
 # Every op here maps one tensor elementwise (the others are parameters): its Jacobian is diagonal, J = Jᵀ,
 # so its backward rule applied to the tangent is J·v, with the same formula and rounding.
-DIAGONAL = ("Neg", "Exp", "Log", "Sqrt", "Reciprocal", "Abs", "Tanh", "Sigmoid", "Erf", "Relu", "Sin", "Cos", "Tan",
-            "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "LeakyRelu", "ThresholdedRelu", "Elu",
-            "Selu", "Celu", "HardSigmoid", "HardSwish", "Softplus", "Softsign", "Shrink", "Gelu", "Mish", "Swish",
-            "Clip", "PRelu")
+# (Relu, LeakyRelu, HardSigmoid, HardSwish and Clip have rules of their own in activation.py.)
+DIAGONAL = ("Neg", "Exp", "Log", "Sqrt", "Reciprocal", "Abs", "Tanh", "Sigmoid", "Erf", "Sin", "Cos", "Tan",
+            "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "ThresholdedRelu", "Elu",
+            "Selu", "Celu", "Softplus", "Softsign", "Shrink", "Gelu", "Mish", "Swish", "PRelu")
 
 
 @jvp_rule(*DIAGONAL)
 def diagonal(ctx, node, ins):
     if ins[0] is None or any(t is not None for t in ins[1:]):
-        return NotImplemented  # a tangent on Clip's bounds or PRelu's slope: the backward rule transposed
+        return NotImplemented  # a tangent on PRelu's slope: the backward rule transposed
     outer = ctx.wanted
     ctx.wanted = (True,) + (False,) * (len(node.input) - 1)
     out = BACKWARD[node.op_type](ctx, node, [ins[0]])[0]
