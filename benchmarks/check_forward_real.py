@@ -12,6 +12,7 @@ to the file, the same expression in torch) in float64 against `torch.func.jvp(to
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import time
@@ -31,6 +32,33 @@ from bench_forward import rel, squared_loss  # noqa: E402
 import engine  # noqa: E402
 
 DEFAULT_JSON = os.path.join(HERE, "results", "forward_real.json")
+
+
+@contextlib.contextmanager
+def float64_throughout():
+    """transformers' RMS norms and rotary tables compute in float32 whatever the module's dtype
+    (`hidden_states.to(torch.float32)`), so a `.double()` Llama or T5 is only float32-accurate: for
+    the float64 reference they compute in their input's dtype, the same math written directly."""
+    from transformers.models.llama import modeling_llama as llama
+    from transformers.models.t5 import modeling_t5 as t5
+
+    def rms(self, h):
+        variance = h.pow(2).mean(-1, keepdim=True)
+        return self.weight * (h * torch.rsqrt(variance + getattr(self, "variance_epsilon", 1e-6)))
+
+    def rotary(self, x, position_ids):
+        freqs = position_ids[..., None].to(x.dtype) * self.inv_freq.to(device=x.device, dtype=x.dtype)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return emb.cos() * self.attention_scaling, emb.sin() * self.attention_scaling
+
+    saved = [(llama.LlamaRMSNorm, "forward"), (llama.LlamaRotaryEmbedding, "forward"), (t5.T5LayerNorm, "forward")]
+    originals = [getattr(c, n) for c, n in saved]
+    llama.LlamaRMSNorm.forward, llama.LlamaRotaryEmbedding.forward, t5.T5LayerNorm.forward = rms, rotary, rms
+    try:
+        yield
+    finally:
+        for (c, n), f in zip(saved, originals):
+            setattr(c, n, f)
 
 
 def pick(matched: dict) -> list[str]:
@@ -71,7 +99,8 @@ def one(case, exporter: str) -> dict:
         mod = module.to(dtype)
         primal = tuple(values[n].to(dtype) if n != x_name else x.to(dtype) for n in xs)
         t = tuple(torch.from_numpy(tangents[n]).to(dtype) for n in xs)
-        _, want = torch.func.jvp(f_of(mod, dtype), primal, t)
+        with float64_throughout() if dtype == torch.float64 else contextlib.nullcontext():
+            _, want = torch.func.jvp(f_of(mod, dtype), primal, t)
         feeds = {x_name: x.numpy()}
         got = model.jvp(y_name, xs, {n: tangents[n].astype(np.float32) if label == "float32" else tangents[n]
                                      for n in xs}, zs, feeds=feeds, dtype=label)
@@ -83,8 +112,9 @@ def one(case, exporter: str) -> dict:
         out = f_of(mod, torch.float64)(*vals)
         return (out * out).sum()
 
-    _, want = torch.func.jvp(torch.func.grad(loss, argnums=tuple(range(len(xs)))), primal,
-                             tuple(torch.from_numpy(tangents[n]) for n in xs))
+    with float64_throughout():
+        _, want = torch.func.jvp(torch.func.grad(loss, argnums=tuple(range(len(xs)))), primal,
+                                 tuple(torch.from_numpy(tangents[n]) for n in xs))
     loss_model = engine.load(squared_loss(onnx.load_from_string(data), y_name))
     got = loss_model.hvp("hvp_loss", xs, tangents, zs, feeds={x_name: x.numpy()}, dtype="float64")
     row["hvp_error_float64"] = rel(np.concatenate([got.hvp[n].ravel() for n in xs]),
