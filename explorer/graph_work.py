@@ -26,18 +26,24 @@ class LayoutApp(Ui, Protocol):
     def after_input(self, callback: Callable[[], None]) -> None: ...
 
 
+OTHER_LAYOUTS_KEPT = 4  # backward and combined layouts kept, of the most recent selections
+
+
 class LayoutWork:
     """Which layout the graph pane shows, for the session's view and selection, and where the cursor
     is in it. `placement` is "auto", "dot" or "layered" (layout.py)."""
 
     def __init__(self, shown: Shown, app: LayoutApp, placement: str = "auto"):
         self.shown, self.app, self.placement = shown, app, placement
-        self.layouts: dict[tuple, object] = {}  # (view, spec) -> the whole layout, once made
+        # (view, spec) -> the whole layout, once made: the forward view's for good, the others' for
+        # the last OTHER_LAYOUTS_KEPT selections (each new selection makes a backward and combined one).
+        self.layouts: dict[tuple, object] = {}
+        self.frozen = False  # the first layout of this model is out of the cyclic collector's way
         self.local = None  # the engine.LocalLayout on screen while the whole layout is being made, else None
         self.collect_before_freeze = False  # set when a model replaces another (see new_model)
 
     def new_model(self, replacing: bool) -> None:
-        self.layouts, self.local = {}, None
+        self.layouts, self.local, self.frozen = {}, None, False
         if replacing:
             # What was frozen for the last model is collectable again; the next layout collects
             # it, once the widgets have let go of it, then freezes the new model (layout_ready).
@@ -156,12 +162,20 @@ class LayoutWork:
             return
         key, layout = message.key, message.layout
         self.layouts[key] = layout
-        # The model and its layout live as long as the session: leave them out of the cyclic
+        others = [k for k in self.layouts if k[1] is not None]
+        for old in others[:-OTHER_LAYOUTS_KEPT]:
+            del self.layouts[old]
+        # The model and its first layout live as long as the session: leave them out of the cyclic
         # garbage collector, whose full passes over ~250k objects were 300 ms pauses on densenet.
-        if self.collect_before_freeze:  # another model was opened: its objects go first, once
-            self.collect_before_freeze = False
-            gc.collect()
-        gc.freeze()
+        # Once: a freeze makes whatever garbage exists then immortal (the collector is off while
+        # keys arrive), and a later layout's freeze took in closed step traces and old check
+        # reports with it (GPT-2 124M grew to 10x its bytes under 500 random keys).
+        if not self.frozen:
+            self.frozen = True
+            if self.collect_before_freeze:  # another model was opened: its objects go first, once
+                self.collect_before_freeze = False
+                gc.collect()
+            gc.freeze()
         self.app.after_input(lambda: self._apply_if_shown(key, layout, message.canvas))
         self.app.post_message(m.WorkFinished("layout", "done"))
 

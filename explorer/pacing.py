@@ -48,5 +48,8 @@ class Pacing:
 
         def run():
             self.put_off -= 1
-            callback()
+            # The App's timers still fire while it shuts down, after its screens are gone: a listing or
+            # labels handed over then would query widgets that no longer exist (found by the monkey).
+            if owner.is_running:
+                callback()
         owner.set_timer(delay, run)

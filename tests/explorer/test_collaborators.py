@@ -171,6 +171,7 @@ def test_pacing_holds_work_handed_over_while_a_key_is_answered():
     class Owner:
         def __init__(self):
             self.timers = []
+            self.is_running = True
 
         def set_timer(self, delay, callback):
             self.timers.append(callback)
@@ -179,5 +180,10 @@ def test_pacing_holds_work_handed_over_while_a_key_is_answered():
     pacing.after_input(owner, lambda: ran.append(True))
     assert not ran and pacing.put_off == 1
     pacing.foreground.busy = False
+    owner.timers.pop()()
+    assert ran == [True] and pacing.put_off == 0
+    pacing.foreground.busy = True
+    pacing.after_input(owner, lambda: ran.append("late"))
+    owner.is_running = False  # shutting down: the screens are gone before the timer fires
     owner.timers.pop()()
     assert ran == [True] and pacing.put_off == 0

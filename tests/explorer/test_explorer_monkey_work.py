@@ -1,0 +1,121 @@
+"""The weighted monkey (tests/explorer/monkey.py) on a sample: its keys make the app run, check and
+step, not only move, and it raises nothing; afterwards the app still computes the right gradient.
+
+benchmarks/monkey_explorer.py runs the same monkey for 10,000 keys on GPT-2 124M (docs/benchmarks.md).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+import engine
+from explorer.app import make_app
+
+from .conftest import SIZE, sample, settle, spec_app, started
+from .monkey import Monkey, Targets
+
+KEYS = 250
+
+
+async def test_a_few_hundred_weighted_keys_crash_nothing_and_the_app_still_runs_right(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # exports land there
+    path = sample("transformer_block.onnx")
+    targets = Targets(ys=("loss",), xs=("Wq", "Wk", "W1", "ln1_scale"), feeds=("X",))
+    monkey = Monkey(targets, "suite", settle_p=0.05, settle_s=3.0, macro_p=0.05, size=SIZE)
+    checked = []
+
+    async def still_runs_right(app, pilot) -> None:
+        for worker in app.workers:
+            worker.cancel()
+        await settle(app, pilot)
+        while len(app.screen_stack) > 1:  # whatever dialog or step mode is open closes with escape
+            await pilot.press("escape")
+            await pilot.pause()
+        s = app.session
+        s.select("loss", ["Wq", "W1"], [])
+        app.selection_changed()
+        app.query_one("#graph").focus()
+        await pilot.press("r")
+        await settle(app, pilot)
+        assert s.gradient is not None, [n.message for n in app._notifications]
+        # The engine on a model of its own, at the feeds, dims and dtype the monkey left.
+        reference = engine.load(path).gradient("loss", ["Wq", "W1"], [], s.feed_values(), dtype=s.dtype, dims=s.dims)
+        for x in ("Wq", "W1"):
+            np.testing.assert_allclose(s.gradient.grads[x], reference.grads[x], rtol=1e-6, atol=1e-7)
+        checked.append(s.dtype)
+
+    tally = await monkey.play(lambda: make_app(path, select_from_gradient_node=False), KEYS, still_runs_right)
+    assert tally.crashes == [], tally.crashes
+    assert tally.keys == KEYS and checked, tally.as_dict()
+    # The weights are what make the monkey worth its keys: work was done, not only refused.
+    assert tally.finished["GradientReady"] >= 2 and sum(tally.finished.values()) >= 3, tally.as_dict()
+
+
+async def test_work_put_off_for_a_key_is_dropped_once_the_app_is_shutting_down():
+    """The monkey's crash: labels handed over while a key was answered were applied on the App's
+    timer after the screens were gone (NoMatches: EntryList on NodeList)."""
+    app = spec_app()
+    pending = []
+    async with app.run_test(size=SIZE) as pilot:
+        await started(app, pilot)
+        node_list = app.query_one("#node-list")
+        app.set_timer = lambda delay, callback: pending.append(callback)  # fired below, after the app closed
+        app.foreground.begin()  # a key is being answered: the labels wait for its frame
+        node_list.on_node_list_labelled(type(node_list).Labelled(node_list.query_one("#node-options").names, 40, {}))
+        app.foreground.end()
+        assert len(pending) == 1 and app.put_off == 1
+    for callback in pending:
+        callback()
+    assert app.put_off == 0
+
+
+async def test_garbage_left_when_a_later_layout_arrives_stays_collectable():
+    """Only a model's first layout freezes what is alive (the model, the layout): a later view's
+    layout froze closed step traces and replaced reports with it, for good (issue 35's monkey)."""
+    import gc
+    import weakref
+
+    from explorer.graph_work import OTHER_LAYOUTS_KEPT
+
+    class Held:  # stands for a closed step mode's trace: garbage in a reference cycle
+        pass
+
+    app = spec_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await started(app, pilot)
+        frozen = gc.get_freeze_count()
+        assert frozen > 0 and app.session.spec is not None
+        app.foreground._last_input = float("inf")  # as under keys that never stop: the app's collector waits
+        held = Held()
+        held.cycle = held
+        gone = weakref.ref(held)
+        del held
+        app.query_one("#graph").focus()
+        for _ in range(2):  # the backward and combined views: two more layouts
+            await pilot.press("g")
+            await settle(app, pilot)
+        assert len(app.layouts) == 3
+        gc.collect()
+        assert gone() is None
+        assert gc.get_freeze_count() <= frozen  # nothing more frozen (what was may have been freed)
+        s = app.session
+        for i in range(OTHER_LAYOUTS_KEPT + 2):  # a new selection per layout: older ones are dropped
+            s.select(s.y, s.xs, s.zs[: i % 2])
+            app.selection_changed()
+            await settle(app, pilot)
+        assert sum(1 for view, spec in app.layouts if spec is not None) <= OTHER_LAYOUTS_KEPT
+        assert ("forward", None) in app.layouts
+
+
+def test_a_freed_big_block_goes_back_to_the_system():
+    from explorer import allocator
+
+    if not allocator.map_big_blocks():
+        import pytest
+
+        pytest.skip("not glibc: the allocator's settings are its own")
+    before = allocator.resident_bytes()
+    block = np.ones(64 << 20, dtype=np.uint8)  # 64 MiB, touched
+    assert allocator.resident_bytes() - before > 60 << 20
+    del block
+    allocator.trim()
+    assert allocator.resident_bytes() - before < 8 << 20
