@@ -167,6 +167,14 @@ def test_second_order_by_hvp_fails_a_vjp_right_only_at_first_order():
     assert r.verdict == "fail" and r.second_order[0].status == "fail", r.summary()
 
 
+def test_second_order_by_hvp_through_an_op_without_a_forward_rule_is_inconclusive():
+    with engine.register_op_with_vjp("MyCustomOp", _forward, _vjp, domain="com.example"):
+        model = engine.load(examples.custom_op())
+        r = engine.check(model, "Y", ["X"], order=2, second_order="hvp")
+    assert [x.status for x in r.results] == ["pass"] and r.verdict == "inconclusive"
+    assert r.second_order[0].status == "inconclusive" and "no forward-mode rule" in r.second_order[0].reason
+
+
 def test_hvp_without_order_2_and_an_unknown_method_are_refused():
     with pytest.raises(OnnxGradError, match="order=2"):
         engine.check(f"{SAMPLES}/mlp.onnx", "loss", ["W1"], ["X", "T"], second_order="hvp")
