@@ -9,7 +9,7 @@ an OOM kill picks a child, not the session that started the run. Every case's li
 a run started again with the same OUT goes on after the last case recorded there.
 
     nice -n 10 python benchmarks/fuzz_models.py --cases 100000 --out /tmp/fuzz100k \\
-        [--seed 35] [--slice 2000] [--timeout 60] [--json benchmarks/results/fuzz_models.json]
+        [--seed 35] [--slice 2000] [--timeout 300] [--models GLOB ...] [--json benchmarks/results/fuzz_models.json]
 
 Outcomes: 'refused' (load failed, one line), 'unfed' (loaded; an input the fuzz cannot feed, so not run),
 'loaded' (loaded and run; run and gradient each 'ok' or the name of their one-line error), 'escape'
@@ -29,6 +29,7 @@ import sys
 import time
 import traceback
 import warnings
+from typing import Callable
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -93,7 +94,14 @@ def drive(args) -> dict:
     """Start children over the case list until every case has a line in OUT/cases.jsonl."""
     os.makedirs(args.out, exist_ok=True)
     lines_path = os.path.join(args.out, "cases.jsonl")
-    n_bytes = args.cases // 2
+    from tests import load_fuzz
+
+    names = [name for name, _ in load_fuzz.sample_models(tuple(args.models))]
+    cases = load_fuzz.case_list(args.cases // 2, args.cases - args.cases // 2, args.seed)
+
+    def describe(i: int) -> dict:
+        return {"kind": cases[i][0], "model": names[cases[i][1] % len(names)]}
+
     done = _recorded(lines_path)
     begun = time.time()
     with open(lines_path, "a") as lines, open(os.path.join(args.out, "children.stderr"), "a") as errors:
@@ -102,14 +110,15 @@ def drive(args) -> dict:
             end = min(next_case + args.slice, args.cases)
             cmd = [sys.executable, os.path.abspath(__file__), "--child", str(next_case), str(end),
                    "--cases", str(args.cases), "--seed", str(args.seed), "--models", *args.models]
-            next_case = run_child(cmd, next_case, end, args.timeout, n_bytes, lines, errors)
+            next_case = run_child(cmd, next_case, end, args.timeout, describe, lines, errors)
     return summarize(lines_path, args, time.time() - begun)
 
 
-def run_child(cmd: list[str], start: int, end: int, timeout: float, n_bytes: int, lines, errors,
+def run_child(cmd: list[str], start: int, end: int, timeout: float, describe: Callable[[int], dict], lines, errors,
               startup: float = 60) -> int:
     """One child over cases start..end-1, its lines copied to `lines` and a line written for the case it died
-    or hung on; returns the case to go on from (after a kill or a hang, the next one)."""
+    or hung on (`describe` gives its kind and model); returns the case to go on from (after a kill or a hang,
+    the next one)."""
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errors, env=env, cwd=ROOT)
     expected, buffer = start, b""
@@ -119,13 +128,13 @@ def run_child(cmd: list[str], start: int, end: int, timeout: float, n_bytes: int
         if not ready:
             proc.kill()
             proc.wait()
-            _write(lines, {"i": expected, **_kind(expected, n_bytes), "outcome": "hang",
+            _write(lines, {"i": expected, **describe(expected), "outcome": "hang",
                            "message": f"no result after {timeout} s"})
             return expected + 1
         chunk = os.read(proc.stdout.fileno(), 1 << 16)
         if not chunk:
             rc = proc.wait()
-            _write(lines, {"i": expected, **_kind(expected, n_bytes), "outcome": "kill",
+            _write(lines, {"i": expected, **describe(expected), "outcome": "kill",
                            "message": f"child exit {rc}" + (f" (signal {-rc})" if rc < 0 else "")})
             return expected + 1
         buffer += chunk
@@ -138,10 +147,6 @@ def run_child(cmd: list[str], start: int, end: int, timeout: float, n_bytes: int
     proc.stdout.close()
     proc.wait()
     return end
-
-
-def _kind(i: int, n_bytes: int) -> dict:
-    return {"kind": "bytes" if i < n_bytes else "proto"}
 
 
 def _write(lines, record: dict) -> None:
@@ -195,7 +200,8 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=35)
     p.add_argument("--out", default="/tmp/fuzz_models", help="where cases.jsonl and the children's stderr go")
     p.add_argument("--slice", type=int, default=2000, help="cases per child")
-    p.add_argument("--timeout", type=float, default=60, help="seconds a case may take before it is a hang")
+    p.add_argument("--timeout", type=float, default=300, help="seconds a case may take before it is a hang (a "
+                   "legitimate 6 GB Tile and its gradient take 100 s on 2 loaded cores)")
     p.add_argument("--json", default="", help="also write the summary here (benchmarks/results/fuzz_models.json)")
     p.add_argument("--models", nargs="*", default=[], help="glob patterns of the models to mutate (default: "
                    "sample_models/*.onnx; ** recurses)")

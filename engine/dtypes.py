@@ -87,6 +87,9 @@ def type_clash(node, opset: int, args: list) -> str:
     with different dtypes), or ''. A torch error such as "mixed dtype (CPU)" says only the symptom."""
     import onnx
 
+    sequence = _sequence_clash(node, opset, args)
+    if sequence:
+        return sequence
     try:
         schema = onnx.defs.get_schema(node.op_type, opset, node.domain or "")
     except Exception:  # no schema (a custom op): nothing to say beyond torch's message
@@ -105,6 +108,32 @@ def type_clash(node, opset: int, args: list) -> str:
             return (f"inputs {first!r} ({_name(dtype)}) and {name!r} ({_name(value.dtype)}) must have one type "
                     f"({param.type_str} in {node.op_type}'s schema): the model is mistyped")
         seen.setdefault(param.type_str, (name, value.dtype))
+    return ""
+
+
+def _sequence_clash(node, opset: int, args: list) -> str:
+    """Which input is a sequence where `node`'s schema (at its opset, else onnx's latest: the engine runs
+    some ops below the opset onnx added them in) takes a tensor, or ''."""
+    import onnx
+
+    if not any(isinstance(a, (list, tuple)) for a in args):
+        return ""
+    schema = None
+    for at in (opset, None):
+        try:
+            schema = onnx.defs.get_schema(node.op_type, node.domain or "") if at is None else \
+                onnx.defs.get_schema(node.op_type, at, node.domain or "")
+            break
+        except Exception:  # noqa: BLE001 - not at this opset (or a custom op): the next, or nothing to say
+            continue
+    if schema is None or not schema.inputs:
+        return ""
+    allowed = {c.type_param_str: c.allowed_type_strs for c in schema.type_constraints}
+    for k, (name, value) in enumerate(zip(node.input, args)):
+        param = schema.inputs[min(k, len(schema.inputs) - 1)]
+        if isinstance(value, (list, tuple)) and \
+                not any(t.startswith("seq(") for t in allowed.get(param.type_str, [param.type_str])):
+            return f"input {name!r} is a sequence; {node.op_type}'s input {param.name!r} takes a tensor"
     return ""
 
 

@@ -311,8 +311,18 @@ INFERENCE_HAZARDS = {
 }
 
 
+# Expand-8's shape inference makes one output dim per element its shape input declares, however many (2^40:
+# a hang, found by benchmarks/fuzz_models.py); no tensor has that many dims
+LONGEST_SHAPE = 1024
+
+
 def crashes_inference(graph) -> bool:
+    lengths = None
     for node in graph.node:
+        if node.op_type == "Expand" and len(node.input) > 1:
+            lengths = _declared_lengths(graph) if lengths is None else lengths
+            if lengths.get(node.input[1], 0) > LONGEST_SHAPE:
+                return True
         for attr in node.attribute:
             hazard = INFERENCE_HAZARDS.get((node.op_type, attr.name))
             if hazard is not None and attr.type == onnx.AttributeProto.INT and hazard(node, attr.i):
@@ -320,6 +330,16 @@ def crashes_inference(graph) -> bool:
             if (attr.g.node and crashes_inference(attr.g)) or any(crashes_inference(g) for g in attr.graphs):
                 return True
     return False
+
+
+def _declared_lengths(graph) -> dict[str, int]:
+    """The declared length of each 1-D value the graph types (inputs, value_info, initializers)."""
+    out = {t.name: t.dims[0] for t in graph.initializer if len(t.dims) == 1}
+    for vi in (*graph.input, *graph.value_info):
+        dims = vi.type.tensor_type.shape.dim
+        if len(dims) == 1 and dims[0].HasField("dim_value"):
+            out[vi.name] = dims[0].dim_value
+    return out
 
 
 def read_graph(source: str | os.PathLike | ModelProto | bytes, *, check: bool = True) -> GraphIndex:

@@ -260,9 +260,11 @@ def pad_pads(value, args, attributes):
     r = t.dim()
     if len(value) != 2 * r:
         return f"{2 * r} values (a begin and an end for each of the {r} dims of input 0)"
-    if all(value[i] >= -int(t.shape[i % r]) for i in range(2 * r)):
-        return None
-    return f"each at least minus its dim {list(t.shape)} (a negative pad crops)"
+    if any(value[i] < -int(t.shape[i % r]) for i in range(2 * r)):
+        return f"each at least minus its dim {list(t.shape)} (a negative pad crops)"
+    if any(v > PAD_LIMIT for v in value):
+        return f"each at most {PAD_LIMIT} (an output dim beyond it is no tensor torch can index)"
+    return None
 
 
 def power_of_two(low: int, span: Callable[[Sequence, dict], int | None] = lambda args, attributes: None) -> Rule:

@@ -151,16 +151,16 @@ class MemoryGuard:
 
 
 # Output shape from the inputs' values, for ops whose size the graph cannot say ahead of the run.
-def _constant_of_shape(shape, *_):
+def _constant_of_shape(shape, *_, **__):
     return tuple(int(d) for d in shape.reshape(-1).tolist()) if shape.numel() < 64 else None
 
 
-def _tile(x, repeats=None, *_):
+def _tile(x, repeats=None, *_, **__):
     reps = repeats.reshape(-1).tolist() if isinstance(repeats, torch.Tensor) and repeats.numel() < 64 else None
     return tuple(int(d) * int(r) for d, r in zip(x.shape, reps)) if reps and len(reps) == x.dim() else None
 
 
-def _range(start, limit, delta, *_):
+def _range(start, limit, delta, *_, **__):
     if any(not isinstance(t, torch.Tensor) or t.numel() != 1 for t in (start, limit, delta)):
         return None
     lo, hi, step = (float(t.reshape(())) for t in (start, limit, delta))
@@ -168,7 +168,7 @@ def _range(start, limit, delta, *_):
     return (max(0, math.ceil(count)),) if math.isfinite(count) else None
 
 
-def _resize(x, roi=None, scales=None, sizes=None, *_):
+def _resize(x, roi=None, scales=None, sizes=None, *_, **__):
     if isinstance(sizes, torch.Tensor) and sizes.numel() == x.dim():
         return tuple(int(v) for v in sizes.tolist())
     if isinstance(scales, torch.Tensor) and scales.numel() == x.dim():
@@ -176,20 +176,22 @@ def _resize(x, roi=None, scales=None, sizes=None, *_):
     return None
 
 
-def _pad(x, pads=None, *_):
+def _pad(x, pads=None, *_, **attributes):
+    pads = attributes.get("pads", attributes.get("paddings")) if pads is None else pads  # before opset 11
+    pads = torch.tensor(pads) if isinstance(pads, (list, tuple)) else pads
     if not isinstance(pads, torch.Tensor) or pads.numel() != 2 * x.dim():
         return None  # pads of some axes only (opset 18's axes input): left to the allocator
     p = pads.tolist()
     return tuple(d + int(p[i]) + int(p[i + x.dim()]) for i, d in enumerate(x.shape))
 
 
-def _one_hot(indices, depth, *_):
+def _one_hot(indices, depth, *_, **__):
     if not isinstance(depth, torch.Tensor) or depth.numel() != 1:
         return None
     return (*indices.shape, int(depth.reshape(()).item()))  # where the new axis goes does not change the size
 
 
-def _broadcast(*args):
+def _broadcast(*args, **__):
     """The broadcast of the tensors' shapes (torch.broadcast_shapes costs tens of µs; a clash is the op's to say)."""
     shapes = [a.shape for a in args if isinstance(a, torch.Tensor)]
     if len(shapes) < 2:
@@ -230,16 +232,19 @@ def value_sized(graph, float_dtype, raw: list, symbols: frozenset = frozenset())
     fn, name, op_type, output = raw[3], raw[1], raw[2], graph.nodes[raw[0]].output[0]
     info = graph.types.get(output)
     dtype = value_dtype(info.elem_type if info else None, float_dtype) or torch.float32
+    attribute_check = getattr(fn, "attribute_check", None)
 
     def step(*args, **kwargs):
         try:
-            shape = shape_of(*args)
+            shape = shape_of(*args, **kwargs)
         except (TypeError, ValueError, RuntimeError, OverflowError):
             shape = None  # the op's own checks say what is wrong
         if shape is not None and min(shape, default=0) >= 0:
             nbytes = math.prod(shape) * dtype.itemsize
             can_give = room(nbytes) if nbytes > 1 << 20 else None
             if can_give is not None and nbytes > can_give:
+                if attribute_check is not None:  # an attribute out of range asked for the size: name it
+                    attribute_check(args)
                 raise refusal(name, op_type, output, shape, dtype, nbytes, can_give)
         return fn(*args, **kwargs)
 

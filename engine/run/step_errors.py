@@ -10,7 +10,10 @@ from ..errors import ExecutionError, MemoryLimitError, OnnxGradError
 if TYPE_CHECKING:
     from .plan import Step
 
-STEP_ERRORS = (OnnxGradError, RuntimeError, ValueError, TypeError, IndexError, MemoryError, ArithmeticError)
+# AttributeError: what an op's tensor code raises on a value of another kind (a sequence where the schema
+# wants a tensor), which plan.type_clash then names
+STEP_ERRORS = (OnnxGradError, RuntimeError, ValueError, TypeError, IndexError, MemoryError, ArithmeticError,
+               AttributeError)
 # torch's CPU allocator: "... can't allocate memory: you tried to allocate 140737488355328 bytes. Error code 12 ..."
 _ASKED = re.compile(r"(?:can't allocate memory|out of memory).*?tried to allocate (\d+ bytes|[0-9.]+ ?[KMGTP]i?B)",
                     re.IGNORECASE)

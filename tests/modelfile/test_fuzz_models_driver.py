@@ -22,7 +22,10 @@ for i in range(start, end):
 def _run(bad: int, how: str) -> tuple[int, list[dict]]:
     lines = io.StringIO()
     cmd = [sys.executable, "-c", CHILD, "10", "16", str(bad), how]
-    go_on = fuzz_models.run_child(cmd, 10, 16, 1.0, 13, lines, sys.stderr, startup=5)
+    def describe(i):
+        return {"kind": "bytes" if i < 13 else "proto", "model": f"m{i % 2}.onnx"}
+
+    go_on = fuzz_models.run_child(cmd, 10, 16, 1.0, describe, lines, sys.stderr, startup=5)
     return go_on, [json.loads(line) for line in lines.getvalue().splitlines()]
 
 
@@ -30,14 +33,16 @@ def test_a_child_killed_by_a_signal_costs_one_case_counted_as_a_kill():
     go_on, records = _run(12, "kill")
     assert go_on == 13
     assert [r["i"] for r in records] == [10, 11, 12]
-    assert records[-1] == {"i": 12, "kind": "bytes", "outcome": "kill", "message": "child exit -9 (signal 9)"}
+    assert records[-1] == {"i": 12, "kind": "bytes", "model": "m0.onnx", "outcome": "kill",
+                           "message": "child exit -9 (signal 9)"}
 
 
 def test_a_case_that_sends_nothing_within_the_timeout_is_a_hang_and_its_child_is_killed():
     go_on, records = _run(14, "hang")
     assert go_on == 15
     assert [r["outcome"] for r in records] == ["refused"] * 4 + ["hang"]
-    assert records[-1] == {"i": 14, "kind": "proto", "outcome": "hang", "message": "no result after 1.0 s"}
+    assert records[-1] == {"i": 14, "kind": "proto", "model": "m0.onnx", "outcome": "hang",
+                           "message": "no result after 1.0 s"}
 
 
 def test_a_child_that_finishes_its_slice_hands_on_the_slice_end():

@@ -7,7 +7,8 @@ import pytest
 from onnx import TensorProto, helper
 
 import engine
-from engine.errors import MemoryLimitError
+from engine.errors import BadAttributeError, ExecutionError, FeedError, MemoryLimitError
+from engine.modelfile.reader import crashes_inference
 
 
 def _model(nodes, inputs, outputs, opset=18):
@@ -29,3 +30,72 @@ def test_an_input_whose_byte_count_overflows_int64_is_refused_by_the_memory_guar
                                                r"\[1099511627776, 1099511627776\] float32 needs ") as err:
         model.run({"X": np.ones(1, np.float32)})
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("op, opset, attrs, message", [
+    ("Transpose", 18, {}, r"Transpose's input 'data' takes a tensor"),
+    # no LayerNormalization in the onnx domain at opset 12 (the engine runs it): onnx's latest schema says
+    ("LayerNormalization", 12, {"axis": -1}, r"LayerNormalization's input 'X' takes a tensor"),
+])
+def test_a_sequence_where_the_op_takes_a_tensor_is_named_in_one_line(op, opset, attrs, message):
+    # Found by the fuzz (an op type mutated in onnx's sequence test models): the op's tensor code raised
+    # AttributeError ("'list' object has no attribute 'dim'"), which no step error caught.
+    inputs = ["seq", "S"] if op == "LayerNormalization" else ["seq"]
+    nodes = [helper.make_node("SequenceConstruct", ["X", "X"], ["seq"]),
+             helper.make_node(op, inputs, ["Y"], name="n", **attrs)]
+    model = _model(nodes, [helper.make_tensor_value_info("X", TensorProto.FLOAT, [2, 3]),
+                           helper.make_tensor_value_info("S", TensorProto.FLOAT, [3])],
+                   [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [None, None])], opset)
+    feeds = {"X": np.ones((2, 3), np.float32), "S": np.ones(3, np.float32)}
+    with pytest.raises(ExecutionError, match=rf"^node 'n' \({op}\): input 'seq' is a sequence; {message}$"):
+        model.run(feeds)
+    with pytest.raises(ExecutionError, match=r"input 'seq' is a sequence"):
+        model.gradient("Y", ["X"], [n for n in model.inputs if n != "X"], feeds=feeds)
+
+
+def test_an_expand_shape_input_declared_2_to_the_40_long_skips_onnx_shape_inference():
+    # Found by the fuzz (a dim of onnx's test_expand_shape_model1 mutated): Expand-8's shape inference makes
+    # one output dim per declared element of its shape input and did not come back (the load hung).
+    def expand(length: int):
+        graph = helper.make_graph([helper.make_node("Expand", ["X", "shape"], ["Y"], name="e")], "g",
+                                  [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, 3, 1]),
+                                   helper.make_tensor_value_info("shape", TensorProto.INT64, [length])],
+                                  [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, 3, 1])])
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 8)])
+
+    assert crashes_inference(expand(2**40).graph) and not crashes_inference(expand(3).graph)
+    model = engine.load(expand(2**40))  # comes back: inference is skipped
+    with pytest.raises(FeedError, match=r"^feed 'shape': expected int64 \[1099511627776\], got int64 \[3\]$"):
+        model.run({"X": np.ones((1, 3, 1), np.float32), "shape": np.array([1, 3, 1], np.int64)})
+    done = engine.load(expand(3)).run({"X": np.ones((1, 3, 1), np.float32), "shape": np.array([2, 3, 4], np.int64)})
+    assert np.asarray(done["Y"] if isinstance(done, dict) else done[0]).shape == (2, 3, 4)
+
+
+def _pad_2(pads: list[int]):
+    # The output declared as the unmutated model had it: onnx's inference then fails on the clash and the
+    # memory guard's plan-wide sizing takes the declared [4, 4]; only the step itself knows the size.
+    node = helper.make_node("Pad", ["X"], ["Y"], name="pad", mode="reflect", pads=pads)
+    return _model([node], [helper.make_tensor_value_info("X", TensorProto.FLOAT, [4, 4])],
+                  [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [4, 4])], opset=2)
+
+
+def test_a_pad_2_attribute_past_any_output_dim_is_named_before_the_indices_are_made():
+    # Found by the fuzz (test_operator_pad's pads mutated to 2^31 - 1): reflect padding built 2^31 int64
+    # indices (16 GiB, over a minute) before the 216 GiB output failed.
+    model = _pad_2([0, 0, 2**31 - 1, 0])
+    with pytest.raises(BadAttributeError, match=r"^node 'pad' \(Pad\): attribute 'pads' is \[0, 0, 2147483647, 0\], "
+                                                r"expected each at most 1073741824"):
+        model.run({"X": np.ones((4, 4), np.float32)})
+
+
+def test_a_pad_2_output_the_machine_cannot_give_is_sized_from_its_attribute():
+    # Pads within range whose output is still too big: Pad before opset 11 holds its pads as an attribute,
+    # which the guard's per-step sizing read only as an input.
+    model = _pad_2([2**20] * 4)
+    with pytest.raises(MemoryLimitError, match=r"^node 'pad' \(Pad\): output 'Y' of shape \[2097156, 2097156\] "
+                                               r"float32 needs 16\.0 TiB"):
+        model.run({"X": np.ones((4, 4), np.float32)})
+    padded = _pad_2([1, 0, 0, 2]).run({"X": np.arange(16, dtype=np.float32).reshape(4, 4)})
+    got = np.asarray(padded["Y"] if isinstance(padded, dict) else padded[0])
+    want = np.pad(np.arange(16, dtype=np.float32).reshape(4, 4), ((1, 0), (0, 2)), mode="reflect")
+    np.testing.assert_array_equal(got, want)
