@@ -182,11 +182,19 @@ def summarize(lines_path: str, args, seconds: float) -> dict:
             "escapes": findings["escape"], "kills": findings["kill"], "hangs": findings["hang"],
             "peak_child_rss_mb": round(peak.get("rss_kb", 0) / 1024, 1), "peak_child_rss_case": peak.get("i"),
             "peak_rss_mb_any_child_this_run": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1),
-            "seconds_this_run": round(seconds, 1), "machine": _machine()}
+            "seconds_this_run": round(seconds, 1), "machine": _machine(), "commit": _commit()}
 
 
 def _finding(r: dict) -> str:
     return f"case {r['i']} ({r['kind']}, {r.get('model', '?')}): {r.get('stage', '')} {r['message']} {r.get('at', '')}"
+
+
+def _commit() -> str:
+    """HEAD, marked when engine/ differs from it (the children ran the working tree)."""
+    def git(*a):
+        return subprocess.run(["git", *a], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+
+    return git("rev-parse", "--short", "HEAD") + (" + uncommitted engine/ changes" if git("status", "--short", "engine") else "")
 
 
 def _machine() -> str:
