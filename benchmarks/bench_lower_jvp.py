@@ -1,7 +1,7 @@
 """Lowered JVPs (`onnxgrad lower --jvp`): onnxruntime's time for the lowered model ÷ the model's own forward,
 and its J·v against the engine's `Model.jvp`, on the sample models and the real architectures.
 
-    python benchmarks/bench_lower_jvp.py [--runs 7] [--real] [--only a,b] [--all-weights] [--gpt2]
+    python benchmarks/bench_lower_jvp.py [--runs 7] [--real [--image N]] [--only a,b] [--all-weights] [--gpt2]
 
 Both sessions run on onnxruntime's CPU provider with the same threads, taking turns call by call; the
 ratio is the median of per-pair ratios. "forward" is the model as lowering prepares it (contrib ops written
@@ -51,7 +51,7 @@ def sample_cases():
         yield name, onnx.load(_path(name)), s.y, list(s.xs), list(s.zs), {**feeds, **values}
 
 
-def real_cases(all_weights: bool):
+def real_cases(all_weights: bool, image: int = 0):
     import _real_lowering
     import _real_models
 
@@ -60,8 +60,13 @@ def real_cases(all_weights: bool):
         return
     for case in _real_models.LOWERING_CASES:
         for exporter in _real_models.EXPORTERS:
+            if image and case.example().dim() != 4:
+                continue
             try:
-                proto, model, y, xs, zs, feeds, _ = _real_lowering.prepared(case, exporter)
+                if image:
+                    proto, model, y, xs, zs, feeds = at_size(case, exporter, image)
+                else:
+                    proto, model, y, xs, zs, feeds, _ = _real_lowering.prepared(case, exporter)
             except Exception as exc:  # noqa: BLE001 - an export that fails is reported, not fatal
                 print(f"{case.name}_{exporter}: export failed: {str(exc).splitlines()[0][:200]}", flush=True)
                 continue
@@ -72,15 +77,28 @@ def real_cases(all_weights: bool):
             yield f"{case.name}_{exporter}", proto, y, xs, zs, feeds
 
 
+def at_size(case, exporter: str, size: int):
+    """(proto, model, y, xs, zs, feeds) of an image architecture exported at size × size, batch 1."""
+    import _real_lowering
+    import _real_models
+    import torch
+
+    module, _ = _real_models.build(case)
+    x = torch.randn(1, 3, size, size, generator=torch.Generator().manual_seed(0))
+    proto = onnx.load_from_string(_real_models.export(module, x, exporter))
+    model = engine.load(proto)
+    (x_name,) = model.inputs
+    return proto, model, model.outputs[0], _real_lowering.gradient_xs(model, module, x_name), [], {x_name: x.numpy()}
+
+
 def gpt2_case():
     proto = onnx.load(GPT2)
     model = engine.load(GPT2)
     ids = model.inputs[0]
     feeds = {ids: np.random.default_rng(0).integers(0, 50257, (1, 32)).astype(np.int64)}
-    for i in model.inputs[1:]:
-        raise SystemExit(f"gpt2.onnx has an input {i!r} this benchmark does not feed")
+    feeds.update({i: np.ones((1, 32), np.int64) for i in model.inputs[1:]})  # attention_mask
     weight = next(n for n, v in model.constants().items() if v.is_floating_point() and v.dim() == 2)
-    return "gpt2_124m", proto, model.outputs[0], [weight], [], feeds
+    return "gpt2_124m", proto, model.outputs[0], [weight], list(feeds), feeds
 
 
 def forward_of(proto: onnx.ModelProto) -> onnx.ModelProto:
@@ -147,6 +165,7 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=1, help="onnxruntime threads for both sessions (0: its default)")
     ap.add_argument("--real", action="store_true", help="also the timm / transformers architectures, both exporters")
     ap.add_argument("--all-weights", action="store_true", help="real models: xs = the input and every float weight")
+    ap.add_argument("--image", type=int, default=0, help="real image models only, exported at N×N, batch 1")
     ap.add_argument("--gpt2", action="store_true", help=f"also GPT-2 124M ({GPT2}, built by bench_scale.py)")
     ap.add_argument("--no-samples", action="store_true")
     ap.add_argument("--only", default="")
@@ -157,7 +176,7 @@ def main() -> int:
                "all_weights": args.all_weights, "models": {}}
     groups = [] if args.no_samples else [sample_cases()]
     if args.real:
-        groups.append(real_cases(args.all_weights))
+        groups.append(real_cases(args.all_weights, args.image))
     if args.gpt2:
         groups.append([gpt2_case()])
     for group in groups:

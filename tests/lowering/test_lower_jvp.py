@@ -161,3 +161,43 @@ def test_symbolic_batch_and_image_size_lower_once():
             feeds = {**w, "X": rng.standard_normal(shape).astype(np.float32)}
             got, want = run_jvp(model, "Y", xs, zs, feeds, "random", lowered)
             assert got.shape == (shape[0], 5) and rel_l2(got, want) <= L2_TOL[np.float32]
+
+
+def test_jvp_of_a_gradient_node_is_a_hessian_vector_product():
+    """The spec's O = sum((X W - L)²): its Gradient node dO/dW is lowered first, then carried forward along
+    v on W: forward over reverse, H·v = 2 XᵀX v exactly."""
+    path = _path("spec_second_order")
+    lowered = lower_jvp(path, "dO_dW", ["W"], ["X", "L"])
+    check_valid(lowered)
+    x = engine.load(path).constants()["X"].numpy().astype(np.float64)
+    v = np.random.default_rng(2).standard_normal((3, 2)).astype(np.float32)
+    got = ort_run(lowered, {"t_W": v})["jvp_dO_dW"]
+    np.testing.assert_allclose(got, 2 * x.T @ x @ v, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, exporter", [("mobilenetv3", "torchscript"), ("bert", "dynamo")])
+def test_real_model_along_input_and_every_weight(name, exporter):
+    """The gradient survey's selection (benchmarks/_real_lowering.py: the float input and every float
+    weight), all carrying tangents at once; skipped where timm or transformers do not import."""
+    import os
+    import sys
+
+    from tests import paths
+
+    sys.path.insert(0, os.path.join(str(paths.ROOT), "benchmarks"))
+    import _real_models as real_models
+
+    if not real_models.available():
+        pytest.skip("timm or transformers does not import")
+    if exporter == "dynamo":
+        pytest.importorskip("onnxscript")
+    from _real_lowering import prepared
+
+    case = next(c for c in real_models.LOWERING_CASES if c.name == name)
+    proto, model, y, xs, zs, feeds, _ = prepared(case, exporter)
+    lowered = lower_jvp(proto, y, xs, zs)
+    check_valid(lowered)
+    assert len(xs) >= 10
+    got, want = run_jvp(proto, y, xs, zs, feeds, "random", lowered)
+    assert rel_l2(got, want) <= L2_TOL[np.float32]
