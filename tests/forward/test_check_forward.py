@@ -15,9 +15,10 @@ import torch
 import engine
 from engine import examples
 from engine.cli import main
-from engine.conformance.mutants import Mutant, injected
+from engine.conformance.mutants import Mutant, candidates, injected
 from engine.errors import OnnxGradError
-from engine.verify.forward import DOT_ROUNDOFF
+from engine.verify.context import build
+from engine.verify.forward import _transpose_verdict
 from tests.verify_models import SAMPLES
 
 SAMPLE_CASES = {  # name: (y, xs, zs)
@@ -134,13 +135,37 @@ def test_a_wrong_vjp_fails_the_transpose_identity_but_not_jv():
     assert "fail" in [t.status for t in r.transpose]
 
 
-def test_a_transpose_allowance_is_the_rounding_of_its_terms():
-    r = engine.check(f"{SAMPLES}/residual_fanout.onnx", "loss", ["X", "W"], forward=True, mode="fast")
-    for t in r.transpose:
-        # Unmeasured, the allowance is the dot products' bound: at most DOT_ROUNDOFF eps times the terms.
-        assert t.roundoff in ("dot product", "measured")
-        if t.roundoff == "dot product":
-            assert t.error_estimate <= DOT_ROUNDOFF * 2.3e-16 * 1e6 * t.signal
+def test_the_transpose_identity_alone_kills_every_vjp_mutant_of_residual_fanout():
+    """Every mutant of the catalogue that moves the gradient by 1% fails <u, J·v> = <Jᵀu, v>, while
+    J·v (forward mode, which the mutants leave alone) still passes its finite differences."""
+    path = f"{SAMPLES}/residual_fanout.onnx"
+    ctx = build(engine.load(path), "loss", ["X", "W"], [], None, None, 0, "cpu", False)
+    right = torch.cat([ctx.grads64[x].reshape(-1) for x in ("X", "W")])
+    killed = 0
+    for mutant in candidates(ctx):
+        with injected(mutant):
+            model = engine.load(path)
+            wrong = build(model, "loss", ["X", "W"], [], None, None, 0, "cpu", False)
+            moved = torch.cat([wrong.grads64[x].reshape(-1) for x in ("X", "W")]) - right
+            if float(moved.norm()) < 0.01 * float(right.norm()):
+                continue
+            r = engine.check(model, "loss", ["X", "W"], mode="fast", forward=True, locate=False)
+        assert "fail" in [t.status for t in r.transpose], mutant.label
+        assert [j.status for j in r.jvp] == ["pass", "pass"], mutant.label
+        killed += 1
+    assert killed >= 30
+
+
+@pytest.mark.parametrize("lhs, rhs, allowed, status", [
+    (1.0, 1.0, 1e-15, "pass"),  # within the allowance, which is small against the value
+    (1e-12, 1e-12 + 1e-27, 1e-14, "inconclusive"),  # within it, but it dwarfs the value: terms cancel
+    (1.0, 1.0 + 3e-14, 1e-14, "inconclusive"),  # beyond it, but not FAIL_FACTOR times
+    (1.0, 1.0 + 1e-13, 1e-14, "fail"),
+    (float("nan"), 1.0, 1e-14, "fail"),
+])
+def test_the_transpose_verdict_needs_its_numbers(lhs, rhs, allowed, status):
+    diff, signal = abs(lhs - rhs), max(abs(lhs), abs(rhs))
+    assert _transpose_verdict(lhs, rhs, diff, signal, allowed)[0] == status
 
 
 @pytest.mark.parametrize("name", ["spec_conv_gemm", "mlp", "small_cnn", "transformer_block", "lstm_step"])
