@@ -47,6 +47,9 @@ def main(argv: list[str] | None = None, extra: Sequence[AddParser] = ()) -> int:
         parser.print_help()
         return 2
     from ..opsfile import registrations_undone
+    from ..run.allocator import hold_mmap_threshold
+
+    hold_mmap_threshold()  # a command's freed values leave its resident memory (engine/run/allocator.py)
 
     args.notes = []  # defaults the command chose; printed after it, so a failure stays one line
     try:

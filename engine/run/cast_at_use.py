@@ -11,6 +11,8 @@ import dataclasses
 
 import torch
 
+from . import cast_blocks
+
 _SOURCE = "_onnxgrad_cast_of"  # set on each cast copy: the constant it was cast from
 
 
@@ -41,13 +43,17 @@ def held_at_use(value, dtype) -> bool:
 
 def cast_where_read(step, cast_slots, dtype):
     """The argument positions a step casts; a Gather, Slice or view of a constant casts its output
-    instead (the rows an embedding lookup takes, not the table)."""
+    instead (the rows an embedding lookup takes, not the table), a MatMul or Gemm its B in blocks."""
     cast = tuple(j for j, s in enumerate(step.in_slots) if s in cast_slots)
     if not cast:
         return step
     if cast == (0,) and step.op_type in CAST_AFTER:
         return dataclasses.replace(step, fn=cast_after(step.fn, dtype))
-    return dataclasses.replace(step, cast=cast)
+    step = dataclasses.replace(step, cast=cast)
+    if cast_blocks.blocked(step):  # a MatMul or Gemm casts its B one block of columns at a time
+        return dataclasses.replace(step, fn=cast_blocks.cast_in_blocks(step.fn, dtype),
+                                   cast=tuple(j for j in cast if j != 1))
+    return step
 
 
 def cast_one(source, dtype: torch.dtype):
