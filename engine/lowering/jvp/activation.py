@@ -22,8 +22,9 @@ def _only_x(ins) -> bool:
 
 @jvp_rule("Relu")
 def relu(ctx, node, ins):
-    # NOTE: 0 at the kink x = 0, as torch
-    return [ctx.op("Mul", [ins[0], _mask(ctx, "Greater", node.input[0], 0.0)])]
+    """t·sign(y): y > 0 exactly where x > 0 (0 at the kink, as torch). Read off y, not x, so that x has no
+    reader but the Relu and onnxruntime still fuses the Conv before it with the Relu."""
+    return [ctx.op("Mul", [ins[0], ctx.op("Sign", [node.output[0]])])]
 
 
 @jvp_rule("LeakyRelu")
