@@ -122,16 +122,24 @@ async def monkey_run(args) -> dict:
             print(f"{monkey.tally.keys} keys  {time.perf_counter() - t0:.0f} s  rss {rss / 2**30:.2f} GB  "
                   f"peak {status_kb('VmHWM') / 2**30:.2f} GB  crashes {len(monkey.tally.crashes)}", flush=True)
 
-    monkey = Monkey(targets, args.seed, settle_p=args.settle_p, settle_s=args.settle_s, on_key=on_key)
+    def report(done: bool) -> dict:
+        peak = status_kb("VmHWM")
+        return {"model": os.path.basename(path), "model_bytes": model_bytes, "seed": args.seed, "finished": done,
+                **monkey.tally.as_dict(), "wall_s": round(time.perf_counter() - t0, 1), "peak_rss_bytes": peak,
+                "peak_over_model": round(peak / model_bytes, 2), "rss_before_app_bytes": rss_before,
+                "rss_samples": samples, "rss_jumps": jumps[:200], "census": censuses,
+                "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
+                            "load_avg_1m": round(os.getloadavg()[0], 2)}}
+
+    def on_key_and_save(app, key) -> None:
+        on_key(app, key)
+        if monkey.tally.keys % 500 == 0:  # a run stopped early still leaves its numbers so far
+            write_json(args.json, report(False), indent=1)
+
+    monkey = Monkey(targets, args.seed, settle_p=args.settle_p, settle_s=args.settle_s, on_key=on_key_and_save)
     os.chdir(args.workdir)  # exports land there
     await monkey.play(lambda: make_app(path, dims=dict(args.dim)), args.keys)
-    wall = time.perf_counter() - t0
-    peak = status_kb("VmHWM")
-    return {"model": os.path.basename(path), "model_bytes": model_bytes, "seed": args.seed, **monkey.tally.as_dict(),
-            "wall_s": round(wall, 1), "peak_rss_bytes": peak, "peak_over_model": round(peak / model_bytes, 2),
-            "rss_before_app_bytes": rss_before, "rss_samples": samples, "rss_jumps": jumps[:200],
-            "census": censuses, "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
-                                            "load_avg_1m": round(os.getloadavg()[0], 2)}}
+    return report(True)
 
 
 def _targets_of(model):

@@ -63,6 +63,7 @@ class Session:
     missing_inputs: tuple[str, ...] = ()  # graph inputs y needs that are in neither xs nor zs
     _slice: tuple | None = field(default=None, repr=False)
     _intermediate_bytes: int | None = field(default=None, repr=False)
+    _feeds_made: tuple | None = field(default=None, repr=False)  # (what they were made from, feed values)
 
     @property
     def graph(self) -> engine.GraphIndex:
@@ -224,7 +225,12 @@ class Session:
         return materialize(self.graph, sources, constant, self.dims if dims is None else dims)
 
     def feed_values(self) -> dict[str, np.ndarray]:
-        return self._materialize(self._sources())
+        """Made once per values_generation: every job shares them (a random feed of GPT-2's embedding
+        is 147 MB, and each run, check, trace and values pass held a copy of its own)."""
+        key = (self.values_generation, tuple(self.feeds.items()), tuple(self.dims.items()), self.seed)
+        if self._feeds_made is None or self._feeds_made[0] != key:
+            self._feeds_made = (key, self._materialize(self._sources()))
+        return dict(self._feeds_made[1])
 
     # --- device, dtype, view ---------------------------------------------------------------------
     def cycle_device(self) -> str:
