@@ -62,7 +62,7 @@ class Session:
     selection_error: str | None = None
     missing_inputs: tuple[str, ...] = ()  # graph inputs y needs that are in neither xs nor zs
     _slice: tuple | None = field(default=None, repr=False)
-    _intermediate_bytes: int | None = field(default=None, repr=False)
+    _intermediate_bytes: tuple | None = field(default=None, repr=False)  # (dims, what one pass holds)
     _feeds_made: tuple | None = field(default=None, repr=False)  # (what they were made from, feed values)
 
     @property
@@ -285,9 +285,9 @@ class Session:
         missing = [n for n in missing if n not in feeds]
         if not missing:
             return None
-        if self._intermediate_bytes is None:
-            self._intermediate_bytes = intermediate_bytes(self.graph)
-        one_by_one = self.values_one_by_one or self._intermediate_bytes > VALUES_BUDGET
+        if self._intermediate_bytes is None or self._intermediate_bytes[0] != self.dims:
+            self._intermediate_bytes = (dict(self.dims), intermediate_bytes(self.graph, self.dims))
+        one_by_one = self.values_one_by_one or self._intermediate_bytes[1] > VALUES_BUDGET
         return ValuesJob(self.model, feeds, tuple(missing) if one_by_one else (), self.device, self.dtype,
                          self.values_generation)
 

@@ -138,3 +138,19 @@ def test_every_job_shares_the_feed_values_until_the_feeds_change(spec_model):
                                   .feed_values()["W"])
     s.feeds["W"] = FeedSource("zeros")  # set behind set_feed's back (a test does): still seen
     assert not s.gradient_job().feeds["W"].any()
+
+
+def test_a_pass_over_every_value_is_sized_at_the_dims_set(monkeypatch):
+    """Counted with symbolic dims at 1, GPT-2 at batch 40 and seq 32 would have held every value of one pass."""
+    from explorer import state
+    from explorer.jobs import intermediate_bytes
+
+    from ..feed_models import matmul_model
+
+    model = engine.load(matmul_model("batch"))
+    assert intermediate_bytes(model.graph, {"batch": 1000}) == 1000 * intermediate_bytes(model.graph) == 1000 * 8 * 3
+    monkeypatch.setattr(state, "VALUES_BUDGET", 1000)
+    s = state.Session(model, "matmul")
+    assert s.values_job(["Y"]).names == ()  # 24 bytes: one pass keeps every value
+    s.set_dims({"batch": 1000})
+    assert s.values_job(["Y"]).names == ("Y",)  # 24 kB: asked for by name
