@@ -17,6 +17,8 @@ Public API:
     GradManager(model, device=, dtype=) -> attach / record / run / backward / grad / params / save
     lower(model, y=None, xs=None, zs=None, dy=None, names=None) -> onnx.ModelProto (gradients as plain ONNX;
         engine.lowering.<family> holds the backward rules)
+    lower_jvp(model, y, xs, zs=None, tangents=None, name=None) -> onnx.ModelProto (J·v as plain ONNX beside the
+        forward pass; engine.lowering.jvp holds the forward rules)
     engine.distributed: init / broadcast_params / make_allreduce_cb, data-parallel GradManager training
         on torch.distributed (docs/gradmanager.md)
 
@@ -54,7 +56,7 @@ _LAZY = {
                "build_backward_graph", "gradient_with_stats", "layout_graph", "layout_near", "LocalLayout", "render",
                "render_graph", "to_dot"),
     "modelfile.index": ("GraphIndex", "TensorInfo"),
-    "lowering": ("lower",),
+    "lowering": ("lower", "lower_jvp"),
     "model": ("Model",),
     "run.pacing": ("pause_point", "paced", "set_pause_hook"),
     "registry": ("OpImpl", "register", "supported_ops"),
@@ -77,7 +79,7 @@ __all__ = [
     "BackwardGraph", "build_backward_graph", "gradient_with_stats", "GraphStats", "TensorStats", "to_dot", "render",
     "render_graph",
     "layout_graph", "layout_near", "LocalLayout", "GraphLayout", "LayoutNode", "LayoutEdge", "Canvas",
-    "OnnxGradBackend", "OnnxGradRep", "lower", "LoweringError", "DistributedError", "pause_point", "paced",
+    "OnnxGradBackend", "OnnxGradRep", "lower", "lower_jvp", "LoweringError", "DistributedError", "pause_point", "paced",
     "set_pause_hook", "diff", "DiffReport", "DiffValues", "JVPResult", "HVPResult", "PreparedJVP", "PreparedHVP",
 ]
 
