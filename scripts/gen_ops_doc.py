@@ -6,10 +6,13 @@
     python scripts/gen_ops_doc.py --lower        # first re-run the full lowering sweep (minutes) and record it
                                                  # in tests/lowering_floor.json
     python scripts/gen_ops_doc.py --contrib      # also rerun the com.microsoft sweep for its section (minutes)
+    python scripts/gen_ops_doc.py --jvp          # first re-run the full gradient and JVP sweeps (20 minutes on
+                                                 # 2 busy cores) and record them in tests/jvp_floor.json
 
 The forward columns come from every collected case; the gradient column from the seeded sample that CI
 also runs (`engine.conformance.suite.DOC_GRADIENT_SAMPLE` cases per op); the lowered column from the full
-lowering sweep recorded in tests/lowering_floor.json (CI re-runs a sample of it).
+lowering sweep recorded in tests/lowering_floor.json (CI re-runs a sample of it); the jvp column from the
+full gradient and JVP sweeps recorded in tests/jvp_floor.json (CI re-runs the gradient sample's JVPs).
 """
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ sys.path.insert(0, str(ROOT))
 DOC = ROOT / "docs" / "ops.md"
 FLOOR = ROOT / "tests" / "conformance_floor.json"
 LOWERING_FLOOR = ROOT / "tests" / "lowering_floor.json"
+JVP_FLOOR = ROOT / "tests" / "jvp_floor.json"
 
 
 def floor_from(run, previous: dict | None) -> dict:
@@ -67,6 +71,23 @@ def record_lowering(run) -> dict:
     return record
 
 
+def record_jvp(run) -> dict:
+    """Run the full gradient (VJP) and JVP sweeps over the run's forward-passing cases and record them."""
+    from engine.conformance.cases import case_named
+    from engine.conformance.gradients import gradient_sweep
+    from engine.conformance.jvps import jvp_record, jvp_sweep
+
+    passing = [case_named(o.name) for o in run.outcomes if o.status == "pass"]
+    previous = json.loads(JVP_FLOOR.read_text()) if JVP_FLOOR.exists() else None
+    try:
+        record = jvp_record(gradient_sweep(passing), jvp_sweep(passing), previous)
+    except ValueError as exc:
+        raise SystemExit(f"not recording the JVP sweep: {exc}") from None
+    JVP_FLOOR.write_text(json.dumps(record, indent=1) + "\n")
+    print(f"wrote {JVP_FLOOR}: jvp {record['jvp']}, {len(record['exceptions'])} VJP-pass-JVP-not")
+    return record
+
+
 def contrib_section() -> str:
     from engine.conformance.contrib import contrib_sweep
     from engine.conformance.contrib_cases import op_domains, op_oracles
@@ -90,6 +111,7 @@ def main(argv=None) -> int:
     p.add_argument("--check", action="store_true", help="compare with docs/ops.md instead of writing it")
     p.add_argument("--raise-floor", action="store_true", help=f"also update {FLOOR.relative_to(ROOT)}")
     p.add_argument("--lower", action="store_true", help=f"re-run the full lowering sweep into {LOWERING_FLOOR.name}")
+    p.add_argument("--jvp", action="store_true", help=f"re-run the full gradient and JVP sweeps into {JVP_FLOOR.name}")
     p.add_argument("--contrib", action="store_true",
                    help="also rerun the com.microsoft sweep (forward and gradients) and rewrite its section")
     p.add_argument("--out", type=Path, default=DOC)
@@ -98,10 +120,11 @@ def main(argv=None) -> int:
 
     run = doc_run()
     lowering = record_lowering(run) if args.lower else json.loads(LOWERING_FLOOR.read_text())
+    jvp = record_jvp(run) if args.jvp else json.loads(JVP_FLOOR.read_text())
     current = args.out.read_text() if args.out.exists() else ""
     # The contrib section needs onnxruntime and minutes: kept as it is unless --contrib reruns its sweep.
     section = contrib_section() if args.contrib else _section_of(current)
-    text = render_ops_doc(run, lowering)
+    text = render_ops_doc(run, lowering, jvp)
     text = splice(text, section) if section else text
     if args.check:
         if current == text:

@@ -18,12 +18,16 @@ def add_parser(sub) -> None:
                         "instead: float32 and float16 forward, and gradients with --gradients")
     p.add_argument("--gradients", action="store_true",
                    help="also check each forward-passing case's differentiable inputs against finite differences")
+    p.add_argument("--jvp", action="store_true",
+                   help="also check each forward-passing case's J·v (forward mode, float64) against central "
+                        "differences along a random v and against reverse mode (<u, Jv> = <Jᵀu, v>); with "
+                        "--gradients, list the cases whose VJP check passes and JVP check does not")
     p.add_argument("--lower", action="store_true",
                    help="also lower each forward-passing case's gradients to plain ONNX (engine.lower), run them in "
                         "onnxruntime and compare with the engine; with --contrib, instead of the forward sweep: "
                         "every case of an op with an expansion, float32 and float16")
     p.add_argument("--per-op", type=int, metavar="K",
-                   help="with --gradients or --lower: check at most K cases per op (a quicker sample)")
+                   help="with --gradients, --jvp or --lower: check at most K cases per op (a quicker sample)")
     p.add_argument("--dtype", choices=["float16", "bfloat16"],
                    help="run each float32 case's variant in this type instead (inputs rounded, expected values "
                         "from onnx.reference; with --gradients, the gradient in this type against float64)")
@@ -69,14 +73,16 @@ def run(args) -> int:
     cases, checker = _cases_and_checker(args)
     sample = (lambda cs: sample_per_op(cs, args.per_op, args.seed)) if args.per_op else None
     result = conformance(cases, gradients=args.gradients, seed=args.seed, progress=_progress(), checker=checker,
-                         gradient_filter=sample, lower=args.lower)
+                         gradient_filter=sample, lower=args.lower, jvp=args.jvp)
     out = sys.stdout if args.json != "-" else sys.stderr
     _report_forward(result, args.show, out)
     bad_gradient = _report_gradients(result, args.show, out) if args.gradients else 0
     bad_lowering = _report_lowering(result, args.show, out) if args.lower else 0
+    bad_jvp = _report_jvps(result, args.show, out) if args.jvp else 0
     if args.slowest:
         timed = sorted([(o, "forward") for o in result.outcomes] + [(o, "gradient") for o in result.gradients]
-                       + [(o, "lowering") for o in result.lowered], key=lambda p: -p[0].seconds)[: args.slowest]
+                       + [(o, "lowering") for o in result.lowered] + [(o, "jvp") for o in result.jvps],
+                       key=lambda p: -p[0].seconds)[: args.slowest]
         print("slowest: " + ", ".join(f"{o.name} ({kind}) {o.seconds:.2f}s" for o, kind in timed), file=out)
     if args.json:
         import json
@@ -87,15 +93,18 @@ def run(args) -> int:
     if args.failures:
         with open(args.failures, "w") as fh:
             fh.write(failures_markdown(result.outcomes, gradients=result.gradients))
-    return 1 if (any(o.failed for o in result.outcomes) or bad_gradient or bad_lowering) else 0
+    return 1 if (any(o.failed for o in result.outcomes) or bad_gradient or bad_lowering or bad_jvp) else 0
 
 
 def _refuse_node_case_options(args) -> None:
     """The node-case sweep's option errors, before any case runs."""
     if args.max_cases is not None and args.max_cases < 1:
         raise OnnxGradError(f"--max-cases must be at least 1, not {args.max_cases}")
-    if args.per_op is not None and (args.per_op < 1 or not (args.gradients or args.lower)):
-        raise OnnxGradError("--per-op needs --gradients or --lower and a count of at least 1")
+    if args.per_op is not None and (args.per_op < 1 or not (args.gradients or args.lower or args.jvp)):
+        raise OnnxGradError("--per-op needs --gradients, --jvp or --lower and a count of at least 1")
+    if args.jvp and args.dtype:
+        raise OnnxGradError("--jvp checks forward mode in float64; --dtype runs float16/bfloat16 variants "
+                            "(use one or the other)")
     if args.lower and args.dtype:
         raise OnnxGradError("--lower compares float32 cases; --dtype runs float16/bfloat16 variants (use one or the other)")
     if args.lower:
@@ -178,4 +187,33 @@ def _report_lowering(result, show: str, out) -> int:
         if show == "all" or (show == "failures" and o.status != LOWERED):
             accepted = f" (documented: {o.documented})" if o.documented else ""
             print(f"  {o.status:<16} {o.name}: {o.reason}{accepted}", file=out)
+    return bad
+
+
+def _report_jvps(result, show: str, out) -> int:
+    """Print the JVP sweep's totals and cases, and (with gradients) the cases whose VJP passes and JVP
+    does not; the number of undocumented fail or error cases plus undocumented such exceptions."""
+    from ..conformance.jvps import rule_exceptions
+    from ..conformance.status import ERROR, FAIL, INCONCLUSIVE, NO_FORWARD_RULE, NONFINITE
+
+    counts: dict[str, int] = {}
+    for o in result.jvps:
+        counts[o.status] = counts.get(o.status, 0) + 1
+    print("jvp: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+          + f"  {result.jvp_seconds:.1f}s", file=out)
+    bad = 0
+    for o in result.jvps:
+        failing = o.status in (FAIL, ERROR, NONFINITE, NO_FORWARD_RULE)
+        bad += o.status in (FAIL, ERROR) and not o.documented
+        if show == "all" or (show == "failures" and (failing or o.status == INCONCLUSIVE)):
+            accepted = f" (documented: {o.documented})" if o.documented else ""
+            print(f"  {o.status:<16} {o.name}: {o.reason}{accepted}", file=out)
+    if result.gradients:
+        exceptions = rule_exceptions(result.gradients, result.jvps)
+        print(f"VJP passes, JVP does not: {len(exceptions)} of {sum(g.status == 'pass' for g in result.gradients)} "
+              "cases", file=out)
+        for _, j in exceptions:
+            accepted = f" (documented: {j.documented})" if j.documented else ""
+            print(f"  {j.status:<16} {j.name}: {j.reason}{accepted}", file=out)
+        bad += sum(not j.documented for _, j in exceptions)
     return bad

@@ -17,6 +17,10 @@ NO_ORACLE = "no oracle"  # a contrib case its oracle (onnxruntime) refuses: noth
 NOT_DIFFERENTIABLE, NOT_CHECKED = "not differentiable", "not checked"
 GRADIENT_STATUSES = (PASS, INCONCLUSIVE, FAIL, NONFINITE, ERROR, NOT_DIFFERENTIABLE, NOT_CHECKED)
 
+# Forward mode (jvps.py): the gradient statuses, and an op the engine names as having no JVP (ForwardModeError).
+NO_FORWARD_RULE = "no forward rule"
+JVP_STATUSES = (PASS, INCONCLUSIVE, FAIL, NONFINITE, ERROR, NO_FORWARD_RULE, NOT_DIFFERENTIABLE, NOT_CHECKED)
+
 # Lowering (lowered.py): the lowered gradient run by onnxruntime against the engine's.
 LOWERED, WRONG, REFUSED, RUNTIME, NOT_APPLICABLE = "lowered", "wrong", "refused", "runtime lacks op", "not applicable"
 LOWERING_STATUSES = (LOWERED, WRONG, REFUSED, ERROR, RUNTIME, NOT_APPLICABLE)
@@ -38,5 +42,6 @@ def worse(a: str, b: str) -> str:
 
 __all__ = ["PASS", "FAIL", "INCONCLUSIVE", "SKIPPED", "CANCELLED", "NONFINITE", "MISMATCH", "UNSUPPORTED_OP",
            "UNSUPPORTED_TYPE", "ERROR", "FORWARD_STATUSES", "NO_ORACLE", "NOT_DIFFERENTIABLE", "NOT_CHECKED",
-           "GRADIENT_STATUSES", "LOWERED", "WRONG", "REFUSED", "RUNTIME", "NOT_APPLICABLE", "LOWERING_STATUSES",
+           "GRADIENT_STATUSES", "NO_FORWARD_RULE",
+           "JVP_STATUSES", "LOWERED", "WRONG", "REFUSED", "RUNTIME", "NOT_APPLICABLE", "LOWERING_STATUSES",
            "ONLY_DOCUMENTED", "KILLED", "SURVIVED", "UNSEEN", "MUTANT_STATUSES", "worse"]

@@ -9,6 +9,7 @@ from typing import Callable, Iterable, Sequence
 
 from .cases import case_info, case_named, node_cases
 from .gradients import Checker, GradientOutcome, gradient_sweep
+from .jvps import JVPOutcome, jvp_column, jvp_sweep
 from .lowered import LoweringOutcome, lowering_column, lowering_sweep
 from .report import counts
 from .runner import PASS, CaseOutcome, Executor, run_suite
@@ -24,6 +25,8 @@ class ConformanceRun:
     checker: str = ""
     lowered: tuple[LoweringOutcome, ...] = ()  # the lowering sweep (engine/conformance/lowered.py)
     lowered_seconds: float = 0.0
+    jvps: tuple[JVPOutcome, ...] = ()  # the forward-mode sweep (engine/conformance/jvps.py)
+    jvp_seconds: float = 0.0
 
     @property
     def passed(self) -> int:
@@ -47,6 +50,9 @@ class ConformanceRun:
             "lowered": dict(collections.Counter(o.status for o in self.lowered)),
             "lowered_seconds": round(self.lowered_seconds, 3),
             "lowerings": [o.to_json() for o in self.lowered],
+            "jvp": dict(collections.Counter(j.status for j in self.jvps)),
+            "jvp_seconds": round(self.jvp_seconds, 3),
+            "jvps": [j.to_json() for j in self.jvps],
         }
 
 
@@ -73,15 +79,17 @@ def sample_per_op(cases: Sequence, per_op: int, seed: int = 0) -> list:
 def conformance(cases: Iterable | None = None, *, executor: Executor | None = None, gradients: bool = False,
                 checker: Checker | None = None, gradient_filter: Callable[[list], list] | None = None,
                 seed: int = 0, progress: Callable[[str, int, int, object], None] | None = None,
-                lower: bool = False, lower_filter: Callable[[list], list] | None = None) -> ConformanceRun:
+                lower: bool = False, lower_filter: Callable[[list], list] | None = None,
+                jvp: bool = False) -> ConformanceRun:
     """Forward over `cases` (all by default); with `gradients`, check the passing ones (optionally
     narrowed by `gradient_filter`, e.g. `lambda cs: sample_per_op(cs, 2)`) against finite differences;
+    with `jvp`, check the same ones' J·v (forward mode, and its transpose against reverse mode);
     with `lower`, lower the passing ones (narrowed by `lower_filter`) and run them in onnxruntime."""
     start = time.perf_counter()
     cases = list(node_cases() if cases is None else cases)
     fwd = run_suite(cases, executor, None if progress is None else (lambda i, n, o: progress("forward", i, n, o)))
     forward_seconds = time.perf_counter() - start
-    if not (gradients or lower):
+    if not (gradients or lower or jvp):
         return ConformanceRun(tuple(fwd), forward_seconds=forward_seconds)
     by_name = {c.name: c for c in cases}
     every = [by_name[o.name] for o in fwd if o.status == PASS]
@@ -100,8 +108,14 @@ def conformance(cases: Iterable | None = None, *, executor: Executor | None = No
         lowered = lowering_sweep(lower_filter(every) if lower_filter is not None else passing, seed=seed,
                                  progress=None if progress is None else (lambda i, n, o: progress("lowering", i, n, o)))
         lowered_seconds = time.perf_counter() - start
+    jvps, jvp_seconds = [], 0.0
+    if jvp:
+        start = time.perf_counter()
+        jvps = jvp_sweep(passing, seed=seed,
+                         progress=None if progress is None else (lambda i, n, o: progress("jvp", i, n, o)))
+        jvp_seconds = time.perf_counter() - start
     return ConformanceRun(tuple(fwd), tuple(grads), forward_seconds, gradient_seconds, name, tuple(lowered),
-                          lowered_seconds)
+                          lowered_seconds, tuple(jvps), jvp_seconds)
 
 
 DOC_GRADIENT_SAMPLE = 2  # gradient cases per op in docs/ops.md and in CI (seeded, non-expanded first)
@@ -121,9 +135,10 @@ def lowering_sample(passing: Iterable[str], progress=None) -> list[LoweringOutco
     return lowering_sweep(cases, seed=DOC_SEED, progress=progress)
 
 
-def render_ops_doc(run: ConformanceRun | None = None, lowering: dict | None = None) -> str:
-    """docs/ops.md from a doc run (forward, gradient sample) and the recorded full lowering sweep
-    (tests/lowering_floor.json, `sweep_record`)."""
+def render_ops_doc(run: ConformanceRun | None = None, lowering: dict | None = None, jvp: dict | None = None) -> str:
+    """docs/ops.md from a doc run (forward, gradient sample), the recorded full lowering sweep
+    (tests/lowering_floor.json, `sweep_record`) and the recorded full JVP sweep (tests/jvp_floor.json,
+    `jvp_record`)."""
     import onnx
 
     from .report import coverage, ops_markdown
@@ -134,6 +149,8 @@ def render_ops_doc(run: ConformanceRun | None = None, lowering: dict | None = No
               "do not edit by hand, CI checks it is current. Gradient statuses come from a seeded sample of "
               f"up to {DOC_GRADIENT_SAMPLE} forward-passing cases per op (`{run.checker}`, float64 central "
               "differences, random dy); `onnxgrad conformance --gradients` checks every case. Lowering statuses "
-              "come from `onnxgrad conformance --lower` over every case (`python scripts/gen_ops_doc.py --lower`).")
-    columns = [lowering_column(lowering)] if lowering else []
+              "come from `onnxgrad conformance --lower` over every case (`python scripts/gen_ops_doc.py --lower`); "
+              "JVP statuses from `onnxgrad conformance --gradients --jvp` over every case "
+              "(`python scripts/gen_ops_doc.py --jvp`).")
+    columns = ([jvp_column(jvp)] if jvp else []) + ([lowering_column(lowering)] if lowering else [])
     return ops_markdown(coverage(run.outcomes, run.gradients), run.outcomes, run.gradients, header, columns)

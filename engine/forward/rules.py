@@ -5,7 +5,9 @@ torch says the first in an exception ("Trying to use forward AD with X that does
 "You must implement the jvp function for custom autograd.Function"); the second it does not say at
 all: the output simply has no tangent, and J·v would come out silently zero along that path. So the
 first call of a prepared JVP walks the steps under `TangentWatch`, which refuses, naming the node,
-any step that reads a tangent at an input ONNX calls differentiable and gives none back.
+any step that reads a tangent at an input ONNX calls differentiable and gives none back, unless
+the op's record declares its derivative zero (Hardmax, Bernoulli: piecewise constant or a sample),
+where no tangent is the right tangent and reverse mode sends back zero too.
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from ..errors import ExecutionError, ForwardModeError
 from ..gradient.differentiable import carries_derivative
 from ..run.plan import StepObserver
 
-_MISSING = ("forward AD", "jvp function", "forward-mode AD", "forward mode AD")
+_MISSING = ("forward AD", "jvp function", "forward-mode AD", "forward mode AD", "forward grad")
 
 
 def missing_rule(exc: BaseException) -> str | None:
@@ -65,6 +67,8 @@ class TangentWatch(StepObserver):
         if not any(isinstance(o, torch.Tensor) and o.is_floating_point() for o in outs):
             return outs  # integer or bool results: nothing to carry
         node = self.graph.nodes[step.node_index] if step.node_index is not None else None
+        if node is not None and declares_zero(node.domain or "", node.op_type):
+            return outs
         for k, a in enumerate(args):
             if tangent_of(a) is None:
                 continue
@@ -75,3 +79,18 @@ class TangentWatch(StepObserver):
                     f"input {k} ({tensor or 'an outer value'!r}) and gives none back, so J·v would be silently "
                     "zero along it")
         return outs
+
+
+def declares_zero(domain: str, op_type: str) -> bool:
+    """The op's record says no derivative flows through it: `no_gradient`, or a rule whose every
+    line is `dX = 0` (engine/oprecord.py)."""
+    from ..registry import record
+
+    rec = record(op_type, domain)
+    if rec is None:
+        return False
+    if rec.no_gradient:
+        return True
+    lines = rec.rule if isinstance(rec.rule, tuple) else ()
+    return bool(lines) and all(line is None or line.split("#", 1)[0].split("=", 1)[-1].strip() == "0"
+                               for line in lines)

@@ -9,6 +9,7 @@ from onnx import TensorProto
 from ..dtypes import HALF_DTYPES, computes_in_float32, onnx_to_torch
 from ..errors import OnnxGradError
 from ..registry import describe, register
+from .tangents import differentiated
 
 
 def _legacy(a, b, broadcast, axis):
@@ -94,7 +95,7 @@ pow_.half_in_float32 = True  # the half branch above (docs/semantics.md lists th
 def _scalar_exponent(x, y) -> bool:
     """y is one float constant that cannot change x's shape, known here without a device sync."""
     return (y.numel() == 1 and y.dim() <= x.dim() and y.is_cpu and x.is_floating_point()
-            and y.is_floating_point() and not y.requires_grad
+            and y.is_floating_point() and not differentiated(y)
             and not torch._C._functorch.is_functorch_wrapped_tensor(y) and not torch.compiler.is_compiling())
 
 

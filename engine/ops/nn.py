@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from ..dtypes import computes_in_float32
 from ..errors import OnnxGradError, UnsupportedOpError
 from ..registry import describe, register
+from .tangents import differentiated
 
 
 @describe("MatMul", needs="in",
@@ -92,7 +93,7 @@ def _fused_batch_norm(x, scale, b, mean, var, epsilon):
     NOTE: F.batch_norm treats running statistics as constants, so it is used only when no
     gradient is wanted for mean and var; otherwise the formula below differentiates them too.
     """
-    if x.dtype not in (torch.float32, torch.float64) or x.dim() < 2 or mean.requires_grad or var.requires_grad:
+    if x.dtype not in (torch.float32, torch.float64) or x.dim() < 2 or differentiated(mean) or differentiated(var):
         return None
     if not all(t.dim() == 1 and t.dtype == x.dtype for t in (scale, b, mean, var)):
         return None

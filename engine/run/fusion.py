@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from ..ops import elementwise, nn, reduce
+from ..ops.tangents import differentiated
 from .fxplan import RANDOM, SHAPE_OPS
 
 FLOATS = (torch.float32, torch.float64)
@@ -219,7 +220,7 @@ def _attention_kernel(q, kt, v, scales: Sequence[torch.Tensor], roles: Sequence[
         return None
     scale = 1.0
     for c, role in zip(scales, roles):
-        if c.numel() != 1 or c.dtype != q.dtype or c.dim() > n or c.requires_grad:
+        if c.numel() != 1 or c.dtype != q.dtype or c.dim() > n or differentiated(c):
             return None
         scale = scale * float(c) if role == "mul" else scale / float(c)
     return F.scaled_dot_product_attention(q, kt.transpose(-2, -1), v, scale=scale)

@@ -40,6 +40,7 @@ from tests import paths
 ROOT = paths.ROOT
 FLOOR = json.loads((ROOT / "tests" / "conformance_floor.json").read_text())
 LOWERING_FLOOR = json.loads((ROOT / "tests" / "lowering_floor.json").read_text())
+JVP_FLOOR = json.loads((ROOT / "tests" / "jvp_floor.json").read_text())
 GRADIENT_SAMPLE_CEILING_S = 300  # measured ~10 s on 2 cores; this only catches a runaway
 
 
@@ -81,7 +82,24 @@ def test_ops_doc_is_current(run):
     from engine.conformance.contrib_report import without_section
 
     current = without_section((ROOT / "docs" / "ops.md").read_text())  # the contrib section: test_contrib_ops.py
-    assert current == render_ops_doc(run, LOWERING_FLOOR), "docs/ops.md is stale: run python scripts/gen_ops_doc.py"
+    assert current == render_ops_doc(run, LOWERING_FLOOR, JVP_FLOOR), \
+        "docs/ops.md is stale: run python scripts/gen_ops_doc.py"
+
+
+@pytest.mark.slow
+def test_jvp_passes_wherever_the_gradient_sample_passes(run):
+    """Issue 36's rule on the gradient sample (the full sweep: tests/jvp_floor.json): a case whose VJP
+    check passes passes its JVP check (forward against finite differences, transpose against reverse),
+    unless jvps.NO_RULE names an op torch's forward AD lacks."""
+    from engine.conformance.jvps import jvp_sweep, rule_exceptions
+
+    passed = [case_named(g.name) for g in run.gradients if g.status == PASS]
+    jvps = jvp_sweep(passed)
+    assert len(jvps) == len(passed) >= FLOOR["gradient_sample_pass"]
+    exceptions = rule_exceptions(run.gradients, jvps)
+    assert not [j for _, j in exceptions if not j.documented], \
+        "\n".join(f"{j.name}: {j.status}: {j.reason}" for _, j in exceptions if not j.documented)
+    assert all(j.status == "no forward rule" for _, j in exceptions)
 
 
 # --- the runner classifies ---------------------------------------------------------------------
