@@ -21,9 +21,14 @@ REWRITTEN: dict[str, str] = {}  # op type -> how lowering writes it as other ops
 
 
 def rule(*op_types: str):
+    return registering(BACKWARD, op_types)
+
+
+def registering(table: dict, op_types) -> Callable:
+    """A decorator that files its function in `table` under each op type (the backward and forward rules)."""
     def register(fn: Callable) -> Callable:
         for op in op_types:
-            BACKWARD[op] = fn
+            table[op] = fn
         return fn
 
     return register

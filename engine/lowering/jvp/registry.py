@@ -12,13 +12,10 @@ from __future__ import annotations
 
 from typing import Callable
 
+from ..registry import registering
+
 FORWARD: dict[str, Callable] = {}
 
 
 def jvp_rule(*op_types: str):
-    def register(fn: Callable) -> Callable:
-        for op in op_types:
-            FORWARD[op] = fn
-        return fn
-
-    return register
+    return registering(FORWARD, op_types)
