@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from typing import Callable, Protocol
 
 import numpy as np
@@ -77,6 +78,10 @@ class Work:
         self.values_timer = None
         self.values_for: int | None = None  # the values_generation a pass over every value is running for
         self.summarizing: tuple | None = None  # (kind, tensor, id of the array) the summary worker is on
+        # Values passes whose thread still runs: a cancelled thread worker's thread runs to its end,
+        # and under a burst of keys on GPT-2 several held a forward pass's values each at once.
+        self.values_threads = 0
+        self._values_lock = threading.Lock()
 
     # --- the keys that start long work ------------------------------------------------------------
     def run(self) -> None:
@@ -143,6 +148,9 @@ class Work:
 
     def _start_values(self, names) -> None:
         self.values_timer = None
+        if self.values_threads:  # the last pass (cancelled, or the cursor moved on) has not let go yet
+            self.values_timer = self.app.set_timer(VALUES_DEBOUNCE_S, lambda: self._start_values(names))
+            return
         try:
             job = self.shown.session.values_job(names)
         except OnnxGradError as exc:
@@ -200,7 +208,13 @@ class Work:
 
     # --- in the workers' threads -----------------------------------------------------------------------
     def _values(self, job) -> None:
-        values = job.run()
+        with self._values_lock:
+            self.values_threads += 1
+        try:
+            values = job.run()
+        finally:
+            with self._values_lock:
+                self.values_threads -= 1
         if not get_current_worker().is_cancelled:
             self.app.post_message(m.ValuesReady(job.generation, values, everything=not job.names))
 

@@ -154,3 +154,29 @@ def test_a_pass_over_every_value_is_sized_at_the_dims_set(monkeypatch):
     assert s.values_job(["Y"]).names == ()  # 24 bytes: one pass keeps every value
     s.set_dims({"batch": 1000})
     assert s.values_job(["Y"]).names == ("Y",)  # 24 kB: asked for by name
+
+
+async def test_a_values_pass_waits_for_the_last_one_to_let_go():
+    """A cancelled thread worker's thread runs to its end: under a burst of keys on GPT-2 several
+    values passes (each holding a forward pass's values) ran at once. A new one waits its turn."""
+    import time
+
+    app = spec_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await started(app, pilot)
+        s, work = app.session, app.work
+        tensor = next(t for t in s.graph.producer if t not in s.values)
+        work.values_threads = 1  # a pass whose worker was cancelled, its thread still computing
+        work.request_values([tensor])
+        await pilot.pause(0.5)
+        assert tensor not in s.values and not any(w.group == "values" for w in app.workers)
+        assert work.values_timer is not None  # it looks again
+        work.values_threads = 0  # that thread ended
+        t0 = time.monotonic()
+        while tensor not in s.values and time.monotonic() - t0 < 10:
+            await pilot.pause(0.05)
+        assert tensor in s.values
+        from engine import examples
+
+        fresh = engine.load(examples.spec_conv_gemm()).run(s.feed_values(), outputs=[tensor])
+        np.testing.assert_array_equal(s.values[tensor], fresh[tensor])
