@@ -38,7 +38,8 @@ DEFAULT_JSON = os.path.join(HERE, "results", "forward_real.json")
 def float64_throughout():
     """transformers' RMS norms and rotary tables compute in float32 whatever the module's dtype
     (`hidden_states.to(torch.float32)`), so a `.double()` Llama or T5 is only float32-accurate: for
-    the float64 reference they compute in their input's dtype, the same math written directly."""
+    the float64 reference they compute in their input's dtype, the same math written directly. And
+    nn.Hardsigmoid as relu6(x + 3) / 6, which torch can differentiate twice."""
     from transformers.models.llama import modeling_llama as llama
     from transformers.models.t5 import modeling_t5 as t5
 
@@ -51,9 +52,14 @@ def float64_throughout():
         emb = torch.cat((freqs, freqs), dim=-1)
         return emb.cos() * self.attention_scaling, emb.sin() * self.attention_scaling
 
-    saved = [(llama.LlamaRMSNorm, "forward"), (llama.LlamaRotaryEmbedding, "forward"), (t5.T5LayerNorm, "forward")]
+    def hardsigmoid(self, x):  # torch's kernel has no second derivative at all; the same function
+        return torch.nn.functional.relu6(x + 3) / 6
+
+    saved = [(llama.LlamaRMSNorm, "forward"), (llama.LlamaRotaryEmbedding, "forward"), (t5.T5LayerNorm, "forward"),
+             (torch.nn.Hardsigmoid, "forward")]
     originals = [getattr(c, n) for c, n in saved]
     llama.LlamaRMSNorm.forward, llama.LlamaRotaryEmbedding.forward, t5.T5LayerNorm.forward = rms, rotary, rms
+    torch.nn.Hardsigmoid.forward = hardsigmoid
     try:
         yield
     finally:
@@ -112,9 +118,9 @@ def one(case, exporter: str) -> dict:
         out = f_of(mod, torch.float64)(*vals)
         return (out * out).sum()
 
+    directions = tuple(torch.from_numpy(tangents[n]) for n in xs)
     with float64_throughout():
-        _, want = torch.func.jvp(torch.func.grad(loss, argnums=tuple(range(len(xs)))), primal,
-                                 tuple(torch.from_numpy(tangents[n]) for n in xs))
+        _, want = torch.func.jvp(torch.func.grad(loss, argnums=tuple(range(len(xs)))), primal, directions)
     loss_model = engine.load(squared_loss(onnx.load_from_string(data), y_name))
     got = loss_model.hvp("hvp_loss", xs, tangents, zs, feeds={x_name: x.numpy()}, dtype="float64")
     row["hvp_error_float64"] = rel(np.concatenate([got.hvp[n].ravel() for n in xs]),
