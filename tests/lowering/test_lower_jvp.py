@@ -201,3 +201,23 @@ def test_real_model_along_input_and_every_weight(name, exporter):
     assert len(xs) >= 10
     got, want = run_jvp(proto, y, xs, zs, feeds, "random", lowered)
     assert rel_l2(got, want) <= L2_TOL[np.float32]
+
+
+def _jvp_matches(model, y, xs, zs, feeds_list):
+    lowered = lower_jvp(model, y, xs, zs)
+    check_valid(lowered)
+    for feeds in feeds_list:
+        got, want = run_jvp(model, y, xs, zs, feeds, "random", lowered)
+        assert np.abs(want).max() > 0 and rel_l2(got, want) <= L2_TOL[np.float32]
+
+
+@pytest.mark.parametrize("name", ["test_if_branches_read_the_enclosing_graph",
+                                  "test_loop_with_run_time_trip_count_and_outer_weight",
+                                  "test_scan_body_reads_an_outer_weight"])
+def test_control_flow_through_transposed_backward_rules(monkeypatch, name):
+    """If, Loop (a run-time trip count) and Scan have no forward rule: their backward rules, transposed,
+    give J·v; the models are tests/lowering/test_control.py's, checked here against Model.jvp."""
+    from tests.lowering import test_control
+
+    monkeypatch.setattr(test_control, "_lowered_matches", _jvp_matches)
+    getattr(test_control, name)()
