@@ -241,10 +241,24 @@ def check(case, args) -> dict:
            "--zs", ",".join(case.inputs), "--mode", "fast", *feed_args]
     env = bench_env(args.threads)
     start = time.perf_counter()
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    code, peak, stderr = _run_measured(cmd, env)
     whole = time.perf_counter() - start
     return {"check_own_s": own, "check_command_s": whole, "check_verdict": report.verdict,
-            "check_command_exit": done.returncode, "check_command_stderr": done.stderr.strip()[-300:]}
+            "check_command_exit": code, "check_command_stderr": stderr.strip()[-300:],
+            "check_command_peak_rss_bytes": peak, "check_command_peak_rss_ratio": peak / case.bytes()}
+
+
+def _run_measured(cmd, env) -> tuple[int, int, str]:
+    """(exit status, the command's own peak RSS in bytes, its stderr). A child's peak RSS counts the
+    memory of the process it was forked from (the kernel carries the old image's high-water mark over
+    `exec`), and this process holds a model: a small launcher starts the command and reports it."""
+    done = subprocess.run([sys.executable, "-c", _LAUNCHER, *cmd], env=env, capture_output=True, text=True)
+    code, peak_kb = map(int, done.stdout.split()[-2:])
+    return code, peak_kb * 1024, done.stderr  # kilobytes on Linux
+
+
+_LAUNCHER = ("import resource, subprocess, sys; code = subprocess.call(sys.argv[1:], stdout=subprocess.DEVNULL); "
+             "print(code, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
 
 
 @measure

@@ -148,7 +148,10 @@ def table(rows: list[dict]) -> str:
         if "check" in r:
             c = r["check"]
             lines.append(f"\ncheck --mode fast on {r['model']}: command {c['check_command_s']:.1f} s, check itself "
-                         f"{c['check_own_s']:.1f} s ({c['ratio']:.2f}×), verdict {c['check_verdict']}")
+                         f"{c['check_own_s']:.1f} s ({c['ratio']:.2f}×), verdict {c['check_verdict']}"
+                         + (f", peak RSS {c['check_command_peak_rss_bytes'] / 1e9:.2f} GB "
+                            f"({c['check_command_peak_rss_ratio']:.2f}× the model's bytes)"
+                            if "check_command_peak_rss_bytes" in c else ""))
         for key, value in r.items():
             if key not in BUILT_IN and isinstance(value, dict) and key not in ("load", "memory", "gradient"):
                 lines.append(f"\n{key} on {r['model']}: " + ", ".join(f"{k} {v:.2f}" if isinstance(v, float) else
