@@ -82,7 +82,7 @@ class Foreground:
         self._before = (engine.set_pause_hook(self.pause), gc.isenabled(), sys.getswitchinterval())
         gc.disable()
         sys.setswitchinterval(SWITCH_S)
-        allocator.map_big_blocks()  # for the process, and left so: blocks mapped before stay mapped
+        allocator.hold_mmap_threshold()  # for the process, as the CLI does, and left so
         self._resident = allocator.resident_bytes()
 
     def close(self) -> None:

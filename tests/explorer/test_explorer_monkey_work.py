@@ -109,7 +109,7 @@ async def test_garbage_left_when_a_later_layout_arrives_stays_collectable():
 def test_a_freed_big_block_goes_back_to_the_system():
     from explorer import allocator
 
-    if not allocator.map_big_blocks():
+    if not allocator.hold_mmap_threshold():
         import pytest
 
         pytest.skip("not glibc: the allocator's settings are its own")
