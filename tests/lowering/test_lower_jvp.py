@@ -221,3 +221,18 @@ def test_control_flow_through_transposed_backward_rules(monkeypatch, name):
 
     monkeypatch.setattr(test_control, "_lowered_matches", _jvp_matches)
     getattr(test_control, name)()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stem", ["squeezenet", "inception_v1", "resnet50", "densenet121"])
+def test_light_model_along_image_and_three_weights(stem):
+    """onnx's light models, with test_light.py's selection (the image and three weights)."""
+    from tests.run.test_light_models import _weights, _weights_as_inputs, _with_random_feeds
+
+    proto, model, image, feeds = _with_random_feeds(stem, seed=1)
+    cut = _weights_as_inputs(proto, feeds, image)
+    xs = [image] + _weights(proto)
+    zs = [w for w in feeds if w not in xs]
+    lowered = lower_jvp(cut, model.outputs[0], xs, zs)
+    got, want = run_jvp(cut, model.outputs[0], xs, zs, feeds, "random", lowered)
+    assert rel_l2(got, want) <= L2_TOL[np.float32]
