@@ -177,6 +177,9 @@ class PreparedGradient:
 
     def _backward(self, y, leaves, dy, create_graph: bool, observer) -> GradientOutput:
         spec = self.spec
+        if not isinstance(y, torch.Tensor):  # declared a tensor, computed a sequence (or nothing): no seed fits it
+            kind = "a sequence" if isinstance(y, (list, tuple)) else "empty" if y is None else f"a {type(y).__name__}"
+            raise SelectionError(f"y {spec.y!r} is {kind}, not a tensor: gradients need a tensor y")
         if callable(dy):  # a seed made from y itself (the verifier's random dy needs y's shape)
             dy = dy(y.detach())
         if dy is not None:

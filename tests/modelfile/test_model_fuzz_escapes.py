@@ -7,7 +7,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import engine
-from engine.errors import BadAttributeError, ExecutionError, FeedError, MemoryLimitError
+from engine.errors import BadAttributeError, ExecutionError, FeedError, MemoryLimitError, SelectionError
 from engine.modelfile.reader import crashes_inference
 
 
@@ -99,3 +99,16 @@ def test_a_pad_2_output_the_machine_cannot_give_is_sized_from_its_attribute():
     got = np.asarray(padded["Y"] if isinstance(padded, dict) else padded[0])
     want = np.pad(np.arange(16, dtype=np.float32).reshape(4, 4), ((1, 0), (0, 2)), mode="reflect")
     np.testing.assert_array_equal(got, want)
+
+
+def test_a_y_declared_a_tensor_that_computes_a_sequence_is_refused_in_one_line():
+    # Found by the fuzz (an op type in onnx's test_sequence_model6 mutated to Identity): the gradient read
+    # requires_grad of the list the run gave for y.
+    nodes = [helper.make_node("SplitToSequence", ["X"], ["seq"], axis=-1),
+             helper.make_node("Identity", ["seq"], ["Y"], name="same")]
+    model = _model(nodes, [helper.make_tensor_value_info("X", TensorProto.FLOAT, [2, 3])],
+                   [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [2, 3])], opset=12)
+    x = {"X": np.ones((2, 3), np.float32)}
+    assert len(model.run(x)["Y"]) == 3  # the run gives the sequence as it is
+    with pytest.raises(SelectionError, match=r"^y 'Y' is a sequence, not a tensor: gradients need a tensor y$"):
+        model.gradient("Y", ["X"], [], feeds=x)
