@@ -14,8 +14,9 @@ import numpy as np
 import torch
 from torch.overrides import has_torch_function
 
-from ..errors import FeedError, SelectionError
+from ..errors import ExecutionError, FeedError, MemoryLimitError, SelectionError
 from ..run.plan import Plan, Step, StepObserver
+from ..run.step_errors import out_of_memory
 from .selection import GradientSpec
 
 __all__ = ["ForwardPass", "GradientObserver", "GradientOutput", "GradientResult", "PreparedGradient", "Step",
@@ -82,6 +83,17 @@ def leaf(name: str, value: torch.Tensor, role: str = "be in xs") -> torch.Tensor
         kind = str(value.dtype).removeprefix("torch.")
         raise SelectionError(f"{name!r} holds {kind} values: only float tensors can {role}")
     return value if value.requires_grad else value.detach().requires_grad_()
+
+
+def backward_error(y: str, exc: BaseException) -> ExecutionError:
+    """One line for what torch's backward raised: a derivative torch has no kernel for (a Pow whose exponent
+    is bool runs forward, but its derivative subtracts from it), or an allocation that failed. Torch does not
+    say which node's derivative it was."""
+    msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    memory = out_of_memory(exc, msg)
+    if memory is not None:
+        return MemoryLimitError(f"the backward pass from y {y!r} ran out of memory{memory}")
+    return ExecutionError(f"the backward pass from y {y!r} failed in torch: {msg or type(exc).__name__}")
 
 
 def float_y(y: torch.Tensor, label: str) -> None:
@@ -192,7 +204,10 @@ class PreparedGradient:
             # A one-element y's seed of ones is autograd's own default (no tensor to build and check).
             if seed is None and (observer is not None or y.numel() != 1):
                 seed = seed_for(y)
-            raw = vjp(y, [leaves[i] for i in wanted], seed, create_graph=create_graph)
+            try:
+                raw = vjp(y, [leaves[i] for i in wanted], seed, create_graph=create_graph)
+            except (RuntimeError, MemoryError) as exc:
+                raise backward_error(spec.y, exc) from None
         if seed is not None and observer is not None and hasattr(observer, "seed"):
             observer.seed(spec.y, seed)
         grads, disconnected = complete_gradients(spec, leaves, wanted, raw)

@@ -112,3 +112,18 @@ def test_a_y_declared_a_tensor_that_computes_a_sequence_is_refused_in_one_line()
     assert len(model.run(x)["Y"]) == 3  # the run gives the sequence as it is
     with pytest.raises(SelectionError, match=r"^y 'Y' is a sequence, not a tensor: gradients need a tensor y$"):
         model.gradient("Y", ["X"], [], feeds=x)
+
+
+def test_a_derivative_torch_cannot_take_is_one_line():
+    # Found by the fuzz (test_operator_pow's exponent typed bool): the forward runs, torch's derivative of
+    # Pow subtracts 1 from the bool exponent and raised RuntimeError out of the backward pass.
+    model = _model([helper.make_node("Pow", ["X", "E"], ["Y"], name="pow")],
+                   [helper.make_tensor_value_info("X", TensorProto.FLOAT, [2, 3]),
+                    helper.make_tensor_value_info("E", TensorProto.BOOL, [2, 3])],
+                   [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [2, 3])], opset=13)
+    feeds = {"X": np.full((2, 3), 2.0, np.float32), "E": np.array([[True, False, True]] * 2)}
+    np.testing.assert_array_equal(model.run(feeds)["Y"], np.where(feeds["E"], 2.0, 1.0))
+    with pytest.raises(ExecutionError, match=r"^the backward pass from y 'Y' failed in torch: Subtraction, the `-` "
+                                             r"operator, with a bool tensor is not supported\.") as err:
+        model.gradient("Y", ["X"], ["E"], feeds=feeds)
+    assert "\n" not in str(err.value)
