@@ -128,20 +128,26 @@ def run_child(cmd: list[str], start: int, end: int, timeout: float, describe: Ca
         if not ready:
             proc.kill()
             proc.wait()
+            proc.stdout.close()
             _write(lines, {"i": expected, **describe(expected), "outcome": "hang",
                            "message": f"no result after {timeout} s"})
             return expected + 1
         chunk = os.read(proc.stdout.fileno(), 1 << 16)
         if not chunk:
             rc = proc.wait()
+            proc.stdout.close()
             _write(lines, {"i": expected, **describe(expected), "outcome": "kill",
                            "message": f"child exit {rc}" + (f" (signal {-rc})" if rc < 0 else "")})
             return expected + 1
         buffer += chunk
         *complete, buffer = buffer.split(b"\n")
         for line in complete:
+            try:
+                expected = json.loads(line)["i"] + 1
+            except (ValueError, KeyError, TypeError):  # something in the child printed to stdout: not a result
+                errors.write(f"child stdout: {line[:500]!r}\n")
+                continue
             lines.write(line.decode() + "\n")
-            expected = json.loads(line)["i"] + 1
             deadline = time.time() + timeout
         lines.flush()
     proc.stdout.close()

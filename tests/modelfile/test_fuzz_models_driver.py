@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import sys
+import tempfile
 
 from benchmarks import fuzz_models
 
@@ -15,17 +16,21 @@ start, end, bad, how = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys
 for i in range(start, end):
     if i == bad:
         os.kill(os.getpid(), signal.SIGKILL) if how == "kill" else time.sleep(60)
+    if i == 11:
+        print("a library's chatter on stdout", flush=True)
     print(json.dumps({"i": i, "kind": "bytes", "outcome": "refused", "error": "ModelLoadError"}), flush=True)
 """
 
 
 def _run(bad: int, how: str) -> tuple[int, list[dict]]:
-    lines = io.StringIO()
+    lines, errors = io.StringIO(), tempfile.TemporaryFile("w+")  # the child's stderr goes there too: a file
     cmd = [sys.executable, "-c", CHILD, "10", "16", str(bad), how]
     def describe(i):
         return {"kind": "bytes" if i < 13 else "proto", "model": f"m{i % 2}.onnx"}
 
-    go_on = fuzz_models.run_child(cmd, 10, 16, 1.0, describe, lines, sys.stderr, startup=5)
+    go_on = fuzz_models.run_child(cmd, 10, 16, 1.0, describe, lines, errors, startup=5)
+    errors.seek(0)
+    assert errors.read() == "child stdout: b\"a library's chatter on stdout\"\n"  # kept aside, not a result
     return go_on, [json.loads(line) for line in lines.getvalue().splitlines()]
 
 
