@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+from collections import Counter
 from typing import Callable, Protocol
 
 import numpy as np
@@ -54,6 +55,8 @@ class WorkApp(Ui, Protocol):
 
     def go_to_culprit(self, quiet: bool = False) -> None: ...
 
+    def put_off_for(self, owner, delay: float, callback: Callable) -> None: ...
+
 
 def live(app, group: str) -> bool:
     """A worker of `group` is running and not cancelled (its late messages are not news)."""
@@ -78,10 +81,11 @@ class Work:
         self.values_timer = None
         self.values_for: int | None = None  # the values_generation a pass over every value is running for
         self.summarizing: tuple | None = None  # (kind, tensor, id of the array) the summary worker is on
-        # Values passes whose thread still runs: a cancelled thread worker's thread runs to its end,
-        # and under a burst of keys on GPT-2 several held a forward pass's values each at once.
-        self.values_threads = 0
-        self._values_lock = threading.Lock()
+        # Threads still running per group, cancelled or not: a cancelled thread worker's thread runs to
+        # its end, and under a burst of keys on GPT-2 several values passes (or gradients) each held a
+        # forward pass's values at once. A new one of these groups waits for the last to end.
+        self.threads: Counter = Counter()
+        self._threads_lock = threading.Lock()
 
     # --- the keys that start long work ------------------------------------------------------------
     def run(self) -> None:
@@ -148,7 +152,7 @@ class Work:
 
     def _start_values(self, names) -> None:
         self.values_timer = None
-        if self.values_threads:  # the last pass (cancelled, or the cursor moved on) has not let go yet
+        if self.threads["values"]:  # the last pass (cancelled, or the cursor moved on) has not let go yet
             self.values_timer = self.app.set_timer(VALUES_DEBOUNCE_S, lambda: self._start_values(names))
             return
         try:
@@ -191,7 +195,11 @@ class Work:
     def run_values(self, job) -> Worker:
         return in_thread(self.app, "values", self._values, job)
 
-    def run_gradient(self, job: GradientJob) -> Worker:
+    def run_gradient(self, job: GradientJob) -> Worker | None:
+        if self.threads["gradient"]:  # the last run's thread (cancelled by this one) goes first
+            self.app.workers.cancel_group(self.app, "gradient")
+            self.app.put_off_for(self.app, VALUES_DEBOUNCE_S, lambda: self.run_gradient(job))  # counted: tests wait
+            return None
         return in_thread(self.app, "gradient", self._gradient, job)
 
     def run_check(self, job: CheckJob) -> Worker:
@@ -207,18 +215,24 @@ class Work:
         return in_thread(self.app, "summary", self._summary, kind, name, array)
 
     # --- in the workers' threads -----------------------------------------------------------------------
-    def _values(self, job) -> None:
-        with self._values_lock:
-            self.values_threads += 1
+    def _counted(self, group: str, fn, *args):
+        with self._threads_lock:
+            self.threads[group] += 1
         try:
-            values = job.run()
+            return fn(*args)
         finally:
-            with self._values_lock:
-                self.values_threads -= 1
+            with self._threads_lock:
+                self.threads[group] -= 1
+
+    def _values(self, job) -> None:
+        values = self._counted("values", job.run)
         if not get_current_worker().is_cancelled:
             self.app.post_message(m.ValuesReady(job.generation, values, everything=not job.names))
 
     def _gradient(self, job: GradientJob) -> None:
+        self._counted("gradient", self._compute_gradient, job)
+
+    def _compute_gradient(self, job: GradientJob) -> None:
         self.app.post_message(m.WorkStarted("gradient", LABELS["gradient"]))
         result, stats = job.run()
         worker = get_current_worker()
