@@ -11,8 +11,6 @@ import dataclasses
 
 import torch
 
-from . import cast_blocks
-
 _SOURCE = "_onnxgrad_cast_of"  # set on each cast copy: the constant it was cast from
 
 
@@ -49,6 +47,8 @@ def cast_where_read(step, cast_slots, dtype):
         return step
     if cast == (0,) and step.op_type in CAST_AFTER:
         return dataclasses.replace(step, fn=cast_after(step.fn, dtype))
+    from . import cast_blocks  # lazy cycle: cast_blocks casts each block with cast_one, defined here
+
     step = dataclasses.replace(step, cast=cast)
     if cast_blocks.blocked(step):  # a MatMul or Gemm casts its B one block of columns at a time
         return dataclasses.replace(step, fn=cast_blocks.cast_in_blocks(step.fn, dtype),

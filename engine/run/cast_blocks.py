@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from . import cast_at_use  # a module import: the two modules import each other
+from . import cast_at_use
 
 # The bytes of one cast block. A constant whose cast is at most this is cast whole, as before.
 BLOCK_BYTES = 32 << 20

@@ -38,6 +38,7 @@ MEMORY_BUDGET = 16 * 2**20
 MAX_CHUNK = 2048
 
 
+# long: the options checked in one place, then the stages in order (first order, forward mode, second order, nodes)
 def check(model, y: str, xs, zs=(), feeds: Mapping | None = None, dy=None, mode: str = "auto", order: int = 1,
           claimed=None, rtol: float | None = None, atol: float | None = None, seed: int = 0,
           per_node: bool = False, samples: int | None = None, directions: int | None = None,

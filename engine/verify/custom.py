@@ -62,6 +62,7 @@ def _as_tuple(value) -> tuple:
     return tuple(value) if isinstance(value, (tuple, list)) else (value,)
 
 
+# long: one autograd.Function per call, its forward, context, jvp and backward sharing the call's closure
 def make_function(forward: Callable, vjp: Callable, name: str = "CustomOp", jvp: Callable | None = None) -> Callable:
     """fn(*inputs, **attrs) whose backward is `vjp(grads, inputs, outputs, **attrs)` and, when given,
     whose forward-mode rule is `jvp(tangents, inputs, outputs, **attrs)`; without one, forward mode
