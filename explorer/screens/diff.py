@@ -5,17 +5,17 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
-from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
 from ..diff_state import AGAINST, HALF_TYPES, DiffChoice
 from ..guard import guarded
+from .dialog import Dialog
 
 LEAVE, AGAIN = "leave", "again"
 
 
 @guarded
-class DiffScreen(ModalScreen):
+class DiffScreen(Dialog):
     """Dismisses with a DiffChoice, LEAVE (back to the normal view), AGAIN (the diff shown, computed anew),
     or None (cancelled)."""
 

@@ -7,14 +7,14 @@ from typing import Callable, Mapping
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
-from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
 from ..guard import guarded
+from .dialog import Dialog
 
 
 @guarded
-class DimsScreen(ModalScreen):
+class DimsScreen(Dialog):
     """Dismisses with the dims applied ({name: size}), or None (cancelled)."""
 
     BINDINGS = [Binding("escape", "cancel", "Cancel", id="dims.cancel")]

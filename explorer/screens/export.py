@@ -10,10 +10,10 @@ import os
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
-from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, RadioButton, RadioSet, Static
 
 from ..guard import guarded
+from .dialog import Dialog
 
 EXPORTS = {  # what -> (button label, default name ending, extensions written as that kind)
     "gradients": ("gradients", "_grads.npz", (".npz",)),
@@ -42,7 +42,7 @@ def mismatch(what: str, path: str) -> str | None:
 
 
 @guarded
-class ExportScreen(ModalScreen):
+class ExportScreen(Dialog):
     """Dismisses with (what, path), or None when cancelled."""
 
     BINDINGS = [Binding("escape", "cancel", "Cancel", id="export.cancel")]

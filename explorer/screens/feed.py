@@ -6,13 +6,13 @@ from typing import Callable
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
-from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, RadioButton, RadioSet
 
 from engine.errors import OnnxGradError
 
 from ..feeding import EXPRESSION_HELP, FEED_KINDS, FeedSource, source_from
 from ..guard import guarded
+from .dialog import Dialog
 
 HINTS = {
     "random": "seed: standard normals for floats; integers uniform over [0, table size)",
@@ -26,7 +26,7 @@ CLEAR = "clear"
 
 
 @guarded
-class FeedScreen(ModalScreen):
+class FeedScreen(Dialog):
     """Dismisses with a FeedSource, CLEAR, or None (cancelled)."""
 
     BINDINGS = [Binding("escape", "cancel", "Cancel", id="feed.cancel")]

@@ -6,10 +6,10 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
-from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from ..guard import guarded
+from .dialog import Dialog
 
 WORKFLOW = "\n".join([  # one line per step: the dialog wraps them to its width
     "1. Move to a tensor (arrows in the graph, or / to search the list; o cycles a node's tensors).",
@@ -37,7 +37,7 @@ def binding_table(groups: list[tuple[str, list[Binding]]]) -> Table:
 
 
 @guarded
-class HelpScreen(ModalScreen):
+class HelpScreen(Dialog):
     BINDINGS = [Binding("escape,q,question_mark", "dismiss", "Close", id="help.close")]
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }

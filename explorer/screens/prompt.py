@@ -4,14 +4,14 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
-from textual.screen import ModalScreen
 from textual.widgets import Input, Label
 
 from ..guard import guarded
+from .dialog import Dialog
 
 
 @guarded
-class PromptScreen(ModalScreen):
+class PromptScreen(Dialog):
     """Dismisses with the entered text, or None (escape)."""
 
     BINDINGS = [Binding("escape", "cancel", "Cancel", id="prompt.cancel")]

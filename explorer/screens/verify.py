@@ -4,11 +4,11 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
-from textual.screen import ModalScreen
 from textual.widgets import Button, Checkbox, Input, Label, RadioButton, RadioSet, Static
 
 from ..guard import guarded
 from ..state import CHECK_MODES, CheckOptions
+from .dialog import Dialog
 
 MODE_HELP = {"auto": "full where affordable, else fast; resolves coarse directions and falls back to per-node checks",
              "full": "every element of every x (exact, slowest)",
@@ -17,7 +17,7 @@ MODE_HELP = {"auto": "full where affordable, else fast; resolves coarse directio
 
 
 @guarded
-class VerifyScreen(ModalScreen):
+class VerifyScreen(Dialog):
     """Dismisses with CheckOptions, or None when cancelled."""
 
     BINDINGS = [Binding("escape", "cancel", "Cancel", id="verify.cancel")]

@@ -200,3 +200,25 @@ async def test_a_run_waits_for_the_last_runs_thread_to_end():
         reference = s.model.gradient(s.spec.y, s.spec.xs, s.spec.zs, s.feed_values())
         for x in s.spec.xs:
             np.testing.assert_array_equal(s.gradient.grads[x], reference.grads[x])
+
+
+async def test_two_enters_in_one_burst_close_a_dialog_once(tmp_path, monkeypatch):
+    """The 10,000-key monkey's crash on GPT-2: the second Enter dismissed the closed dialog again and
+    Textual popped the main screen (ScreenStackError). Sent to the driver at once, as a fast typist's."""
+    from .monkey import key_event
+
+    monkeypatch.chdir(tmp_path)  # the export dialog's Enter writes a file
+    for opener in ("f", "e", "v"):
+        app = spec_app()
+        async with app.run_test(size=SIZE) as pilot:
+            await started(app, pilot)
+            app.query_one("#graph").focus()
+            await pilot.press(opener)
+            await pilot.pause()
+            assert len(app.screen_stack) == 2, opener
+            for key in ("enter", "enter"):
+                app._driver.send_message(key_event(key))
+            await pilot.pause(0.3)
+            await settle(app, pilot)
+            assert app.is_running and len(app.screen_stack) == 1, opener
+        assert app._exception is None, opener
