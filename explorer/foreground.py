@@ -97,6 +97,9 @@ class Foreground:
         self._loop, self._beating = None, False
         self._beat.set()
         engine.set_pause_hook(hook)
+        # What the app froze (graph_work.py: the model and its first layout) is collectable again: a
+        # process opening app after app (tests, the monkey after a crash) kept every model before.
+        gc.unfreeze()
         if collector_on:
             gc.enable()
         sys.setswitchinterval(interval)

@@ -222,3 +222,15 @@ async def test_two_enters_in_one_burst_close_a_dialog_once(tmp_path, monkeypatch
             await settle(app, pilot)
             assert app.is_running and len(app.screen_stack) == 1, opener
         assert app._exception is None, opener
+
+
+async def test_a_closed_app_leaves_nothing_frozen():
+    """Each app freezes its model out of the collector; once it closes, what it froze is collectable
+    again (the monkey's app after a crash, and every test's app, kept the one before for good)."""
+    import gc
+
+    app = spec_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await started(app, pilot)
+        assert gc.get_freeze_count() > 0
+    assert gc.get_freeze_count() == 0
