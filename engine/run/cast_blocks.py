@@ -39,6 +39,7 @@ def cast_in_blocks(fn, dtype: torch.dtype):
         return torch.cat(pieces, -1)
 
     step.no_fold = True  # folded, the whole cast product's weight would be evaluated ahead, whole
+    step.cast_in_blocks = True  # the memory guard counts one cast block (at most BLOCK_BYTES) while it runs
     step.__name__ = f"blocked_{getattr(fn, '__name__', 'product')}"
     return step
 

@@ -113,10 +113,16 @@ class MemoryGuard:
     def _cast_bytes(self, step) -> int:
         """The weights `step` reads cast to the plan's float dtype (engine/run/cast_at_use.py): alive while it runs."""
         positions = getattr(step, "cast", ())
+        template, itemsize = self.plan._template, self.plan.float_dtype.itemsize if self.plan.float_dtype else 0
+        blocked = 0
+        if getattr(step.fn, "cast_in_blocks", False) and len(step.in_slots) > 1:  # B cast a block at a time
+            from .cast_blocks import BLOCK_BYTES
+
+            b = template[step.in_slots[1]]
+            blocked = min(b.numel() * itemsize, BLOCK_BYTES) if b is not None else 0
         if not positions:
-            return 0
-        template = self.plan._template
-        return sum(template[step.in_slots[j]].numel() for j in positions) * self.plan.float_dtype.itemsize
+            return blocked
+        return blocked + sum(template[step.in_slots[j]].numel() for j in positions) * itemsize
 
     def _dims(self, inputs: Sequence) -> dict[str, int] | None:
         """Symbolic dim -> size, read from the values fed; None when a value contradicts its declared

@@ -60,7 +60,9 @@ def test_the_backward_graph_statistics_go_through_the_prepared_call(conv_gemm, c
 def test_step_mode_goes_through_the_prepared_call(conv_gemm, checks):
     spec = conv_gemm.selection("Y", ["W", "Z"], ["X"])
     t = trace(conv_gemm, spec, default_feeds())
-    assert checks == ["leaf", "leaf", "seed_for"]  # its own reverse pass: y is never on one tape
+    # forward mode's pass along v (the xs as leaves, y float), then the gradient's own reverse pass:
+    # y is never on one tape
+    assert checks == ["leaf", "leaf", "float_y", "leaf", "leaf", "seed_for"]
     reference = conv_gemm.gradient("Y", ["W", "Z"], ["X"], feeds=default_feeds())
     for x in ("W", "Z"):
         np.testing.assert_allclose(t.grads[x], reference.grads[x], rtol=1e-5, atol=1e-6)
