@@ -14,17 +14,21 @@ case its kernel declines (engine/run/fusion.py): never a refusal.
 """
 from __future__ import annotations
 
+import re
 from typing import NamedTuple, Sequence
 
 import torch
 import torch.autograd.forward_ad as fwAD
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from ..errors import ExecutionError, SelectionError
+from ..errors import ExecutionError, ForwardModeError, SelectionError
 from ..gradient.prepared import float_y, leaf, seed_for, vjp
 from ..gradient.selection import GradientSpec
 from ..run.plan import Plan, StepObserver
+from .by_vjp import ByVJP
 from .rules import TangentWatch, refusal, tangent_of
+
+_NODE = re.compile(r"^node '(.*?)' \(")
 
 
 class JVPOutput(NamedTuple):
@@ -40,6 +44,24 @@ class HVPOutput(NamedTuple):
     disconnected: frozenset[str]
 
 
+class _Chain(StepObserver):
+    """A caller's observer after a TangentWatch (either may be None)."""
+
+    def __init__(self, observer: StepObserver | None, watch: StepObserver | None):
+        self.observer, self.watch = observer, watch
+
+    def source(self, name, value):
+        return value if self.observer is None else self.observer.source(name, value)
+
+    def arguments(self, step, names, args):
+        return args if self.observer is None else self.observer.arguments(step, names, args)
+
+    def outputs(self, step, args, names, outs):
+        if self.watch is not None:
+            outs = self.watch.outputs(step, args, names, outs)
+        return outs if self.observer is None else self.observer.outputs(step, args, names, outs)
+
+
 class _ForwardMode:
     """What J·v and H·v share: the plan, the x values as duals, the first call's watch, the fallback."""
 
@@ -48,49 +70,47 @@ class _ForwardMode:
         self.device, self.float_dtype = plan.device, plan.float_dtype
         self.extra_inputs = plan.sources[len(spec.inputs):]
         self.watched = False  # the first call walks the steps under TangentWatch
+        self.through_vjp: set[int] = set()  # nodes whose J·v comes from their VJP (by_vjp.py)
 
     @property
     def input_names(self) -> tuple[str, ...]:
         return self.plan.sources
 
-    def run(self, inputs: list, fused: bool = True) -> torch.Tensor:
-        try:
-            with sdpa_kernel(SDPBackend.MATH):
-                return self._run(inputs, fused)
-        except ExecutionError as exc:
-            refused = refusal(exc)
-            if refused is None:
-                raise
-            raise refused from None
+    def run(self, inputs: list, fused: bool = True, observer: StepObserver | None = None,
+            by_vjp: bool = True) -> torch.Tensor:
+        """y with its tangent. A node that refuses forward mode (no rule, or a dropped tangent) is
+        taken through its VJP from then on (`by_vjp.py`) when `by_vjp`; else the refusal stands."""
+        while True:
+            try:
+                with sdpa_kernel(SDPBackend.MATH):
+                    return self._run(inputs, fused, observer)
+            except (ExecutionError, ForwardModeError) as exc:
+                refused = exc if isinstance(exc, ForwardModeError) else refusal(exc)
+                if refused is None:
+                    raise
+            index = self._node_of(refused) if by_vjp else None
+            if index is None or index in self.through_vjp:
+                raise refused from None
+            self.through_vjp.add(index)
 
-    def observed(self, inputs: list, observer: StepObserver) -> torch.Tensor:
-        watch = TangentWatch(self.plan.graph)
+    def _run(self, inputs: list, fused: bool, observer: StepObserver | None) -> torch.Tensor:
+        if observer is None and self.watched and not self.through_vjp:
+            return self.plan.run(inputs, fused=fused)[0]
+        watch = TangentWatch(self.plan.graph) if observer is not None or not self.watched else None
+        chain: StepObserver = _Chain(observer, watch)
+        if self.through_vjp:
+            chain = ByVJP(self.through_vjp, chain)
+        (y,) = self.plan.run_observed(inputs, chain, free=True)
+        self.watched = True
+        return y
 
-        class Both(StepObserver):
-            def source(self, name, value):
-                return observer.source(name, value)
-
-            def arguments(self, step, names, args):
-                return observer.arguments(step, names, args)
-
-            def outputs(self, step, args, names, outs):
-                return observer.outputs(step, args, names, watch.outputs(step, args, names, outs))
-
-        try:
-            with sdpa_kernel(SDPBackend.MATH):
-                return self.plan.run_observed(inputs, Both(), free=True)[0]
-        except ExecutionError as exc:
-            refused = refusal(exc)
-            if refused is None:
-                raise
-            raise refused from None
-
-    def _run(self, inputs: list, fused: bool) -> torch.Tensor:
-        if not self.watched:
-            (y,) = self.plan.run_observed(inputs, TangentWatch(self.plan.graph), free=True)
-            self.watched = True
-            return y
-        return self.plan.run(inputs, fused=fused)[0]
+    def _node_of(self, exc: ForwardModeError) -> int | None:
+        found = _NODE.match(str(exc))
+        # a custom op without a jvp stays refused, named: its author is asked for a rule, not worked around
+        if found is None or "has no forward-mode rule" not in str(exc) or "register a jvp" in str(exc):
+            return None
+        names = self.plan.graph.node_names
+        return next((i for i in self.plan.node_indices if names[i] == found.group(1)), None)
 
     def tangents(self, leaves: Sequence[torch.Tensor], tangents: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         out = []
@@ -117,7 +137,7 @@ class PreparedJVP(_ForwardMode):
         xs = [leaf(name, v).detach() for name, v in zip(spec.xs, values[:n])]
         with torch.no_grad(), fwAD.dual_level():
             inputs = self.tangents(xs, tangents) + list(values[n:])
-            y = self.run(inputs) if observer is None else self.observed(inputs, observer)
+            y = self.run(inputs, observer=observer)
             float_y(y, repr(spec.y))
             t = tangent_of(y)
             y = fwAD.unpack_dual(y).primal
@@ -140,7 +160,7 @@ class PreparedHVP(_ForwardMode):
         with torch.enable_grad(), fwAD.dual_level():
             duals = self.tangents(leaves, vs)
             # unfused: the gradient is differentiated again, which a fused kernel's backward is not
-            y = self.run(duals + list(values[n:]), fused=False)
+            y = self.run(duals + list(values[n:]), fused=False, by_vjp=False)
             float_y(y, repr(spec.y))
             if y.numel() != 1 and dy is None:
                 raise SelectionError(f"H·v needs a scalar y: {spec.y!r} has shape {tuple(y.shape)}")

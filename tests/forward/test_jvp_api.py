@@ -160,3 +160,21 @@ def test_cli_jvp_and_grad_hvp(tmp_path, capsys):
     assert main(["grad", f"{SAMPLES}/small_cnn.onnx", "--y", "logits", "--xs", "conv1_W", "--hvp", "ones"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and "--tangent 'up'" in err[0] and "H·v needs a scalar y" in err[1]
+
+
+def test_an_op_torch_has_no_forward_rule_for_goes_through_its_vjp_exactly():
+    """GridSample: torch's forward AD lacks grid_sampler_2d; its J·v comes from its VJP (by_vjp.py)."""
+    x = helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, 2, 4, 5])
+    grid = helper.make_tensor_value_info("G", TensorProto.FLOAT, [1, 3, 3, 2])
+    y = helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, 2, 3, 3])
+    graph = helper.make_graph([helper.make_node("GridSample", ["X", "G"], ["Y"], name="sample", align_corners=1)],
+                              "g", [x, grid], [y])
+    model = engine.load(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 16)]))
+    rng = np.random.default_rng(0)
+    feeds = {"X": rng.standard_normal((1, 2, 4, 5)), "G": rng.uniform(-0.9, 0.9, (1, 3, 3, 2))}
+    got = model.jvp("Y", ["X", "G"], "random", feeds=feeds, dtype="float64")
+    assert rel(got.jvp, central(model, "Y", ["X", "G"], got.values, got.tangents)) < 1e-7
+    prepared = model.prepare_jvp("Y", ["X", "G"], dtype="float64")
+    assert prepared.through_vjp == {0}
+    rev = model.gradient("Y", ["X", "G"], feeds=feeds, dy=np.ones((1, 2, 3, 3)), dtype="float64")
+    assert np.isclose(got.jvp.sum(), sum((rev.grads[n] * got.tangents[n]).sum() for n in ("X", "G")), rtol=1e-10)
