@@ -5,6 +5,16 @@ import onnx
 import pytest
 from hypothesis import settings
 
+# glibc's mmap threshold, once held (`onnxgrad check`, the explorer: engine/run/allocator.py), stays held
+# for the process: in a test worker every later test's blocks over 128 KiB would be system calls (a
+# 4-bit BERT's finite differences 3x slower). In tests it is not held; tests of it run in a subprocess.
+from engine.run import allocator as _allocator  # noqa: E402
+
+_allocator.hold_mmap_threshold = lambda: False
+from explorer import allocator as _explorer_allocator  # noqa: E402
+
+_explorer_allocator.hold_mmap_threshold = _allocator.hold_mmap_threshold
+
 # Fixtures shared by the CLI and explorer tests of models with an unknown op.
 pytest_plugins = ("tests.feed_models",)
 

@@ -33,7 +33,9 @@ def test_squeezenet_image_gradient_fast_mode_raises_no_false_alarm(squeezenet):
     # so such a direction may end inconclusive, with that reason, never failed.
     assert r.failed == 0 and report.verdict in ("pass", "inconclusive"), report.summary()
     assert r.inconclusive < r.checked, report.summary()
-    assert "finite differences are not accurate enough" in report.summary() or report.verdict == "pass"
+    # (or, where the CPU's order puts the point within a step of a kink, says so: seen at b4135ed too)
+    assert report.verdict == "pass" or any(why in report.summary() for why in (
+        "finite differences are not accurate enough", "a kink or jump lies within one step"))
 
 
 def test_squeezenet_late_weights_sampled_and_the_nodes_checked(squeezenet):
