@@ -22,7 +22,8 @@ import torch.autograd.forward_ad as fwAD
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ..errors import ExecutionError, ForwardModeError, SelectionError
-from ..gradient.prepared import float_y, leaf, seed_for, vjp
+from ..gradient import prepared as checks  # the gradient call's checks, looked up when called (one place)
+from ..gradient.prepared import vjp
 from ..gradient.selection import GradientSpec
 from ..run.plan import Plan, StepObserver
 from .by_vjp import ByVJP
@@ -134,11 +135,11 @@ class PreparedJVP(_ForwardMode):
         spec, n = self.spec, len(self.spec.xs)
         if len(tangents) != n:
             raise SelectionError(f"{len(tangents)} tangent(s) for {n} x(s)")
-        xs = [leaf(name, v).detach() for name, v in zip(spec.xs, values[:n])]
+        xs = [checks.leaf(name, v).detach() for name, v in zip(spec.xs, values[:n])]
         with torch.no_grad(), fwAD.dual_level():
             inputs = self.tangents(xs, tangents) + list(values[n:])
             y = self.run(inputs, observer=observer)
-            float_y(y, repr(spec.y))
+            checks.float_y(y, repr(spec.y))
             t = tangent_of(y)
             y = fwAD.unpack_dual(y).primal
         if t is None:  # TangentWatch passed, so no step dropped one: y does not move along any x
@@ -155,16 +156,16 @@ class PreparedHVP(_ForwardMode):
         spec, n = self.spec, len(self.spec.xs)
         if len(vs) != n:
             raise SelectionError(f"{len(vs)} direction(s) for {n} x(s)")
-        leaves = [leaf(name, v.detach()) for name, v in zip(spec.xs, values[:n])]
+        leaves = [checks.leaf(name, v.detach()) for name, v in zip(spec.xs, values[:n])]
         wanted = [i for i, name in enumerate(spec.xs) if name not in spec.disconnected]
         with torch.enable_grad(), fwAD.dual_level():
             duals = self.tangents(leaves, vs)
             # unfused: the gradient is differentiated again, which a fused kernel's backward is not
             y = self.run(duals + list(values[n:]), fused=False, by_vjp=False)
-            float_y(y, repr(spec.y))
+            checks.float_y(y, repr(spec.y))
             if y.numel() != 1 and dy is None:
                 raise SelectionError(f"H·v needs a scalar y: {spec.y!r} has shape {tuple(y.shape)}")
-            seed = None if dy is None else seed_for(y, dy, spec.y)
+            seed = None if dy is None else checks.seed_for(y, dy, spec.y)
             raw = vjp(y, [duals[i] for i in wanted], seed, create_graph=True) if wanted and y.requires_grad \
                 else [None] * len(wanted)
             grads: list = [None] * n
