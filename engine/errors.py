@@ -68,4 +68,11 @@ class DiffError(OnnxGradError):
 
 class ForwardModeError(OnnxGradError):
     """A forward-mode derivative (J·v, H·v) cannot go through a node: its op has no forward rule, or it
-    drops the tangent it reads; the message names the node, so the tangent is never silently zero."""
+    drops the tangent it reads; the message names the node, so the tangent is never silently zero.
+
+    `node_index` (into the graph's nodes) says which, when known; `custom`: a custom op registered
+    without a jvp, whose author is asked for one rather than worked around."""
+
+    def __init__(self, message: str = "", node_index: int | None = None, custom: bool = False):
+        super().__init__(message)
+        self.node_index, self.custom = node_index, custom

@@ -43,14 +43,11 @@ ROUNDOFF = 16.0  # rounding error of a float64 output, in units of eps * |y| (fd
 TRANSPOSE_EPS = 1e4
 
 
-# Cases whose op torch's forward AD does not cover (regex on the case name -> why): the engine names the
-# node (`no forward rule`) instead of a silently zero tangent, as issue 36 asks; their VJP checks pass.
-NO_RULE = {
-    r"^test_gridsample": "torch's forward AD has no rule for grid_sampler_2d / grid_sampler_3d (GridSample)",
-    r"^test_(basic_)?deform_conv": "DeformConv samples with grid_sampler_2d, which torch's forward AD does not cover",
-    r"^test_(scatter_elements_with_reduction_mul|scatternd_multiply)$":
-        "torch's scatter_reduce('prod') returns no tangent under forward AD (the engine names the node)",
-}
+# Cases whose VJP check passes and JVP check may not (regex on the case name -> why), each an op
+# forward mode refuses in one line instead of a silently zero tangent. None now: the ops torch's
+# forward AD lacks or drops (GridSample, DeformConv, Scatter with reduction mul) take their J·v from
+# their VJP (engine/forward/by_vjp.py); tests/jvp_floor.json records 0 such cases.
+NO_RULE: dict[str, str] = {}
 
 
 @dataclass(frozen=True)

@@ -60,12 +60,12 @@ def through_vjp(step, args, tangents, outs) -> list:
         if not fresh.requires_grad:  # rebuilt outside autograd: reverse mode cannot see through it either
             raise ForwardModeError(f"node {step.name!r} ({step.op_type}) has no forward-mode rule (JVP): it reads a "
                                    "tangent and gives none back, even through autograd, so J·v would be silently "
-                                   "zero along it")
+                                   "zero along it", step.node_index)
         n = fresh.numel()
         if n * size > LIMIT_ELEMENTS:
             raise ForwardModeError(f"node {step.name!r} ({step.op_type}) has no forward-mode rule (JVP), and J·v "
                                    f"through its VJP would take {n} of them ({n} output elements × {size} input "
-                                   "elements is over the limit)")
+                                   "elements is over the limit)", step.node_index)
         rows = _rows(fresh, inputs)
         tangent = sum(r.reshape(n, -1) @ t.reshape(-1).to(r.dtype) for r, (_, t) in zip(rows, wrt) if r is not None)
         made.append(o if isinstance(tangent, int) else fwAD.make_dual(o, tangent.reshape(o.shape).to(o.dtype)))

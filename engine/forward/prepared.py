@@ -14,7 +14,6 @@ case its kernel declines (engine/run/fusion.py): never a refusal.
 """
 from __future__ import annotations
 
-import re
 from typing import NamedTuple, Sequence
 
 import torch
@@ -28,8 +27,6 @@ from ..gradient.selection import GradientSpec
 from ..run.plan import Plan, StepObserver
 from .by_vjp import ByVJP
 from .rules import TangentWatch, refusal, tangent_of
-
-_NODE = re.compile(r"^node '(.*?)' \(")
 
 
 class JVPOutput(NamedTuple):
@@ -89,7 +86,7 @@ class _ForwardMode:
                 refused = exc if isinstance(exc, ForwardModeError) else refusal(exc)
                 if refused is None:
                     raise
-            index = self._node_of(refused) if by_vjp else None
+            index = refused.node_index if by_vjp and not refused.custom else None
             if index is None or index in self.through_vjp:
                 raise refused from None
             self.through_vjp.add(index)
@@ -104,14 +101,6 @@ class _ForwardMode:
         (y,) = self.plan.run_observed(inputs, chain, free=True)
         self.watched = True
         return y
-
-    def _node_of(self, exc: ForwardModeError) -> int | None:
-        found = _NODE.match(str(exc))
-        # a custom op without a jvp stays refused, named: its author is asked for a rule, not worked around
-        if found is None or "has no forward-mode rule" not in str(exc) or "register a jvp" in str(exc):
-            return None
-        names = self.plan.graph.node_names
-        return next((i for i in self.plan.node_indices if names[i] == found.group(1)), None)
 
     def tangents(self, leaves: Sequence[torch.Tensor], tangents: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         out = []

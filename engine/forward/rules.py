@@ -40,9 +40,11 @@ def refusal(exc: ExecutionError) -> ForwardModeError | None:
     if why is None:
         return None
     where = str(exc).split(" failed:", 1)[0] if " failed:" in str(exc) else "a node"
-    hint = "register a jvp beside its vjp (register_op_with_vjp(..., jvp=...))" if "jvp function" in why \
+    custom = "jvp function" in why
+    hint = "register a jvp beside its vjp (register_op_with_vjp(..., jvp=...))" if custom \
         else "torch's forward AD does not cover it"
-    return ForwardModeError(f"{where} has no forward-mode rule (JVP): {hint} ({_short(why)})")
+    return ForwardModeError(f"{where} has no forward-mode rule (JVP): {hint} ({_short(why)})",
+                            getattr(exc, "node_index", None), custom)
 
 
 def _short(text: str) -> str:
@@ -77,7 +79,7 @@ class TangentWatch(StepObserver):
                 raise ForwardModeError(
                     f"node {step.name!r} ({step.op_type}) has no forward-mode rule (JVP): it reads a tangent at "
                     f"input {k} ({tensor or 'an outer value'!r}) and gives none back, so J·v would be silently "
-                    "zero along it")
+                    "zero along it", step.node_index)
         return outs
 
 

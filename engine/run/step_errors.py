@@ -25,13 +25,17 @@ def step_error(step: Step | None, exc: Exception, outputs: Sequence[str] = ()) -
     if step is None or (isinstance(exc, OnnxGradError) and str(exc).startswith("node ")):
         return exc
     if isinstance(exc, OnnxGradError):
-        return type(exc)(f"node {step.name!r} ({step.op_type}): {exc}")
-    msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    memory = out_of_memory(exc, msg)
-    if memory is not None:
-        computing = f" computing {', '.join(map(repr, outputs))}" if outputs else ""
-        return MemoryLimitError(f"node {step.name!r} ({step.op_type}) ran out of memory{computing}{memory}")
-    return ExecutionError(f"node {step.name!r} ({step.op_type}) failed: {msg or type(exc).__name__}")
+        err = type(exc)(f"node {step.name!r} ({step.op_type}): {exc}")
+    else:
+        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        memory = out_of_memory(exc, msg)
+        if memory is not None:
+            computing = f" computing {', '.join(map(repr, outputs))}" if outputs else ""
+            err = MemoryLimitError(f"node {step.name!r} ({step.op_type}) ran out of memory{computing}{memory}")
+        else:
+            err = ExecutionError(f"node {step.name!r} ({step.op_type}) failed: {msg or type(exc).__name__}")
+    err.node_index = getattr(step, "node_index", None)  # for a caller that acts on the node (forward mode's fallback)
+    return err
 
 
 def out_of_memory(exc: Exception, msg: str) -> str | None:
