@@ -271,6 +271,10 @@ class Plan:
             compiled = self._fx[which] = self._build(which)
         return compiled
 
+    def constants(self) -> dict[str, torch.Tensor]:
+        """The constants the plan binds before any step runs (initializers and Constant values), by name."""
+        return {self.names[k]: v for k, v in enumerate(self._template) if v is not None}
+
     def run_observed(self, inputs: Sequence[torch.Tensor], observer: "StepObserver", free: bool = False
                      ) -> list[torch.Tensor]:
         """`run`, with `observer` seeing (and able to replace) every value: tensor hooks, aliases.

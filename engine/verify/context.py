@@ -15,7 +15,7 @@ from ..gradient.prepared import PreparedGradient, float_y, seed_for
 from ..gradient.selection import GradientSpec, names
 from ..model import Model
 from ..run.plan import Plan
-from .absorbed import largest
+from .point import ForwardStats, forward_stats
 from .structure import RowSplit, separable_terms, trailing_tail
 
 F64 = torch.float64
@@ -41,9 +41,12 @@ class Context:
     memo: dict = dataclasses.field(default_factory=dict)
     gradient: PreparedGradient | None = None  # what computed grads64
     _all_values: dict | None = None
+    _stats: ForwardStats | None = None
+    _kept: dict = dataclasses.field(default_factory=dict)  # values computed by `values_of`, by name
 
     # y0 comes from the gradient's own forward; the forward that keeps every value runs only for
-    # what needs it (a frontier, per-node checks, the NaN search, the first sizing of the batches).
+    # what needs them all (per-node checks, the NaN search): sizes, magnitudes and a frontier's
+    # values come from forwards that keep nothing else (point.py).
     @property
     def keep_plan(self) -> Plan:
         """The y <- sources slice keeping every value (per-node checks, NaN search)."""
@@ -86,9 +89,26 @@ class Context:
         """Bytes of values one forward of the slice holds (a property of the graph and the shapes)."""
         key = ("bytes per forward", tuple(tuple(t.shape) for t in self.tensors64))
         if key not in self.memo:
-            self.memo[key] = sum(v.numel() * v.element_size() for v in self.all_values.values()
-                                 if isinstance(v, torch.Tensor))
+            self.memo[key] = self.stats.bytes
         return self.memo[key]
+
+    @property
+    def stats(self) -> ForwardStats:
+        if self._stats is None:
+            self._stats = forward_stats(self.plan64, self.tensors64)
+        return self._stats
+
+    def values_of(self, wanted) -> list[torch.Tensor]:
+        """The float64 values of `wanted` at the point, from one forward that keeps only them."""
+        if self._all_values is not None:
+            return [self._all_values[n] for n in wanted]
+        missing = [n for n in dict.fromkeys(wanted) if n not in self._kept and n not in self.sources]
+        if missing:
+            plan = self.model.prepare(self.sources, missing, device=self.device, dtype=F64)
+            with torch.no_grad():
+                # unfused, as the keep-all forward ran: the fused attention rounds differently
+                self._kept.update(zip(missing, plan.run(self.tensors64, fused=False)))
+        return [self.tensors64[self.sources.index(n)] if n in self.sources else self._kept[n] for n in wanted]
 
     def x_memo(self, name: str, shape) -> dict:
         return self.memo.setdefault((name, tuple(shape), tuple(self.y0.shape)), {})
@@ -105,7 +125,7 @@ class Context:
             memo["frontier"] = self.frontier(name)
         frontier = memo["frontier"]
         plan = self.model.prepare((name,) + frontier, [target or self.spec.y], device=self.device, dtype=F64)
-        fixed = [self.all_values[n] for n in frontier]
+        fixed = self.values_of(frontier)
 
         def f(x: torch.Tensor) -> torch.Tensor:
             return plan.run([x] + fixed)[0]
@@ -125,8 +145,9 @@ class Context:
             fn = self.x_function(name, tail.value)
         else:
             names = [None if s is None else self.keep_plan.names[s] for s in tail.reduction.in_slots]
-            others = [None if n is None else self.all_values[n] for n in names[1:]]
-            found = separable_terms(tail.reduction, self.x_function(name, names[0]), others, self.all_values[names[0]])
+            first, *others = self.values_of([n for n in names if n is not None])
+            others = [None if n is None else others.pop(0) for n in names[1:]]
+            found = separable_terms(tail.reduction, self.x_function(name, names[0]), others, first)
             if found is None:
                 return None
             fn, factor = found
@@ -141,9 +162,10 @@ class Context:
             return self.dy
         frontier = self.frontier(value)
         plan = self.model.prepare((value,) + frontier, [self.spec.y], device=self.device, dtype=F64)
-        leaf = self.all_values[value].detach().clone().requires_grad_()
+        start, *fixed = self.values_of((value,) + frontier)
+        leaf = start.detach().clone().requires_grad_()
         with torch.enable_grad():
-            out = plan.run([leaf] + [self.all_values[n] for n in frontier])[0]
+            out = plan.run([leaf] + fixed)[0]
             grad = torch.autograd.grad(out, leaf, self.dy, allow_unused=True)[0] if out.requires_grad else None
         return torch.zeros_like(leaf) if grad is None else grad.detach()
 
@@ -170,9 +192,8 @@ class Context:
         memo = self.memo.setdefault((name, "frontier"), {})
         if "down" not in memo:
             memo["down"] = tuple(self._downstream(name)[0])
-        values = self.all_values
-        return max((largest(v) for v in map(values.get, memo["down"])
-                    if isinstance(v, torch.Tensor) and v.is_floating_point()), default=0.0)
+        magnitudes = self.stats.largest
+        return max((magnitudes[n] for n in memo["down"] if n in magnitudes), default=0.0)
 
     def native_tensors(self) -> list[torch.Tensor]:
         return [self.model.to_tensor(n, self._value(n), self.device, None) for n in self.sources]

@@ -104,8 +104,8 @@ class Objective:
         self.scale = weighted.abs().sum(-1).cpu().numpy()  # S per row, for the roundoff bound
 
     def __call__(self, xb: torch.Tensor) -> torch.Tensor:
-        yb = self.evaluator(xb)
-        return ((yb - self.y0) * self.dy).reshape(xb.shape[0], self.rows, -1).sum(-1)
+        moved = torch.sub(self.evaluator(xb), self.y0)  # the batch's outputs are dropped as soon as it exists
+        return moved.mul_(self.dy).reshape(xb.shape[0], self.rows, -1).sum(-1)
 
 
 @dataclass
@@ -198,10 +198,15 @@ def run_pairs(objective: Objective, x: torch.Tensor, pert: Perturbations, ids: t
             break
         sel = slice(done, done + k)
         deltas = pert.build(ids[sel], scales if isinstance(scales, float) else scales[sel])
-        batch = torch.cat([base + deltas, base - deltas])
+        m = len(deltas)
+        # x + delta and x - delta written into one batch: no sum, difference or cat of them held beside it
+        batch = base.expand((2 * m,) + tuple(base.shape)).clone()
+        batch[:m].add_(deltas)
+        batch[m:].sub_(deltas)
+        del deltas
         with torch.no_grad():
             values = objective(batch).detach().to(torch.float64).cpu().numpy()
-        m = len(deltas)
+        del batch
         changed = objective.evaluator.changed
         if changed is not None:
             reshaped[done:done + m] = np.logical_or(changed[:m], changed[m:])
