@@ -54,6 +54,11 @@ CASES = [
     OpCase("leaky_relu_kinks", "LeakyRelu", {"a": (2, 3)}, kinks=(0, -1, 2, 0, 0.5, -0.0)),
     OpCase("hard_swish_kinks", "HardSwish", {"a": (2, 3)}, kinks=(-3, 3, -4, 4, 0, 1.5)),
     OpCase("hard_sigmoid_kinks", "HardSigmoid", {"a": (2, 3)}, kinks=(-2.5, 2.5, -3, 3, 0, 1)),
+    # float32 N×C×H×W with C a multiple of 16: the steps and affine maps onnxruntime keeps blocked (jvp/layout.py)
+    OpCase("hard_swish_kinks_f32", "HardSwish", {"a": (2, 3)}, kinks=(-3, 3, -4, 4, 0, 1.5), dtypes=(np.float32,)),
+    OpCase("hard_swish_blocked", "HardSwish", {"a": (1, 16, 2, 2)}, dtypes=(np.float32,),
+           kinks=(-3, 3, -4, 4, 0, 1.5, -1.5, 2.5) * 8),
+    OpCase("sigmoid_blocked", "Sigmoid", {"a": (1, 16, 2, 2)}, dtypes=(np.float32,)),
     OpCase("clip_kinks", "Clip", {"a": (2, 3)}, consts={"lo": np.asarray(-0.5), "hi": np.asarray(0.75)},
            kinks=(-0.5, 0.75, -1, 1, 0, 0.25)),
     OpCase("gelu", "Gelu", {"a": (2, 3)}, opset=20),

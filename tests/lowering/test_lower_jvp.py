@@ -236,3 +236,21 @@ def test_light_model_along_image_and_three_weights(stem):
     lowered = lower_jvp(cut, model.outputs[0], xs, zs)
     got, want = run_jvp(cut, model.outputs[0], xs, zs, feeds, "random", lowered)
     assert rel_l2(got, want) <= L2_TOL[np.float32]
+
+
+@pytest.mark.parametrize("shape", [(2, 3), (1, 16, 3, 3)])
+def test_silu_is_one_product(shape):
+    """x·Sigmoid(x) (the exporters' SiLU) carries t·s·(1 + x - y): two Muls for the pair, where the product
+    rule and the Sigmoid's rule take four; with 16 channels, 1 - y is a depthwise Conv (jvp/layout.py)."""
+    n = helper.make_node
+    nodes = [n("Sigmoid", ["x"], ["s"]), n("Mul", ["x", "s"], ["y"])]
+    info = helper.make_tensor_value_info
+    graph = helper.make_graph(nodes, "silu", [info("x", TensorProto.FLOAT, shape)], [info("y", TensorProto.FLOAT, shape)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    lowered = lower_jvp(model, "y", ["x"])
+    check_valid(lowered)
+    assert sum(node.op_type == "Mul" for node in lowered.graph.node) == 1 + 2
+    assert any(node.op_type == "Conv" for node in lowered.graph.node) == (len(shape) == 4)
+    x = np.random.default_rng(3).uniform(-8, 8, shape).astype(np.float32)
+    got, want = run_jvp(model, "y", ["x"], (), {"x": x}, "random", lowered)
+    assert rel_l2(got, want) <= L2_TOL[np.float32]

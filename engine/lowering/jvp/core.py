@@ -24,6 +24,8 @@ def tangent_pass(ctx: Ctx, nodes: Sequence[NodeProto], tangents: dict[str, str],
     """Add to ctx the nodes carrying `tangents` (x -> its tangent's name) forward through the nodes that
     compute ys from the members (xs ∪ zs); every tensor's tangent by name (zero where absent)."""
     known = dict(tangents)
+    # a rule may read how an input was computed (SiLU's Mul looks for its Sigmoid): the forward nodes by output
+    ctx.producers = {o: n for n in nodes for o in n.output if o}
     for node in cut_slice(nodes, ys, members):
         inputs = node_inputs(node)  # a subgraph's reads from this graph count as inputs, after the node's own
         ins = [known.get(t) if t else None for t in inputs]

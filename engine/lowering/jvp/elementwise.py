@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ..registry import BACKWARD
 from .core import full
+from .layout import affine
 from .registry import jvp_rule
 
 
@@ -35,8 +36,24 @@ def sum_(ctx, node, ins):
 @jvp_rule("Mul")
 def mul(ctx, node, ins):
     (a, b), (ta, tb) = node.input[:2], ins[:2]
+    swish = _swish(ctx, node, ins)
+    if swish is not None:
+        return [swish]
     return [_sum(ctx, [ctx.op("Mul", [ta, b]) if ta is not None else None,
                        ctx.op("Mul", [a, tb]) if tb is not None else None])]
+
+
+def _swish(ctx, node, ins) -> str | None:
+    """y = x·Sigmoid(x) (SiLU, as exporters write it): t·s·(1 + x - y), one product where the product
+    rule takes two and the Sigmoid's rule two more (the Sigmoid's tangent is then pruned unless read
+    elsewhere); 1 - y as layout.affine, so that onnxruntime keeps the whole of it blocked."""
+    (a, b), y = node.input[:2], node.output[0]
+    for x, s, t in ((a, b, ins[0]), (b, a, ins[1])):
+        source = ctx.producers.get(s)
+        if t is not None and source is not None and source.op_type == "Sigmoid" and source.domain in ("", "ai.onnx") \
+                and source.input[0] == x:
+            return ctx.op("Mul", [t, ctx.op("Mul", [s, ctx.op("Add", [x, affine(ctx, y, -1.0, 1.0)])])])
+    return None
 
 
 @jvp_rule("Div")
@@ -64,7 +81,7 @@ def pow_(ctx, node, ins):
 # Every op here maps one tensor elementwise (the others are parameters): its Jacobian is diagonal, J = Jᵀ,
 # so its backward rule applied to the tangent is J·v, with the same formula and rounding.
 # (Relu, LeakyRelu, HardSigmoid, HardSwish and Clip have rules of their own in activation.py.)
-DIAGONAL = ("Neg", "Exp", "Log", "Sqrt", "Reciprocal", "Abs", "Tanh", "Sigmoid", "Erf", "Sin", "Cos", "Tan",
+DIAGONAL = ("Neg", "Exp", "Log", "Sqrt", "Reciprocal", "Abs", "Tanh", "Erf", "Sin", "Cos", "Tan",
             "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "ThresholdedRelu", "Elu",
             "Selu", "Celu", "Softplus", "Softsign", "Shrink", "Gelu", "Mish", "Swish", "PRelu")
 
@@ -78,6 +95,13 @@ def diagonal(ctx, node, ins):
     out = BACKWARD[node.op_type](ctx, node, [ins[0]])[0]
     ctx.wanted = outer
     return [out]
+
+
+@jvp_rule("Sigmoid")
+def sigmoid(ctx, node, ins):
+    """t·y·(1 - y), as the backward rule, with 1 - y as layout.affine (blocked where onnxruntime blocks)."""
+    y = node.output[0]
+    return [ctx.op("Mul", [ins[0], ctx.op("Mul", [y, affine(ctx, y, -1.0, 1.0)])])]
 
 
 @jvp_rule("Identity")
