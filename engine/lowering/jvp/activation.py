@@ -33,9 +33,10 @@ def _only_x(ins) -> bool:
 
 @jvp_rule("Relu")
 def relu(ctx, node, ins):
-    """t·sign(y): y > 0 exactly where x > 0 (0 at the kink, as torch). Read off y, not x, so that x has no
-    reader but the Relu and onnxruntime still fuses the Conv before it with the Relu."""
-    return [ctx.op("Mul", [ins[0], ctx.op("Sign", [node.output[0]])])]
+    """t·[y > 0]: y > 0 exactly where x > 0 (0 at the kink, as torch). Read off y, not x, so that x has no
+    reader but the Relu and onnxruntime still fuses the Conv before it with the Relu; a cast comparison,
+    not Sign(y), which onnxruntime runs about three times slower (mobilenetv3 at 224: 3.9 -> 3.5x)."""
+    return [ctx.op("Mul", [ins[0], _mask(ctx, "Greater", node.output[0], 0.0)])]
 
 
 @jvp_rule("LeakyRelu")
