@@ -186,8 +186,10 @@ def rotary_embedding(x, cos_cache, sin_cache, position_ids=None, *, interleaved=
     if position_ids is not None:
         cos_cache, sin_cache = cos_cache[position_ids], sin_cache[position_ids]
     if cos_cache.shape[-1] != dim // 2 or sin_cache.shape[-1] != dim // 2:
-        raise OnnxGradError(f"RotaryEmbedding: caches end in {cos_cache.shape[-1]}, "
-                            f"expected rotary dim / 2 = {dim // 2}")
+        whence = f"rotary_embedding_dim {dim}" if rotary_embedding_dim else "the head size, rotary_embedding_dim " \
+            "being 0" + (f": input's {x.shape[2]} / num_heads {num_heads}" if rank3 else "")
+        raise OnnxGradError(f"RotaryEmbedding: caches end in {cos_cache.shape[-1]}, expected {dim // 2}, half the "
+                            f"rotary dim ({whence})")
     cos, sin = cos_cache.unsqueeze(-2), sin_cache.unsqueeze(-2)  # (B or 1, S, 1, dim/2)
     x1, x2 = (rot[..., 0::2], rot[..., 1::2]) if interleaved else rot.chunk(2, -1)
     real, imag = cos * x1 - sin * x2, sin * x1 + cos * x2
@@ -214,7 +216,7 @@ def tensor_scatter(past_cache, update, write_indices=None, *, axis=-2, mode="lin
     if mode == "circular":
         pos = pos % capacity
     elif bool((pos >= capacity).any()):
-        raise OnnxGradError(f"TensorScatter: linear writes past the cache length {capacity}")
+        raise OnnxGradError(f"TensorScatter: linear writes past the cache length {capacity}, the size of axis {axis}")
     shape = [batch] + [1] * (past_cache.dim() - 1)
     shape[axis] = length
     index = pos.reshape(shape).expand(update.shape)

@@ -19,7 +19,7 @@ from . import attribute_rules as rules
 from . import attribute_rules_ops as op_rules
 from .attribute_rules import Rule
 
-SPATIAL = {"kernel_shape": rules.window_fits, "strides": rules.spatial(1), "dilations": rules.window_fits}
+SPATIAL = {"kernel_shape": op_rules.pool_window(), "strides": rules.spatial(1), "dilations": op_rules.pool_window()}
 POOLS = ("MaxPool", "AveragePool", "LpPool")
 CONVS = ("Conv", "ConvInteger", "QLinearConv", "DeformConv", "FusedConv")
 
@@ -62,9 +62,9 @@ UNCHECKED: dict[str, str] = {
     "start": "clamped to the rank, as the spec says", "end": "clamped to the rank, as the spec says",
     "starts": "clamped to the dim, as the spec says", "ends": "clamped to the dim, as the spec says",
     "k": "EyeLike's diagonal: any offset gives a matrix of the input's shape (TopK's has its own rule)",
-    "ignore_index": "any label value", "maxsplit": "any count; a string op allocates no more than its input",
+    "ignore_index": "any label value (a label outside the classes that is not it is refused, engine/ops/loss.py)",
+    "maxsplit": "any count; a string op allocates no more than its input",
     "value_int": "a value, not a size", "value_ints": "values, not sizes",
-    "precision": "an element type where set, 0 for the default (QuantizeLinear checks it)",
     "scan_input_axes": "checked by Scan against each scan input", "scan_output_axes": "checked by Scan",
     "pool_int64s": "n-gram values, not sizes",
 }
@@ -72,6 +72,7 @@ UNCHECKED: dict[str, str] = {
 # (op type, attribute) -> the rule where the op reads the name its own way; None: not checked here
 BY_OP: dict[tuple[str, str], Rule | None] = {
     **{(op, name): rule for op in POOLS for name, rule in SPATIAL.items()},
+    **{("MaxPool", name): op_rules.pool_window(torch_pads=True) for name in ("kernel_shape", "dilations")},
     **{(op, "pads"): rules.pool_pads for op in POOLS},
     **{(op, "pads"): rules.conv_pads for op in CONVS},
     ("OneHot", "axis"): rules.axis(0, extra=1, what="the output has one more dim than indices"),
@@ -84,8 +85,11 @@ BY_OP: dict[tuple[str, str], Rule | None] = {
     ("Col2Im", "strides"): rules.at_least(1), ("Col2Im", "dilations"): rules.at_least(1),
     ("Col2Im", "pads"): rules.at_least(0),
     ("MaxUnpool", "pads"): rules.at_least(0), ("MaxUnpool", "strides"): op_rules.unpool_strides,
+    ("MaxUnpool", "kernel_shape"): op_rules.unpool_kernel, ("RoiAlign", "sampling_ratio"): op_rules.roi_sampling,
+    ("ConvTranspose", "strides"): op_rules.transpose_fits, ("ConvTranspose", "dilations"): op_rules.transpose_fits,
     ("ConvTranspose", "output_shape"): op_rules.transpose_output_shape,
-    ("Attention", "q_num_heads"): rules.heads(), ("LinearAttention", "q_num_heads"): rules.heads(),
+    **{(op, name): op_rules.head_split(name) for op in ("Attention", "LinearAttention")
+       for name in ("q_num_heads", "kv_num_heads")},
     ("Gemm", "transA"): rules.gemm_trans, ("Gemm", "transB"): rules.gemm_trans,
     ("RotaryEmbedding", "num_heads"): rules.rotary_heads,
     ("RNN", "hidden_size"): op_rules.hidden_size(1), ("GRU", "hidden_size"): op_rules.hidden_size(3),
@@ -95,6 +99,7 @@ BY_OP: dict[tuple[str, str], Rule | None] = {
     ("Split", "split"): rules.at_least(0), ("Split", "num_outputs"): op_rules.num_outputs,
     ("TopK", "k"): op_rules.topk_k, ("Reshape", "shape"): rules.at_least(-1),
     ("LpNormalization", "p"): rules.one_of(1, 2),
+    ("QuantizeLinear", "precision"): op_rules.precision,
     ("QuantizeLinear", "axis"): rules.quant_axis, ("DequantizeLinear", "axis"): rules.quant_axis,
     ("Pad", "pads"): rules.pad_pads,
     **{(op, "dilations"): rules.window_fits for op in CONVS},

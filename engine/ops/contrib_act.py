@@ -130,10 +130,37 @@ def _fused_matmul_inputs(ins, *, transA=0, transB=0, transBatchA=0, transBatchB=
     if (transBatchA or transBatchB) and (len(a) < 3 or len(a) != len(b)):
         ins.fail("B", f"has {len(b)} dims, expected A's {len(a)}, at least 3 (transBatchA/transBatchB)")
     # K: A's last axis (its first with transA, or the batch axis moved there); B's next to last likewise.
-    k_a = a[0] if len(a) == 1 else (a[0] if transBatchA else a[-2]) if transA else a[-1]
-    k_b = b[0] if len(b) == 1 else b[-1] if transB else (b[0] if transBatchB else b[-2])
+    k_a, k_b = _k_of(a, transA, transBatchA, False), _k_of(b, transB, transBatchB, True)
     if k_a != k_b:
-        ins.fail("B", f"its K dim is {k_b}, expected {k_a} (A's K, after transA={transA}, transBatchA={transBatchA})")
+        flags_a, flags_b = _k_flags("A", transA, transBatchA, a), _k_flags("B", transB, transBatchB, b)
+        # lead with the operand whose flag, flipped, would give the other's K: the likelier wrong one
+        b_first = _k_of(b, not transB, transBatchB, True) == k_a or _k_of(a, not transA, transBatchA, False) != k_b
+        why = f"{flags_b} B's K dim {k_b}, {flags_a} A's {k_a}" if b_first else \
+            f"{flags_a} A's K dim {k_a}, {flags_b} B's {k_b}"
+        ins.fail("B", f"its K dim is {k_b}, expected {k_a} ({why})")
+    if len(a) >= 3 and len(b) >= 3:
+        batch_a = list(_batch_moved(torch.empty(a, device="meta"), transBatchA, 0).shape[:-2])
+        batch_b = list(_batch_moved(torch.empty(b, device="meta"), transBatchB, 0).shape[:-2])
+        if any(x != y and 1 not in (x, y) for x, y in zip(reversed(batch_a), reversed(batch_b))):
+            ins.fail("B", f"transBatchA = {transBatchA} leaves A's batch dims {batch_a}, transBatchB = {transBatchB} "
+                          f"B's {batch_b}: they do not broadcast")
+
+
+def _k_of(shape, trans, trans_batch, right: bool) -> int:
+    """The contracted dim of A (right False) or B under the flags, as the kernel moves and transposes them."""
+    if len(shape) == 1:
+        return shape[0]
+    if right:
+        return shape[-1] if trans else shape[0] if trans_batch else shape[-2]
+    return (shape[0] if trans_batch else shape[-2]) if trans else shape[-1]
+
+
+def _k_flags(name: str, trans, trans_batch, shape) -> str:
+    """'transB = 0 makes', naming the flags that pick the operand's K (transBatch only where it does)."""
+    picks = trans if name == "A" else not trans
+    both = picks and trans_batch is not None and len(shape) >= 3
+    return (f"trans{name} = {trans}, transBatch{name} = {trans_batch} make" if both
+            else f"trans{name} = {trans} makes")
 
 
 @describe("FusedMatMul", domain=MS, needs="in",

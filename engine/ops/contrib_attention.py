@@ -331,7 +331,10 @@ def _rotary_inputs(ins, *, num_heads=0, rotary_embedding_dim=0, **_):
     dim = rotary_embedding_dim or head
     if dim > head:
         bad_attribute("rotary_embedding_dim", dim, f"at most the head size {head}")
-    ins.dim("cos_cache", 1, dim // 2, f"half the rotary dim {dim}")
+    whence = f"half rotary_embedding_dim {dim}" if rotary_embedding_dim else \
+        f"half the rotary dim {dim}, the head size, rotary_embedding_dim being 0" + (
+            f": input's {x[2]} / num_heads {num_heads}" if len(x) == 3 and num_heads else "")
+    ins.dim("cos_cache", 1, dim // 2, whence)
     batch, seq = (x[0], x[2]) if len(x) == 4 else x[:2]
     pos = ins["position_ids"]
     if pos.numel() != 1 and ins.shape("position_ids") != (batch, seq):

@@ -96,7 +96,8 @@ def _gqa_inputs(ins, *, num_heads, kv_num_heads, do_rotary=0, **_):
         ins.rank(name, 3, layout="batch, sequence, kv hidden")
         ins.dim(name, 0, batch, "the batch size, query's dim 0")
         ins.dim(name, 1, seq, "the sequence length, query's dim 1")
-        ins.dim(name, 2, kv_num_heads * head, f"kv_num_heads {kv_num_heads} × head size {head}")
+        ins.dim(name, 2, kv_num_heads * head, f"kv_num_heads {kv_num_heads} × head size {head}, query's {hidden} / "
+                                              f"num_heads {num_heads}")
     _together(ins, "past_key", "past_value")
     for name in ("past_key", "past_value"):
         ins.rank(name, 4, layout="batch, kv_num_heads, max length, head size")

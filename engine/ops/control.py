@@ -69,7 +69,8 @@ def _scan(states, xs, *, body, scope, input_axes, input_dirs, output_axes, outpu
     n_out = len(body.output) - n
     lengths = {x.shape[a] for x, a in zip(xs, input_axes)}
     if len(lengths) != 1:
-        raise OnnxGradError(f"Scan inputs disagree on the sequence length: {sorted(lengths)}")
+        raise OnnxGradError(f"Scan's last {len(xs)} inputs (num_scan_inputs) disagree on the sequence length: "
+                            f"{sorted(lengths)}")
     steps = lengths.pop()
     values = list(states)
     collected: list[list] = [[] for _ in range(n_out)]
@@ -88,16 +89,21 @@ def _scan(states, xs, *, body, scope, input_axes, input_dirs, output_axes, outpu
     return values, results
 
 
+def _scan_inputs(m: int, given: int, which: str) -> int:
+    """num_scan_inputs: the last m inputs are scanned, the rest are states; at least one is scanned."""
+    if not 1 <= m <= given:
+        raise OnnxGradError(f"Scan: num_scan_inputs = {m}, expected in [1, {given}] (the {given} inputs{which})")
+    return m
+
+
 @describe("Scan", needs="in",
           rule=("dinputsᵢ = the body's backward run over the scan in reverse: states carried back, the scan inputs' slices "
                 "stacked",))
 @register("Scan", since=9)
 def scan(*inputs, body, num_scan_inputs, scan_input_axes=None, scan_input_directions=None,
          scan_output_axes=None, scan_output_directions=None, scope, device):
-    m = num_scan_inputs
+    m = _scan_inputs(num_scan_inputs, len(inputs), "")
     n = len(inputs) - m
-    if m < 1 or n < 0:
-        raise OnnxGradError(f"Scan needs at least one scan input (num_scan_inputs={m}, {len(inputs)} inputs)")
     states, xs = inputs[:n], inputs[n:]
     n_out = len(body.output) - n
     out_ranks = [o.type.tensor_type.shape.dim.__len__() + 1 for o in body.output[n:]]
@@ -113,7 +119,7 @@ def scan(*inputs, body, num_scan_inputs, scan_input_axes=None, scan_input_direct
 @register("Scan", since=8, until=8)
 def scan_8(sequence_lens, *inputs, body, num_scan_inputs, directions=None, scope, device):
     # Opset 8 has a leading batch axis on every input and output and scans axis 1.
-    m = num_scan_inputs
+    m = _scan_inputs(num_scan_inputs, len(inputs), " after sequence_lens")
     n = len(inputs) - m
     states, xs = inputs[:n], inputs[n:]
     n_out = len(body.output) - n

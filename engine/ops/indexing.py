@@ -25,8 +25,21 @@ def gather(data, indices, *, axis=0):
         # writes one slice, where index_select copies and its backward scatters with index_add.
         return data.select(a, int(indices))
     idx = _wrap(indices, data.shape[a])
-    out = data.index_select(a, idx.reshape(-1))
+    try:
+        out = data.index_select(a, idx.reshape(-1))
+    except (IndexError, RuntimeError):
+        _in_bounds("Gather", indices, data.shape[a], axis)
+        raise
     return out.reshape(data.shape[:a] + idx.shape + data.shape[a + 1:])
+
+
+def _in_bounds(op: str, indices: torch.Tensor, n: int, axis: int) -> None:
+    """After a kernel failed: the index past the axis it indexes, which `axis` may have been meant to differ."""
+    bad = (indices < -n) | (indices >= n)
+    if indices.numel() and bool(bad.any()):
+        at = [int(i) for i in bad.nonzero()[0]]
+        raise OnnxGradError(f"{op}: index {int(indices[tuple(at)])} at {at} is outside [{-n}, {n}), "
+                            f"the size of axis {axis}")
 
 
 def _host_scalar(indices: torch.Tensor) -> bool:
@@ -39,7 +52,11 @@ def _host_scalar(indices: torch.Tensor) -> bool:
 @register("GatherElements", since=11)
 def gather_elements(data, indices, *, axis=0):
     a = norm_axis(axis, data.dim(), "GatherElements")
-    return torch.gather(data, a, _wrap(indices, data.shape[a]))
+    try:
+        return torch.gather(data, a, _wrap(indices, data.shape[a]))
+    except (IndexError, RuntimeError):
+        _in_bounds("GatherElements", indices, data.shape[a], axis)
+        raise
 
 
 def _nd_index(data_shape, indices):
@@ -57,9 +74,11 @@ def gather_nd(data, indices, *, batch_dims=0):
     b = batch_dims
     k = indices.shape[-1]
     if data.shape[:b] != indices.shape[:b]:
-        raise OnnxGradError(f"GatherND: batch dims of data {list(data.shape)} and indices {list(indices.shape)} differ")
+        raise OnnxGradError(f"GatherND: the first batch_dims = {b} dims of data {list(data.shape)} and indices "
+                            f"{list(indices.shape)} differ")
     if b + k > data.dim():
-        raise OnnxGradError(f"GatherND: index tuples of length {k} exceed the rank of data {list(data.shape)}")
+        raise OnnxGradError(f"GatherND: index tuples of length {k} after batch_dims = {b} exceed the rank of data "
+                            f"{list(data.shape)}")
     nb = math.prod(data.shape[:b])
     tail = data.shape[b + k:]
     flat = data.reshape((nb * math.prod(data.shape[b:b + k]),) + tail)
@@ -93,7 +112,11 @@ def _scatter(op, data, axis, index, updates, reduction):
 @register("ScatterElements", since=11)
 def scatter_elements(data, indices, updates, *, axis=0, reduction="none"):
     a = norm_axis(axis, data.dim(), "ScatterElements")
-    return _scatter("ScatterElements", data, a, _wrap(indices, data.shape[a]), updates, reduction)
+    try:
+        return _scatter("ScatterElements", data, a, _wrap(indices, data.shape[a]), updates, reduction)
+    except (IndexError, RuntimeError):
+        _in_bounds("ScatterElements", indices, data.shape[a], axis)
+        raise
 
 
 @describe("Scatter", needs="in1",
@@ -103,7 +126,11 @@ def scatter_elements(data, indices, updates, *, axis=0, reduction="none"):
 @register("Scatter", since=9, until=10)
 def scatter(data, indices, updates, *, axis=0):
     a = norm_axis(axis, data.dim(), "Scatter")
-    return data.scatter(a, _wrap(indices, data.shape[a]), updates)
+    try:
+        return data.scatter(a, _wrap(indices, data.shape[a]), updates)
+    except (IndexError, RuntimeError):
+        _in_bounds("Scatter", indices, data.shape[a], axis)
+        raise
 
 
 @describe("ScatterND", needs="in1",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ..errors import OnnxGradError, UnsupportedOpError
+from ..errors import InputShapeError, OnnxGradError, UnsupportedOpError
 from ..registry import describe, register
 
 REDUCTIONS = ("none", "sum", "mean")
@@ -20,6 +20,7 @@ def _nll(log_prob, target, weight, reduction, ignore_index):
     target = target.to(torch.int64)
     kept = None if ignore_index is None else target != ignore_index
     safe = target if kept is None else torch.where(kept, target, torch.zeros_like(target))
+    _labels_in_range(safe, target, log_prob.shape[1], ignore_index)
     picked = -torch.gather(log_prob, 1, safe.unsqueeze(1)).squeeze(1)
     w = None if weight is None else weight[safe].to(log_prob.dtype)
     if kept is not None:
@@ -32,6 +33,16 @@ def _nll(log_prob, target, weight, reduction, ignore_index):
         return loss.sum()
     # NOTE: with every target ignored the mean is 0/0 = nan, as in torch and the ONNX reference.
     return loss.mean() if w is None else loss.sum() / w.sum()
+
+
+def _labels_in_range(safe, target, classes: int, ignore_index) -> None:
+    """A label outside the classes is a gather past the scores: refused naming it and ignore_index, which
+    the label may have been meant to equal (onnxruntime: 'Target ... is out of bounds')."""
+    bad = (safe < 0) | (safe >= classes)
+    if safe.numel() and bool(bad.any()):
+        at = [int(i) for i in bad.nonzero()[0]]
+        ignored = "no ignore_index is set" if ignore_index is None else f"is not ignore_index = {ignore_index}"
+        raise InputShapeError(f"label {int(target[tuple(at)])} at {at} is outside [0, {classes}) and {ignored}")
 
 
 @describe("NegativeLogLikelihoodLoss", needs="in",

@@ -166,5 +166,6 @@ def max_unpool(x, indices, output_shape=None, *, kernel_shape=None, pads=None, s
         return y
     want = [int(v) for v in output_shape.reshape(-1).tolist()]
     if len(want) != x.dim() or any(w < i for w, i in zip(want, inferred)):
-        raise OnnxGradError(f"MaxUnpool: output_shape {want} is smaller than the inferred shape {inferred}")
+        raise OnnxGradError(f"MaxUnpool: output_shape {want} is smaller than the shape {inferred} that kernel_shape "
+                            f"{kernel}, strides {strides} and pads {pads} infer")
     return F.pad(y, torch_pad_list([0] * x.dim(), [w - i for w, i in zip(want, inferred)]))

@@ -28,15 +28,20 @@ def _along(value, x, axis, block_size):
     axis = axis % x.dim()
     if not block_size:
         if value.dim() != 1 or value.shape[0] != x.shape[axis]:
+            blocked = " (a scale of x's rank is blocked: block_size is 0)" if value.dim() == x.dim() > 1 else ""
             raise OnnxGradError(f"per-axis scale of shape {list(value.shape)} does not match axis {axis} "
-                                f"of input {list(x.shape)}")
+                                f"of input {list(x.shape)}{blocked}")
         shape = [1] * x.dim()
         shape[axis] = -1
         return value.reshape(shape)
-    value = value.repeat_interleave(block_size, axis).narrow(axis, 0, x.shape[axis])
-    if value.shape != x.shape:
-        raise OnnxGradError(f"blocked scale does not match input {list(x.shape)} with block_size {block_size}")
-    return value
+    # checked before repeat_interleave, which would allocate block_size copies of each scale
+    want = list(x.shape)
+    want[axis] = -(-x.shape[axis] // block_size) if block_size > 0 else -1
+    if value.dim() != x.dim() or block_size < 1 or value.shape[axis] < want[axis] or any(
+            v != w for i, (v, w) in enumerate(zip(value.shape, want)) if i != axis):
+        raise OnnxGradError(f"scale of shape {list(value.shape)} does not block input {list(x.shape)} along axis "
+                            f"{axis} by block_size {block_size} (that takes a scale of shape {want})")
+    return value.repeat_interleave(min(block_size, x.shape[axis]), axis).narrow(axis, 0, x.shape[axis])
 
 
 def _quant_dtype(zero_point, output_dtype):
@@ -48,8 +53,9 @@ def _quant_dtype(zero_point, output_dtype):
     if not output_dtype:
         return torch.uint8
     if output_dtype not in _ONNX_QUANT:
-        raise UnsupportedOpError(f"QuantizeLinear: output type {TensorProto.DataType.Name(output_dtype)} is not "
-                                 "supported (8- and 16-bit integers are)")
+        name = TensorProto.DataType.Name(output_dtype) if output_dtype in TensorProto.DataType.values() else "?"
+        raise UnsupportedOpError(f"QuantizeLinear: output_dtype = {output_dtype} ({name}) is not supported "
+                                 "(8- and 16-bit integers are)")
     return _ONNX_QUANT[output_dtype]
 
 
@@ -196,8 +202,8 @@ def bitcast(x, *, to):
     if x.itemsize != width:
         # A valid model casts between equal widths, so a wider integer input is a widened unsigned one.
         if x.is_floating_point() or x.itemsize < width or x.dtype not in (torch.int32, torch.int64):
-            raise OnnxGradError(f"BitCast needs equal bit widths, got {x.dtype} and "
-                                f"{TensorProto.DataType.Name(to).lower()}")
+            raise OnnxGradError(f"BitCast needs equal bit widths: to = {to} ({TensorProto.DataType.Name(to).lower()}) "
+                                f"has {8 * width}, the input ({str(x.dtype).replace('torch.', '')}) {8 * x.itemsize}")
         x = x.to(_SIGNED[width])  # wraps, keeping the low bits
     if x.dtype == torch.bool:
         x = x.to(torch.uint8)

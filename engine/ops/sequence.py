@@ -87,7 +87,7 @@ def split_to_sequence(input, split=None, *, axis=0, keepdims=1):  # noqa: A002 -
         # a scalar is a chunk length; only the last chunk may be shorter
         return list(torch.split(input, sizes[0], dim=a))
     if sum(sizes) != input.shape[a]:
-        raise OnnxGradError(f"SplitToSequence sizes {sizes} do not add up to the dim {input.shape[a]}")
+        raise OnnxGradError(f"SplitToSequence sizes {sizes} do not add up to {input.shape[a]}, the size of axis {axis}")
     return list(torch.split(input, sizes, dim=a))
 
 

@@ -37,7 +37,8 @@ def int_scalar(t: torch.Tensor) -> int:
 def _reshape(x, shape: list[int], allowzero: int = 0):
     if -1 not in shape and (allowzero or 0 not in shape):  # nothing to infer (per-call cost: most reshapes)
         if math.prod(shape) != x.numel():
-            raise OnnxGradError(f"Reshape of shape {list(x.shape)} to {shape}: element counts differ")
+            raise OnnxGradError(f"Reshape of shape {list(x.shape)} to {shape}: element counts differ"
+                                f"{_zero_note(shape, allowzero)}")
         return x.reshape(shape)
     if not allowzero and any(d == 0 and i >= x.dim() for i, d in enumerate(shape)):
         raise OnnxGradError(f"Reshape shape {shape} copies a dim (0) that the rank-{x.dim()} input lacks")
@@ -47,11 +48,20 @@ def _reshape(x, shape: list[int], allowzero: int = 0):
     if -1 in dims:
         known = math.prod(d for d in dims if d != -1)
         if known == 0 or x.numel() % known:
-            raise OnnxGradError(f"Reshape cannot infer -1 in {shape} for input shape {list(x.shape)}")
+            raise OnnxGradError(f"Reshape cannot infer -1 in {shape} for input shape {list(x.shape)}"
+                                f"{_zero_note(shape, allowzero)}")
         dims[dims.index(-1)] = x.numel() // known
     if math.prod(dims) != x.numel():
-        raise OnnxGradError(f"Reshape of shape {list(x.shape)} to {dims}: element counts differ")
+        raise OnnxGradError(f"Reshape of shape {list(x.shape)} to {dims}: element counts differ"
+                            f"{_zero_note(shape, allowzero)}")
     return x.reshape(dims)
+
+
+def _zero_note(shape: list[int], allowzero: int) -> str:
+    """What a 0 in the shape meant, for a refusal it may explain."""
+    if 0 not in shape:
+        return ""
+    return f" (allowzero = {allowzero}: a 0 is {'an empty dim' if allowzero else 'a copy of the input dim'})"
 
 
 @register("Reshape", since=1, until=4)

@@ -31,6 +31,9 @@ def _dft(x, length, axis, inverse, onesided):
     signal = _complex(x.to(torch.promote_types(x.dtype, torch.float64)))
     if length is None:
         length = 2 * (x.shape[axis] - 1) if inverse and onesided else x.shape[axis]
+    if length < 1:
+        raise OnnxGradError(f"DFT: the transform along axis {axis} (of size {x.shape[axis]}) has length {length}"
+                            f"{' (a onesided inverse: 2 × (size − 1))' if inverse and onesided else ''}")
     if inverse:
         if onesided:
             return torch.fft.irfft(signal, n=length, dim=axis).unsqueeze(-1)
@@ -43,7 +46,7 @@ def _dft(x, length, axis, inverse, onesided):
             out = out.narrow(axis, 0, length // 2 + 1)
     if not out.is_complex():
         out = torch.complex(out, torch.zeros_like(out))
-    return torch.view_as_real(out).to(x.dtype)
+    return torch.view_as_real(out.resolve_conj()).to(x.dtype)  # ifft of a real signal is a lazy conjugate
 
 
 def _length(dft_length):
