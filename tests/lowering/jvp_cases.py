@@ -56,6 +56,9 @@ CASES = [
     OpCase("hard_sigmoid_kinks", "HardSigmoid", {"a": (2, 3)}, kinks=(-2.5, 2.5, -3, 3, 0, 1)),
     # float32 N×C×H×W with C a multiple of 16: the steps and affine maps onnxruntime keeps blocked (jvp/layout.py)
     OpCase("hard_swish_kinks_f32", "HardSwish", {"a": (2, 3)}, kinks=(-3, 3, -4, 4, 0, 1.5), dtypes=(np.float32,)),
+    OpCase("hard_swish_beside_kinks_f32", "HardSwish", {"a": (2, 3)}, dtypes=(np.float32,),  # the steps' exactness
+           kinks=tuple(float(np.nextafter(np.float32(k), np.float32(to))) for k, to in
+                       ((-3, -9), (-3, 0), (3, 0), (3, 9), (-3, -3), (3, 3)))),
     OpCase("hard_swish_blocked", "HardSwish", {"a": (1, 16, 2, 2)}, dtypes=(np.float32,),
            kinks=(-3, 3, -4, 4, 0, 1.5, -1.5, 2.5) * 8),
     OpCase("sigmoid_blocked", "Sigmoid", {"a": (1, 16, 2, 2)}, dtypes=(np.float32,)),
