@@ -123,11 +123,18 @@ class Model:
             if not self.graph.has_tensor(t):
                 raise FeedError(f"output {t!r} is not a tensor of this model{self.graph.did_you_mean(t)}")
         self.check_feed_names(feeds)
-        plan = self.prepare(list(feeds), targets, device=dev, dtype=fdt, compile=compile)
-        values = [self.to_tensor(n, feeds[n], dev, fdt) for n in plan.sources]
-        with torch.no_grad():
-            out = plan.run(values)
-        return {t: self._to_numpy(t, v) for t, v in zip(targets, out)}
+        # An initializer asked for is looked up, not held by a plan: a plan keeps its targets that are
+        # constants converted, and GPT-2's embedding in float64 stayed 0.29 GB for as long as the plan.
+        weights = {t for t in targets if t in self.graph.initializers and t not in feeds}
+        computed = [t for t in targets if t not in weights]
+        out = {}
+        if computed:
+            plan = self.prepare(list(feeds), computed, device=dev, dtype=fdt, compile=compile)
+            values = [self.to_tensor(n, feeds[n], dev, fdt) for n in plan.sources]
+            with torch.no_grad():
+                out = dict(zip(computed, plan.run(values)))
+        constants = self.constants(dev, fdt)
+        return {t: self._to_numpy(t, constants[t] if t in weights else out[t]) for t in targets}
 
     def run_all(self, feeds: Mapping[str, object] | None = None, *, device="cpu", dtype=None) -> dict[str, np.ndarray]:
         """Every value one forward pass from `feeds` can give: the feeds, the initializers read and

@@ -24,6 +24,7 @@ from ..modelfile.index import GraphIndex
 from .prepared import GradientOutput, GradientResult, PreparedGradient
 
 if TYPE_CHECKING:
+    from ..run.constants import LazyValues
     from .selection import GradientSpec
 
 FEED, CONSTANT, DEFAULT = 0, 1, 2
@@ -71,11 +72,12 @@ class GradientCall:
 
     `inputs(feeds)` are the tensors `prepared` takes and the values they hold; `result(out, values)`
     what a call returns. `constants` and `arrays`: the initializers as tensors and as read-only
-    arrays on the prepared gradient's device and dtype."""
+    arrays on the prepared gradient's device and dtype (run/constants.py: those it `keeps` are held
+    here; a big weight cast to the call's dtype is cast at each call)."""
 
     def __init__(self, model: Feeder, prepared: PreparedGradient, feed_names: tuple[str, ...],
-                 constants: Mapping[str, torch.Tensor], arrays: Mapping[str, np.ndarray]):
-        self.model, self.prepared, self.spec = model, prepared, prepared.spec
+                 constants: LazyValues, arrays: Mapping[str, np.ndarray]):
+        self.model, self.prepared, self.spec, self.constants = model, prepared, prepared.spec, constants
         self.dev, self.fdt = dev, fdt = prepared.device, prepared.float_dtype
         spec, fed = self.spec, dict.fromkeys(feed_names)
         # (name, FEED/CONSTANT/DEFAULT, a constant tensor or the feed's _Declared, kept in `values`?)
@@ -83,8 +85,8 @@ class GradientCall:
         for n in spec.inputs:
             if n in fed:
                 self.sources.append((n, FEED, self._declared(n), True))
-            elif n in constants:
-                self.sources.append((n, CONSTANT, (constants[n], arrays[n]), True))
+            elif n in constants:  # a cast copy as big as the weight is made per call, never held
+                self.sources.append((n, CONSTANT, (constants[n], arrays[n]) if constants.keeps(n) else None, True))
             else:
                 self.sources.append((n, DEFAULT, None, True))
         self.sources += [(n, FEED, self._declared(n), False) for n in prepared.extra_inputs]
@@ -132,6 +134,10 @@ class GradientCall:
             used = to_numpy(t)
         return t, used
 
+    def _cast_constant(self, name: str) -> tuple[torch.Tensor, np.ndarray]:
+        t = self.constants[name]
+        return t, to_numpy(t)
+
     def inputs(self, feeds: Mapping[str, object], seed: int = 0, dims: Mapping[str, int] | None = None
                ) -> tuple[list[torch.Tensor], dict[str, np.ndarray]]:
         """The tensors `prepared` takes (xs, zs, then the fed initializers it reads), each from its
@@ -144,7 +150,7 @@ class GradientCall:
             if kind == FEED:
                 t, used = self._feed(name, feeds[name], info)
             elif kind == CONSTANT:
-                t, used = info
+                t, used = info if info is not None else self._cast_constant(name)
             else:
                 t = self.model.to_tensor(name, defaults[name], self.dev, self.fdt)
                 used = to_numpy(t)

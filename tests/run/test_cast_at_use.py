@@ -139,3 +139,40 @@ def test_a_lookup_casts_the_rows_it_takes_and_no_module_holds_a_cast_table(monke
     assert held and not any(v.dtype == torch.float64 and v.numel() >= e.size for v in held)
     gather = next(s for s in plan.steps if s.op_type == "Gather")
     assert gather.cast == () and getattr(gather.fn, "no_fold", False)  # the rows are cast, not the table
+
+
+def test_a_weight_differentiated_in_another_dtype_is_cast_per_call_and_not_kept():
+    """W1 as x in a float64 gradient: its float64 copy lives as long as the call's result, as the plan's
+    casts do; the explorer on GPT-2 kept the embedding's 0.29 GB copy for the rest of the session."""
+    proto, w1, w2 = _mlp()
+    model = engine.load(proto)
+    x = np.random.default_rng(1).standard_normal((2, 300))
+    first = model.gradient("y", ["W1"], ["x"], {"x": x}, dtype="float64")
+    assert first.values["W1"].dtype == np.float64 and np.array_equal(first.values["W1"], w1.astype(np.float64))
+    grads = first.grads["W1"].copy()
+    del first
+    gc.collect()
+    copies = [v for v in gc.get_objects() if isinstance(v, torch.Tensor) and v.dtype == torch.float64
+              and tuple(v.shape) == w1.shape]
+    assert copies == []  # neither the model's constants nor its cached gradient call hold one
+    np.testing.assert_array_equal(model.gradient("y", ["W1"], ["x"], {"x": x}, dtype="float64").grads["W1"], grads)
+    assert not model.constants(dtype="float64").keeps("W1")
+    assert model.constants().keeps("W1") and model.constants(dtype="float32").keeps("W1")  # the weight itself
+
+
+def test_a_weight_asked_for_in_another_dtype_is_not_held_after_the_run():
+    """The explorer's inspector asks `run(outputs=[weight])`: the cast copy is the caller's alone (a
+    plan held it converted for as long as the plan was cached)."""
+    proto, w1, w2 = _mlp()
+    model = engine.load(proto)
+    alone = model.run(outputs=["W1"], dtype="float64")["W1"]  # no feeds needed for a weight alone
+    assert alone.dtype == np.float64 and np.array_equal(alone, w1.astype(np.float64))
+    del alone
+    gc.collect()
+    assert not [v for v in gc.get_objects() if isinstance(v, torch.Tensor) and v.dtype == torch.float64
+                and tuple(v.shape) == w1.shape]
+    x = np.random.default_rng(1).standard_normal((2, 300))
+    got = model.run({"x": x}, outputs=["W1", "y"], dtype="float64")  # with a value that reads it: the same
+    assert got["W1"].dtype == np.float64 and np.array_equal(got["W1"], w1.astype(np.float64))
+    np.testing.assert_allclose(got["y"], model.run({"x": x}, dtype="float64")["y"], rtol=0, atol=0)
+    assert np.shares_memory(model.run(outputs=["W1"])["W1"], model.constants()["W1"].numpy())  # its own dtype: no copy
