@@ -7,10 +7,9 @@ gives a fake (tests/explorer/test_collaborators.py).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
 from typing import Callable, Protocol
 
-from .guard import WORKER
+from .guard import WORKER, releasing
 from .state import Session
 
 
@@ -55,5 +54,6 @@ def status_line(app):
 
 def in_thread(app, group: str, fn: Callable, *args):
     """`fn(*args)` in a thread worker of `app` in `group`, as `guard.in_background` starts one: one
-    at a time, a failure posted as Worker.StateChanged, described by the group's name alone."""
-    return app.run_worker(partial(fn, *args), name=fn.__name__, group=group, description=group, **WORKER)
+    at a time, a failure posted as Worker.StateChanged (holding nothing the job's frames held),
+    described by the group's name alone."""
+    return app.run_worker(releasing(fn, *args), name=fn.__name__, group=group, description=group, **WORKER)

@@ -1,6 +1,7 @@
 """The frozen jobs the session hands to worker threads: everything one run needs, copied when asked."""
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Callable
@@ -8,6 +9,7 @@ from typing import Callable
 import numpy as np
 
 import engine
+from engine.dtypes import read_only, to_numpy
 
 # Bytes of intermediates (declared shapes, float64 counted) up to which one pass keeps them all:
 # the 10,001-node chain takes 2.4 MiB; light_densenet121 (674 MiB) is asked one tensor at a time.
@@ -40,8 +42,11 @@ class GradientJob:
     def run(self):
         """(GradientResult, GraphStats): the stats are what flowed along each edge of the backward graph."""
         spec = self.spec
-        return engine.gradient_with_stats(self.model, spec.y, spec.xs, spec.zs, self.feeds, None,
-                                          device=self.device, dtype=self.dtype, seed=self.seed, dims=self.dims)
+        result, stats = engine.gradient_with_stats(self.model, spec.y, spec.xs, spec.zs, self.feeds, None,
+                                                   device=self.device, dtype=self.dtype, seed=self.seed,
+                                                   dims=self.dims)
+        values = as_stored(self.model, result.values)
+        return (result if values is result.values else dataclasses.replace(result, values=values)), stats
 
     def origin(self, result):
         """Where `result`'s NaN/Inf comes from (an engine Finding, as `check` reports it), or None."""
@@ -70,6 +75,7 @@ class ValuesJob:
         if not self.names:
             return self.model.run_all(self.feeds, device=self.device, dtype=self.dtype)
         found = {n: self.feeds[n] for n in self.names if n in self.feeds}
+        found.update(stored_weights(self.model, [n for n in self.names if n not in found], self.dtype))
         rest = [n for n in self.names if n not in found]
         blocked = self.model.blocked(rest, list(self.feeds))  # the inspector says why these have no value
         rest = [n for n in rest if n not in blocked]
@@ -109,3 +115,33 @@ def intermediate_bytes(graph, dims=None) -> int:
                 total += 8 * math.prod(d if isinstance(d, int) and d > 0 else dims.get(d, 1) if isinstance(d, str)
                                        else 1 for d in info.shape)
     return total
+
+
+def _exact_upcast(own, dtype) -> bool:
+    """`own` (a weight's torch dtype) goes into float `dtype` (a numpy or torch dtype, or its name)
+    without rounding: float16 or bfloat16 into float32, any of them into float64."""
+    if dtype is None or not own.is_floating_point:
+        return False
+    wanted = np.dtype(str(dtype).removeprefix("torch."))
+    return wanted.kind == "f" and wanted.itemsize in (4, 8) and wanted.itemsize > own.itemsize
+
+
+def stored_weights(model: engine.Model, names, dtype) -> dict[str, np.ndarray]:
+    """The weights among `names` whose values in `dtype` are exactly theirs as stored: those arrays,
+    sharing the model's memory, instead of a copy cast up (GPT-2's embedding: 0.29 GB in float64)."""
+    if dtype is None:
+        return {}
+    weights = model.graph.initializers
+    constants = model.constants()
+    return {n: read_only(to_numpy(constants[n])) for n in names
+            if n in weights and _exact_upcast(constants[n].dtype, dtype)}
+
+
+def as_stored(model: engine.Model, values: dict) -> dict:
+    """`values` with each weight cast up exactly (a gradient's xs as used) replaced by the weight as
+    stored; `values` itself when there is none."""
+    stored = {}
+    for n, v in values.items():
+        if isinstance(v, np.ndarray):
+            stored.update(stored_weights(model, [n], v.dtype))
+    return {**values, **stored} if stored else values

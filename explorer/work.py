@@ -20,7 +20,7 @@ import engine
 from engine.errors import OnnxGradError
 
 from . import messages as m
-from .guard import one_line
+from .guard import one_line, release_frames
 from .host import Shown, Ui, in_thread, status_line
 from .jobs import CheckJob, GradientJob
 from .screens.export import ExportScreen, mismatch
@@ -305,6 +305,9 @@ class Work:
         if event.state != WorkerState.ERROR:
             return
         text = one_line(worker.error)
+        # Its thread has ended: the frames it was still in when releasing() cleared the others
+        # (Textual's, holding the Worker and the job with its feeds) keep a cycle with the error.
+        release_frames(worker.error)
         self.app.notify(text, title=f"{LABELS.get(worker.group, worker.group)} failed", severity="error", timeout=12)
         status_line(self.app).idle(f"{worker.group} failed")
         self.app.post_message(m.WorkFinished(worker.group, "failed", text))
