@@ -54,11 +54,29 @@ def declared_dtype(graph: GraphIndex, name: str) -> np.dtype:
         return np.dtype(np.float32)
 
 
+# Elements drawn per block by `standard_normal`.
+DRAW_BLOCK = 1 << 20
+
+
+def standard_normal(seed: int, shape, dtype) -> np.ndarray:
+    """`default_rng(seed).standard_normal(shape)` cast to `dtype`, drawn a block at a time into the
+    result: the same numbers, without the whole float64 draw beside it (a random feed of GPT-2's
+    embedding held 0.29 GB of float64 on top of its 0.15 GB)."""
+    rng, dtype = np.random.default_rng(seed), np.dtype(dtype)
+    if dtype == np.float64:
+        return rng.standard_normal(shape)
+    out = np.empty(shape, dtype)
+    flat = out.reshape(-1)
+    for start in range(0, flat.size, DRAW_BLOCK):
+        flat[start:start + DRAW_BLOCK] = rng.standard_normal(min(DRAW_BLOCK, flat.size - start))
+    return out
+
+
 def random_value(graph: GraphIndex, name: str, seed: int) -> np.ndarray:
     """Standard-normal floats, or zeros for integer/bool tensors (random indices would be out of range)."""
     shape, dtype = declared_shape(graph, name), declared_dtype(graph, name)
     if dtype.kind == "f":
-        return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+        return standard_normal(seed, shape, dtype)
     return np.zeros(shape, dtype=dtype)
 
 
@@ -143,7 +161,7 @@ def parse_spec(graph: GraphIndex, name: str, spec: str, default_seed: int = 0, l
             return random_integers(graph, name, shape, dtype, seed)
         if dtype.kind != "f":
             raise FeedError(f"{who}: random values need a numeric tensor, {name!r} is {dtype}")
-        return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+        return standard_normal(seed, shape, dtype)
     try:
         number = float(spec)
     except ValueError:

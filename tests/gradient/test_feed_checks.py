@@ -122,3 +122,24 @@ def spec_model():
     from engine import examples
 
     return engine.load(examples.spec_conv_gemm())
+
+
+def test_a_random_float32_feed_is_drawn_without_a_float64_copy_of_it():
+    """The same numbers as the whole float64 draw cast, at a peak of the result and one block."""
+    import tracemalloc
+
+    from engine.gradient import feeds
+
+    shape = (3, feeds.DRAW_BLOCK + 5)
+    want = np.random.default_rng(7).standard_normal(shape).astype(np.float32)
+    tracemalloc.start()
+    try:
+        got = feeds.standard_normal(7, shape, np.float32)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    np.testing.assert_array_equal(got, want)
+    assert got.dtype == np.float32 and peak < got.nbytes + 8 * feeds.DRAW_BLOCK + (1 << 20), peak
+    np.testing.assert_array_equal(feeds.standard_normal(7, (4, 5), np.float64),
+                                  np.random.default_rng(7).standard_normal((4, 5)))
+    assert feeds.standard_normal(1, (), np.float16).shape == ()
