@@ -53,6 +53,12 @@ def guarded(cls):
     return cls
 
 
+class Cancelled(BaseException):
+    """Raised at a pause point in the thread of a cancelled worker (foreground.py): its work stops
+    there, as a cancelled thread would otherwise run to its end. A BaseException, so that no
+    `except Exception` on the way keeps it from leaving; `releasing` ends the worker quietly."""
+
+
 def release_frames(exc: BaseException | None) -> None:
     """Drop the locals of the finished frames `exc` (and what caused it) went through.
 
@@ -81,6 +87,8 @@ def releasing(fn, *once):
         args = (*box.pop(), *args) if box else args
         try:
             return fn(*args, **kwargs)
+        except Cancelled:
+            return None  # nobody waits for what it would have posted
         except BaseException as exc:
             release_frames(exc)
             raise

@@ -225,3 +225,34 @@ async def test_closing_releases_a_thread_waiting_for_a_beat():
     thread.join(1)
     assert not thread.is_alive()
     fg.pause()  # closed: no beat, no wait
+
+
+async def test_a_cancelled_workers_thread_stops_at_its_next_pause_point():
+    """Textual cancels a thread worker's task, not its thread: the work stops at a pause point."""
+    from explorer.host import in_thread
+
+    app = spec_app()
+    went_on, ended = [], threading.Event()
+
+    def job(steps):
+        try:
+            for _ in range(steps):
+                time.sleep(0.002)
+                engine.pause_point()
+            went_on.append("to its end")
+        finally:
+            ended.set()
+
+    async with opened(app) as pilot:
+        await settle(app, pilot)
+        worker = in_thread(app, "gradient", job, 2000)  # about 4 s uncancelled
+        await pilot.pause(0.05)
+        worker.cancel()
+        for _ in range(100):
+            if ended.is_set():
+                break
+            await pilot.pause(0.01)
+        assert ended.is_set() and not went_on
+        done = in_thread(app, "gradient", job, 3)  # a worker not cancelled runs to its end
+        await done.wait()
+        assert went_on == ["to its end"]
