@@ -11,7 +11,7 @@ from onnx import helper
 from .dtypes import parse_device, parse_float_dtype, to_numpy
 from .errors import FeedError, UnsupportedOpError
 from .gradient.call import GradientCall
-from .gradient.feeds import check_feed
+from .gradient.feed_checks import check_feed
 from .gradient.prepared import GradientResult, PreparedGradient
 from .gradient.selection import GradientSpec, check_gradient_node, names, node_selection, validate
 from .modelfile.index import TRAINING_DOMAIN, GraphIndex, node_inputs

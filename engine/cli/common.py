@@ -109,7 +109,8 @@ def collect_feeds(model: Model, args, seed: int = 0, *, targets=(), members=()) 
     every unfed graph input computing `targets` reads (one note per default on stderr). Symbolic
     dims come from --dim, else from the files fed (so `--feed mask=ones` matches ids.npy)."""
     from ..gradient.dims import describe_dims, dims_from_feeds
-    from ..gradient.feeds import check_feed, complete_feeds, is_file_spec, load_npz, parse_assignment, parse_spec
+    from ..gradient.feed_checks import check_feed
+    from ..gradient.feeds import complete_feeds, is_file_spec, load_npz, parse_assignment, parse_spec
 
     dims = parse_dim_arguments(model, args)
     feeds: dict[str, np.ndarray] = {}

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 import engine
 from engine.cli import main
 from engine.errors import FeedError
-from engine.gradient.feeds import check_feed
+from engine.gradient.feed_checks import check_feed
 from explorer import messages as m
 from explorer.app import make_app
 from explorer.feeding import FeedSource

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import engine
 from engine.errors import FeedError
-from engine.gradient.feeds import check_feed
+from engine.gradient.feed_checks import check_feed
 
 from ..feed_models import TANH_W, tanh_matmul_model
 
