@@ -268,7 +268,7 @@ def _seed(y0: torch.Tensor, dy, seed: int, ones: bool, y_name: str, memo: dict) 
     key = (seed, tuple(y0.shape), y0.device)
     last = memo.get("random dy")
     if last is None or last[0] != key:
-        from .fd import normal
+        from .fd import keep_draw, normal
 
-        last = memo["random dy"] = (key, normal(y0.shape, seed, y0))
+        last = keep_draw(memo, "random dy", (key, normal(y0.shape, seed, y0)))
     return last[1], f"random:{seed}"

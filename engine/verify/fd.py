@@ -87,6 +87,22 @@ def direction_perturbations(x: torch.Tensor, directions: torch.Tensor, step: flo
     return Perturbations("directions", everything, 1, np.full((everything, 1), t), build)
 
 
+# A random draw (directions, dy) is kept for the next check of the same selection only up to this
+# size: the memo lives as long as the model, and a weight-sized draw (GPT-2's embedding: 0.31 GB in
+# float64) would stay for the session, while drawing it again costs little beside its forwards.
+KEPT_DRAW_BYTES = 16 << 20
+
+
+def keep_draw(memo: dict, name: str, entry: tuple) -> tuple:
+    """`entry` (key, tensor, ...), kept in `memo[name]` when its tensor is small, else dropped there."""
+    t = entry[1]
+    if t.numel() * t.element_size() <= KEPT_DRAW_BYTES:
+        memo[name] = entry
+    else:
+        memo.pop(name, None)
+    return entry
+
+
 class Objective:
     """L per row for a batch of values of one x, the other inputs held at their values, read as
     L(x') - L(x) = <dy, y(x') - y(x)>: the differences are formed before the sum, so the outputs a

@@ -109,8 +109,8 @@ class XProbe:
                 # Random signs, not Gaussian entries: every coordinate moves by the same step, so no
                 # coordinate's move is several times the step and crosses kinks the others do not.
                 signs = np.random.default_rng([opts.seed, salt]).integers(0, 2, size=(opts.directions,) + tuple(x.shape))
-                last = self._memo["directions"] = (key, torch.from_numpy(2.0 * signs - 1.0).to(dtype=x.dtype, device=x.device),
-                                                   torch.arange(opts.directions))
+                last = fd.keep_draw(self._memo, "directions", (
+                    key, torch.from_numpy(2.0 * signs - 1.0).to(dtype=x.dtype, device=x.device), torch.arange(opts.directions)))
             self.directions, order = last[1], last[2]
             extra = _unit_rms(along)
             if extra is not None:

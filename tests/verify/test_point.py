@@ -44,3 +44,35 @@ def test_fast_check_keeps_no_forwards_values(name, monkeypatch):
     monkeypatch.setattr(Plan, "run_all", refused)
     report = check(_path(name), sample.y, sample.xs, sample.zs, feeds=_feeds(sample), mode="fast")
     assert report.verdict == "pass", report.verdict
+
+
+def _memo_entries(model) -> list[dict]:
+    from engine.verify.context import _PREPARED
+
+    return [memo for _, by_extras in _PREPARED[model].values() for _, memo in by_extras.values()]
+
+
+@pytest.mark.parametrize("rows, kept", [(64, True), (1100, False)])
+def test_only_small_draws_outlive_a_check(rows, kept):
+    """A fast check's directions and random dy are kept for the next check of the selection only
+    while small: the memo lives as long as the model, and a weight-sized draw would stay with it."""
+    import numpy as np
+    from onnx import helper
+
+    from engine.verify.fd import KEPT_DRAW_BYTES
+    from tests.verify_models import make, vi
+
+    cols = 2000  # 1100 x 2000 float64 directions: 17.6 MB, over the limit; 64 x 2000: 1 MB
+    w = np.random.default_rng(0).standard_normal((rows, cols)).astype(np.float32)
+    proto = make([helper.make_node("MatMul", ["x", "w"], ["y"])], [vi("x", [2, rows]), vi("w", [rows, cols])],
+                 [vi("y", [2, cols])])
+    model = engine.load(proto)
+    feeds = {"x": np.ones((2, rows), np.float32), "w": w}
+    first = check(model, "y", ["w"], ["x"], feeds=feeds, mode="fast")
+    draws = [x_memo["directions"] for memo in _memo_entries(model) for x_memo in memo.values()
+             if isinstance(x_memo, dict) and "directions" in x_memo]
+    assert first.verdict == "pass"
+    assert (rows * cols * 8 <= KEPT_DRAW_BYTES) == kept
+    assert bool(draws) == kept
+    again = check(model, "y", ["w"], ["x"], feeds=feeds, mode="fast")  # drawn again or reused: the same numbers
+    assert [(r.analytic, r.numeric) for r in again.results] == [(r.analytic, r.numeric) for r in first.results]
