@@ -15,6 +15,7 @@ import torch
 
 from ..dtypes import read_only, to_numpy
 from ..errors import FeedError
+from ..gradient.feeds import normal_blocks
 from ..gradient.selection import GradientSpec
 
 WORDS = ("random", "ones")
@@ -54,9 +55,13 @@ def direction(name: str, given, like: torch.Tensor, seed: int, index: int, what:
     if isinstance(given, str):
         if given == "ones":
             return torch.ones_like(like)
-        if given == "random":
-            rng = np.random.default_rng((seed, index))
-            return torch.from_numpy(rng.standard_normal(tuple(like.shape))).to(device=like.device, dtype=like.dtype)
+        if given == "random":  # drawn a block at a time into x's dtype: no float64 draw as big as x beside it
+            out = torch.empty(tuple(like.shape), dtype=like.dtype)
+            flat = out.view(-1)
+            for start, block in normal_blocks((seed, index), flat.numel()):
+                flat[start:start + block.size] = torch.from_numpy(block)
+                del block  # before the next block is drawn
+            return out.to(like.device)
         raise FeedError(f"{what} for {name!r} is {given!r}: give an array of its shape, 'random' or 'ones'")
     value = given if isinstance(given, torch.Tensor) else np.asarray(given)
     if isinstance(value, np.ndarray) and value.dtype.kind not in "fiu":

@@ -178,3 +178,15 @@ def test_an_op_torch_has_no_forward_rule_for_goes_through_its_vjp_exactly():
     assert prepared.through_vjp == {0}
     rev = model.gradient("Y", ["X", "G"], feeds=feeds, dy=np.ones((1, 2, 3, 3)), dtype="float64")
     assert np.isclose(got.jvp.sum(), sum((rev.grads[n] * got.tangents[n]).sum() for n in ("X", "G")), rtol=1e-10)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_random_tangent_is_one_draw_cast_without_holding_it(dtype):
+    """A "random" tangent is drawn block by block into x's dtype: the numbers of one float64 draw cast."""
+    from engine.forward.call import direction
+    from engine.gradient.feeds import DRAW_BLOCK
+
+    like = torch.zeros((2, DRAW_BLOCK + 3), dtype=dtype)
+    want = torch.from_numpy(np.random.default_rng((5, 1)).standard_normal(tuple(like.shape))).to(dtype)
+    got = direction("w", "random", like, 5, 1)
+    assert got.dtype == dtype and torch.equal(got, want)
